@@ -1,0 +1,1 @@
+"""The reference MTA: a real multi-node SMTP transport with shadow redundancy and Safety Net."""

@@ -1,0 +1,1 @@
+"""Aggregation of shadowcheck JUnit results on Apache Spark."""

@@ -1,0 +1,1 @@
+"""The bundled YAML conformance scenarios (data only; shipped inside the wheel)."""
