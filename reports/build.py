@@ -1,0 +1,130 @@
+"""One build: ingest new files, compute every metric, write the outputs and the dashboard."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from reports import metrics
+from reports.dashboard import DashboardData, render
+from reports.outputs import csv_text, write_text
+from reports.progress import Progress
+from reports.table import CASES_SCHEMA, Ingest, ingest, read_cases, rejected_files
+
+__all__ = ["OUTPUT_COLUMNS", "BuildResult", "build"]
+
+# Column order of every CSV output; the first columns are the documented contract.
+OUTPUT_COLUMNS: dict[str, list[str]] = {
+    "matrix.csv": ["target", "target_version", "behaviour", "runs", "passed", "failed",
+                   "skipped", "pass_rate", "errors"],
+    "flaky.csv": ["target", "target_version", "scenario", "runs", "flips", "flip_rate",
+                  "last_flip_run", "last_flip_at", "reruns", "classname"],
+    "regressions.csv": ["target", "target_version", "scenario", "behaviour", "previous_run",
+                        "latest_run", "change", "previous_version", "previous_outcome",
+                        "latest_outcome", "classname"],
+    "latest_matrix.csv": ["behaviour", "target", "target_version", "run_id", "started_at",
+                          "status", "passed", "failed", "skipped", "pass_rate"],
+    "trends.csv": ["target", "target_version", "run_id", "started_at", "passed", "failed",
+                   "errors", "skipped", "pass_rate"],
+    "durations.csv": ["target", "scenario", "classname", "date", "runs", "p50_s", "p95_s"],
+}
+
+
+@dataclass
+class BuildResult:
+    ingest: Ingest
+    rows: int = 0
+    runs: int = 0
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+
+def _records(frame: DataFrame) -> list[dict[str, Any]]:
+    return [row.asDict() for row in frame.collect()]
+
+
+def _cases_or_empty(spark: SparkSession, out: str) -> DataFrame:
+    try:
+        return read_cases(spark, out)
+    except Exception as exc:  # nothing usable ingested yet
+        if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
+            return spark.createDataFrame([], CASES_SCHEMA)
+        raise
+
+
+def build(
+    spark: SparkSession,
+    inputs: Sequence[str],
+    out: str,
+    *,
+    run_id: str | None = None,
+    target: str | None = None,
+    target_version: str | None = None,
+    progress: Progress | None = None,
+) -> BuildResult:
+    progress = progress or Progress(enabled=False)
+    result = BuildResult(
+        ingest(
+            spark,
+            inputs,
+            out,
+            run_id=run_id,
+            target=target,
+            target_version=target_version,
+            progress=progress,
+        )
+    )
+    done = result.ingest
+    progress.say(
+        f"added {done.rows_added} rows from {done.accepted} files; "
+        f"{len(done.rejected)} rejected, {done.duplicates} duplicate content"
+    )
+    cases = _cases_or_empty(spark, out).cache()
+    scenarios = metrics.scenario_runs(cases).cache()
+    frames = {
+        "matrix.csv": metrics.pass_matrix(cases),
+        "flaky.csv": metrics.flaky(scenarios),
+        "regressions.csv": metrics.regressions(scenarios),
+        "latest_matrix.csv": metrics.latest_matrix(cases),
+        "trends.csv": metrics.trends(scenarios),
+        "durations.csv": metrics.durations(scenarios),
+    }
+    with progress.watch(spark.sparkContext, "computing metrics"):
+        for name, frame in frames.items():
+            result.tables[name] = _records(frame)
+    result.rows = sum(r["passed"] + r["failed"] + r["errors"] + r["skipped"]
+                      for r in result.tables["trends.csv"])
+    result.runs = len(result.tables["trends.csv"])
+    scenarios.unpersist()
+    cases.unpersist()
+
+    rejected = [{"file": f, "reason": r} for f, r in rejected_files(spark, out, done.rejected)]
+    result.tables["rejected.csv"] = rejected
+    for name, rows in result.tables.items():
+        columns = OUTPUT_COLUMNS.get(name, ["file", "reason"])
+        text = csv_text(columns, ([row.get(c) for c in columns] for row in rows))
+        result.files[name] = write_text(spark, out, name, text)
+
+    targets = sorted({r["target"] for r in result.tables["trends.csv"]})
+    page = render(
+        DashboardData(
+            latest_matrix=result.tables["latest_matrix.csv"],
+            trends=result.tables["trends.csv"],
+            flaky=result.tables["flaky.csv"],
+            regressions=result.tables["regressions.csv"],
+            durations=result.tables["durations.csv"],
+            rejected=rejected,
+            summary={
+                "targets": len(targets),
+                "runs": result.runs,
+                "scenario results": result.rows,
+                "rejected files": len(rejected),
+            },
+        )
+    )
+    result.files["dashboard.html"] = write_text(spark, out, "dashboard.html", page)
+    progress.say(f"wrote {', '.join(sorted(result.files))} to {out}")
+    return result

@@ -1,0 +1,68 @@
+"""Command line: ``python -m reports build PATH... --out DIR``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main", "parser"]
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="shadowcheck-reports",
+        description="Aggregate shadowcheck JUnit XML results on Apache Spark.",
+    )
+    commands = top.add_subparsers(dest="command", required=True)
+    build = commands.add_parser(
+        "build",
+        help="ingest JUnit files into OUT/cases and write the metrics and dashboard",
+        description="Paths may be files, directories (searched for *.xml), globs or any "
+        "Hadoop filesystem URI (hdfs://, s3a://, file://).",
+    )
+    build.add_argument("paths", nargs="+", metavar="PATH")
+    build.add_argument("--out", required=True, metavar="DIR", help="output directory or URI")
+    build.add_argument(
+        "--master", default=None, help="Spark master URL (default local[*]; spark://host:port)"
+    )
+    build.add_argument("--target", help="target name when the files do not carry one")
+    build.add_argument("--target-version", help="target version when the files do not carry one")
+    build.add_argument("--run-id", help="run id when the files do not carry one")
+    build.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    # Imported late so --help works without Java or Spark.
+    from reports.build import build
+    from reports.progress import Progress
+    from reports.spark import JavaMissingError, start_spark
+
+    progress = Progress(enabled=not args.quiet)
+    try:
+        progress.say(f"starting Spark ({args.master or 'local[*]'})")
+        spark = start_spark(args.master)
+    except JavaMissingError as exc:
+        print(f"shadowcheck-reports: {exc}", file=sys.stderr)
+        return 3
+    try:
+        result = build(
+            spark,
+            args.paths,
+            args.out,
+            run_id=args.run_id,
+            target=args.target,
+            target_version=args.target_version,
+            progress=progress,
+        )
+    finally:
+        spark.stop()
+    done = result.ingest
+    print(
+        f"{done.found} files ({done.skipped_known} already ingested, {done.accepted} added, "
+        f"{len(done.rejected)} rejected); table: {result.runs} runs, {result.rows} "
+        f"scenario results; outputs in {args.out}"
+    )
+    return 0

@@ -1,0 +1,217 @@
+"""The answers, each one Spark job over the report table (see reports.table.CASES_SCHEMA).
+
+Vocabulary: a *run* is (target, run_id), ordered by its earliest ``started_at``;
+a *scenario* is (classname, scenario); *executed* means passed, failed or error
+(skipped says nothing about the transport). ``error`` counts as not passing.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+__all__ = [
+    "MIN_FLIPS",
+    "durations",
+    "flaky",
+    "latest_matrix",
+    "pass_matrix",
+    "regressions",
+    "runs",
+    "scenario_runs",
+    "trends",
+]
+
+# One flip is a regression or a fix; flaky means it went back and forth.
+MIN_FLIPS = 2
+
+_OUTCOME_RANK = {"skipped": 0, "passed": 1, "failed": 2, "error": 3}
+_RUN_KEY = ["target", "run_id"]
+_SCENARIO_KEY = ["classname", "scenario"]
+
+
+def _count_where(condition: Column) -> Column:
+    return F.sum(F.when(condition, 1).otherwise(0)).cast("long")
+
+
+def _pass_rate(passed: str, failed: str, errors: str) -> Column:
+    executed = F.col(passed) + F.col(failed) + F.col(errors)
+    return F.when(executed > 0, F.round(F.col(passed) / executed, 4))
+
+
+def runs(cases: DataFrame) -> DataFrame:
+    """One row per run: target, run_id, target_version, started_at, previous-run order."""
+    per_run = cases.groupBy(*_RUN_KEY).agg(
+        F.min("started_at").alias("started_at"),
+        F.max("target_version").alias("target_version"),
+    )
+    newest_first = Window.partitionBy("target").orderBy(F.desc("started_at"), F.desc("run_id"))
+    return per_run.withColumn("recency", F.row_number().over(newest_first))
+
+
+def scenario_runs(cases: DataFrame) -> DataFrame:
+    """One row per run x scenario with its worst outcome and all its behaviours."""
+    rank = F.coalesce(
+        *[F.when(F.col("outcome") == name, F.lit(value)) for name, value in _OUTCOME_RANK.items()]
+    )
+    by_rank = {value: name for name, value in _OUTCOME_RANK.items()}
+    outcome = F.coalesce(
+        *[F.when(F.col("worst") == value, F.lit(name)) for value, name in by_rank.items()]
+    )
+    grouped = cases.groupBy(*_RUN_KEY, "target_version", *_SCENARIO_KEY).agg(
+        F.max(rank).alias("worst"),
+        F.max("duration_s").alias("duration_s"),
+        F.max("reruns").alias("reruns"),
+        F.concat_ws(",", F.array_sort(F.collect_set("behaviour"))).alias("behaviours"),
+    )
+    order = runs(cases).select(*_RUN_KEY, "started_at", "recency")
+    return grouped.withColumn("outcome", outcome).drop("worst").join(order, _RUN_KEY)
+
+
+def pass_matrix(cases: DataFrame) -> DataFrame:
+    """Pass rate per target x version x behaviour over the whole history."""
+    outcome = F.col("outcome")
+    return (
+        cases.where(F.col("behaviour").isNotNull())
+        .groupBy("target", "target_version", "behaviour")
+        .agg(
+            F.countDistinct("run_id").alias("runs"),
+            _count_where(outcome == "passed").alias("passed"),
+            _count_where(outcome == "failed").alias("failed"),
+            _count_where(outcome == "error").alias("errors"),
+            _count_where(outcome == "skipped").alias("skipped"),
+        )
+        .withColumn("pass_rate", _pass_rate("passed", "failed", "errors"))
+        .orderBy("target", "target_version", "behaviour")
+    )
+
+
+def flaky(scenarios: DataFrame, min_flips: int = MIN_FLIPS) -> DataFrame:
+    """Scenarios whose outcome flips between consecutive runs of one target and version.
+
+    Also lists scenarios that passed only on a rerun (Surefire flaky elements).
+    """
+    key = ["target", "target_version", *_SCENARIO_KEY]
+    executed = scenarios.where(F.col("outcome") != "skipped").withColumn(
+        "ok", F.col("outcome") == "passed"
+    )
+    in_order = Window.partitionBy(*key).orderBy("started_at", "run_id")
+    flips = executed.withColumn("previous_ok", F.lag("ok").over(in_order)).withColumn(
+        "flip", F.col("previous_ok").isNotNull() & (F.col("previous_ok") != F.col("ok"))
+    )
+    flip_time = F.when(F.col("flip"), F.col("started_at"))
+    summary = flips.groupBy(*key).agg(
+        F.count(F.lit(1)).alias("runs"),
+        _count_where(F.col("flip")).alias("flips"),
+        F.sum("reruns").cast("long").alias("reruns"),
+        F.max(flip_time).alias("last_flip_at"),
+        F.max_by(F.when(F.col("flip"), F.col("run_id")), flip_time).alias("last_flip_run"),
+    )
+    return (
+        summary.withColumn(
+            "flip_rate",
+            F.when(F.col("runs") > 1, F.round(F.col("flips") / (F.col("runs") - 1), 4)),
+        )
+        .where((F.col("flips") >= min_flips) | (F.col("reruns") > 0))
+        .select(
+            "target", "target_version", "scenario", "classname", "runs", "flips", "flip_rate",
+            "last_flip_run", "last_flip_at", "reruns",
+        )
+        .orderBy(F.desc("flip_rate"), F.desc("flips"), "target", "scenario")
+    )
+
+
+def regressions(scenarios: DataFrame) -> DataFrame:
+    """Per target: scenarios that passed in the previous run and not in the latest, and fixes."""
+    latest = scenarios.where(F.col("recency") == 1).select(
+        "target",
+        *_SCENARIO_KEY,
+        "target_version",
+        "behaviours",
+        F.col("run_id").alias("latest_run"),
+        F.col("outcome").alias("latest_outcome"),
+    )
+    previous = scenarios.where(F.col("recency") == 2).select(
+        "target",
+        *_SCENARIO_KEY,
+        F.col("target_version").alias("previous_version"),
+        F.col("run_id").alias("previous_run"),
+        F.col("outcome").alias("previous_outcome"),
+    )
+    failing = F.col("latest_outcome").isin("failed", "error")
+    was_failing = F.col("previous_outcome").isin("failed", "error")
+    change = (
+        F.when((F.col("previous_outcome") == "passed") & failing, "regression")
+        .when(was_failing & (F.col("latest_outcome") == "passed"), "fix")
+    )
+    return (
+        latest.join(previous, ["target", *_SCENARIO_KEY])
+        .withColumn("change", change)
+        .where(F.col("change").isNotNull())
+        .select(
+            "target", "target_version", "scenario", "classname",
+            F.col("behaviours").alias("behaviour"), "previous_run", "previous_version",
+            "previous_outcome", "latest_run", "latest_outcome", "change",
+        )
+        .orderBy(F.desc("change"), "target", "scenario")
+    )
+
+
+def durations(scenarios: DataFrame) -> DataFrame:
+    """Duration p50/p95 per target x scenario x day."""
+    return (
+        scenarios.withColumn("date", F.to_date("started_at"))
+        .groupBy("target", *_SCENARIO_KEY, "date")
+        .agg(
+            F.count(F.lit(1)).alias("runs"),
+            F.percentile_approx("duration_s", F.array(F.lit(0.5), F.lit(0.95))).alias("q"),
+        )
+        .select(
+            "target", "scenario", "classname", "date", "runs",
+            F.col("q")[0].alias("p50_s"), F.col("q")[1].alias("p95_s"),
+        )
+        .orderBy("target", "scenario", "date")
+    )
+
+
+def trends(scenarios: DataFrame) -> DataFrame:
+    """Pass rate of every run, for the trend lines."""
+    outcome = F.col("outcome")
+    return (
+        scenarios.groupBy("target", "target_version", "run_id", "started_at")
+        .agg(
+            _count_where(outcome == "passed").alias("passed"),
+            _count_where(outcome == "failed").alias("failed"),
+            _count_where(outcome == "error").alias("errors"),
+            _count_where(outcome == "skipped").alias("skipped"),
+        )
+        .withColumn("pass_rate", _pass_rate("passed", "failed", "errors"))
+        .orderBy("target", "started_at", "run_id")
+    )
+
+
+def latest_matrix(cases: DataFrame) -> DataFrame:
+    """The certification matrix: behaviour x target in each target's latest run."""
+    latest = runs(cases).where(F.col("recency") == 1).select(*_RUN_KEY)
+    outcome = F.col("outcome")
+    counted = (
+        cases.where(F.col("behaviour").isNotNull())
+        .join(latest, _RUN_KEY)
+        .groupBy("target", "target_version", "run_id", "behaviour")
+        .agg(
+            F.min("started_at").alias("started_at"),
+            _count_where(outcome == "passed").alias("passed"),
+            _count_where(outcome.isin("failed", "error")).alias("failed"),
+            _count_where(outcome == "skipped").alias("skipped"),
+        )
+        .withColumn("no_errors", F.lit(0))
+    )
+    status = (
+        F.when(F.col("failed") > 0, "FAIL").when(F.col("passed") > 0, "PASS").otherwise("SKIPPED")
+    )
+    return (
+        counted.withColumn("status", status)
+        .withColumn("pass_rate", _pass_rate("passed", "failed", "no_errors"))
+        .drop("no_errors")
+        .orderBy("behaviour", "target")
+    )

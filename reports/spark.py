@@ -1,0 +1,101 @@
+"""Start a quiet SparkSession the same way on a laptop and on a cluster."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+__all__ = ["JavaMissingError", "check_java", "start_spark"]
+
+MIN_JAVA = 17
+
+# Spark logs every stage at INFO; keep warnings from our own failures only.
+_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+class JavaMissingError(RuntimeError):
+    """Spark needs a Java runtime; raised before Spark fails in a less readable way."""
+
+
+def _java_binary() -> str | None:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    return shutil.which("java")
+
+
+def check_java() -> int:
+    """The major version of the Java that Spark will use; JavaMissingError if unusable."""
+    java = _java_binary()
+    if java is None:
+        raise JavaMissingError(
+            f"Java {MIN_JAVA} or later is required by Spark and was not found "
+            "(set JAVA_HOME or put java on PATH; Debian: apt-get install openjdk-17-jre-headless)"
+        )
+    try:
+        probe = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except OSError as exc:
+        raise JavaMissingError(f"cannot run {java}: {exc}") from exc
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', probe.stderr + probe.stdout)
+    if match is None:
+        raise JavaMissingError(f"cannot tell the Java version of {java}: {probe.stderr.strip()}")
+    major = int(match.group(1))
+    if major == 1 and match.group(2):  # "1.8.0" style
+        major = int(match.group(2))
+    if major < MIN_JAVA:
+        raise JavaMissingError(f"Spark needs Java {MIN_JAVA}+, found Java {major} at {java}")
+    return major
+
+
+def _log_config() -> str:
+    path = Path(tempfile.gettempdir()) / "shadowcheck-reports-log4j2.properties"
+    if not path.exists() or path.read_text() != _LOG4J2:
+        path.write_text(_LOG4J2)
+    return str(path)
+
+
+def start_spark(master: str | None = None, app_name: str = "shadowcheck-reports") -> SparkSession:
+    """A SparkSession for ``master`` (default ``local[*]``), started without log spam.
+
+    An already running session is reused (tests share one per process).
+    """
+    check_java()
+    # Workers must run the interpreter that has this project installed.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    log_option = f"-Dlog4j2.configurationFile=file:{_log_config()}"
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master or "local[*]")
+        .config("spark.driver.extraJavaOptions", log_option)
+        .config("spark.executor.extraJavaOptions", log_option)
+        .config("spark.driver.memory", os.environ.get("SHADOWCHECK_DRIVER_MEMORY", "4g"))
+        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
+        # Small shuffles: a handful of partitions per core, AQE coalesces the rest.
+        .config("spark.sql.shuffle.partitions", os.environ.get("SHADOWCHECK_SHUFFLE", "8"))
+        .config("spark.sql.adaptive.enabled", "true")
+    )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
