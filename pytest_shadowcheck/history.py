@@ -1,0 +1,245 @@
+"""The run history: every timestamped thing the harness saw during one scenario run.
+
+One :class:`History` per scenario run. The fault proxies record the SMTP lines
+they carry, the sinks record deliveries, the client records the replies it got,
+and the engine records steps, faults and control-API snapshots. Checks then read
+it, and a failing check quotes an :meth:`History.excerpt` so a mail admin can
+read what happened on the wire around the failure.
+
+Event kinds (``Event.kind``) and the keys their ``data`` carries:
+
+============  ===============================================================
+``connect``   a connection opened on ``link``; ``peer``, ``upstream``
+``close``     a connection closed; ``reason`` ("client closed", "cut", ...)
+``line``      one SMTP command (``c2s``) or reply (``s2c``) line; ``text``
+              (decoded; credentials of AUTH exchanges masked)
+``data``      a DATA body summary; ``size`` (bytes on the wire, dot-stuffed,
+              without the final ``.\\r\\n``), ``message_id`` (normalised or None)
+``fault``     a fault switched on or off; ``fault`` (name), ``on`` and its
+              parameters (``seconds``, ``nbytes``, ``flow`` = "c2s"/"s2c"/"both")
+``reply``     a reply the harness client received; ``command``, ``code``,
+              ``enhanced`` ("4.4.0" or None), ``text``
+``delivery``  a sink accepted a message; ``sink``, ``message_id``, ``helo``, ...
+``step``      the engine ran a scenario step
+``snapshot``  the engine captured control-API state
+``note``      anything else worth showing (free-form ``text`` recommended)
+============  ===============================================================
+
+``t`` is seconds since the history was created, from a monotonic clock, so
+ordering and differences are meaningful even if the wall clock jumps.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["EVENT_KINDS", "Event", "History"]
+
+EVENT_KINDS = frozenset(
+    {"connect", "close", "line", "data", "fault", "reply", "delivery", "step", "snapshot", "note"}
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One recorded event.
+
+    ``t``: seconds since the run started (monotonic). ``kind``: one of
+    :data:`EVENT_KINDS`. ``link``: the link it happened on ("client->mbx1",
+    "mbx1->mbx2", "mbx1->corp.test") or None. ``conn``: the connection number on
+    that link (1, 2, ...) or None. ``direction``: "c2s" (client to server) or
+    "s2c" or None. ``data``: kind-specific details (see the module docstring).
+    """
+
+    t: float
+    kind: str
+    link: str | None = None
+    conn: int | None = None
+    direction: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_jsonable(self) -> dict[str, Any]:
+        """A JSON-serialisable dict of this event (bytes in data become text)."""
+        return {
+            "t": round(self.t, 6),
+            "kind": self.kind,
+            "link": self.link,
+            "conn": self.conn,
+            "direction": self.direction,
+            "data": _jsonable(self.data),
+        }
+
+    def describe(self) -> str:
+        """A one-line, human-readable rendering (used by :meth:`History.excerpt`)."""
+        where = self.link or "-"
+        if self.conn is not None:
+            where += f" #{self.conn}"
+        return f"  +{self.t:.3f}s {where} {_describe_body(self)}"
+
+
+class History:
+    """Append-only, time-ordered list of :class:`Event` for one scenario run.
+
+    Safe to share between the coroutines of one asyncio loop and helper threads
+    (appends take a lock). Events are never modified or removed.
+    """
+
+    def __init__(self) -> None:
+        self._origin = time.monotonic()
+        self.started_at = time.time()
+        """Wall-clock time (Unix epoch) at which ``t == 0``, for reports."""
+        self._events: list[Event] = []
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        """Current time on this history's clock (seconds since the run started)."""
+        return time.monotonic() - self._origin
+
+    def record(
+        self,
+        kind: str,
+        link: str | None = None,
+        conn: int | None = None,
+        direction: str | None = None,
+        **data: Any,
+    ) -> Event:
+        """Append an event stamped with :meth:`now` and return it.
+
+        Raises ValueError for an unknown kind or direction: a typo there would
+        silently make checks miss events.
+        """
+        if kind not in EVENT_KINDS:
+            raise ValueError(f"unknown event kind {kind!r}; expected one of {sorted(EVENT_KINDS)}")
+        if direction not in (None, "c2s", "s2c"):
+            raise ValueError(f"direction must be 'c2s', 's2c' or None, not {direction!r}")
+        with self._lock:
+            event = Event(self.now(), kind, link, conn, direction, data)
+            self._events.append(event)
+        return event
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __iter__(self) -> Any:
+        return iter(self.events())
+
+    def events(
+        self,
+        kind: str | None = None,
+        link: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[Event]:
+        """Events matching every given filter, in recording order.
+
+        ``since``/``until`` are inclusive bounds on ``t``.
+        """
+        with self._lock:
+            snapshot = list(self._events)
+        return [
+            event
+            for event in snapshot
+            if (kind is None or event.kind == kind)
+            and (link is None or event.link == link)
+            and (since is None or event.t >= since)
+            and (until is None or event.t <= until)
+        ]
+
+    def excerpt(
+        self,
+        around: float,
+        links: list[str] | None = None,
+        before: float = 2.0,
+        after: float = 2.0,
+        limit: int = 60,
+    ) -> str:
+        """Human-readable lines for the events within ``[around-before, around+after]``.
+
+        ``links`` restricts to those links; events without a link (steps, notes)
+        are always kept because they explain what the harness was doing. When more
+        than ``limit`` events match, the ones closest to ``around`` are kept and
+        the cut is stated. Returns "  (no events)" when nothing matches.
+        """
+        window = self.events(since=around - before, until=around + after)
+        wanted = set(links) if links is not None else None
+        chosen = [e for e in window if wanted is None or e.link is None or e.link in wanted]
+        omitted = 0
+        if len(chosen) > limit:
+            closest = sorted(chosen, key=lambda e: abs(e.t - around))[:limit]
+            keep = {id(e) for e in closest}
+            omitted = len(chosen) - limit
+            chosen = [e for e in chosen if id(e) in keep]
+        if not chosen:
+            return "  (no events)"
+        lines = [e.describe() for e in chosen]
+        if omitted:
+            lines.append(f"  ... {omitted} more event(s) in the window not shown")
+        return "\n".join(lines)
+
+    def to_jsonable(self) -> dict[str, Any]:
+        """The whole history as JSON-serialisable data."""
+        return {
+            "started_at": self.started_at,
+            "events": [event.to_jsonable() for event in self.events()],
+        }
+
+    def write_json(self, path: str | Path) -> Path:
+        """Write :meth:`to_jsonable` to ``path`` (parents created); return the path."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(self.to_jsonable(), indent=1), encoding="utf-8")
+        return target
+
+
+def _describe_body(event: Event) -> str:
+    data = event.data
+    kind = event.kind
+    if kind == "line":
+        side = "C:" if event.direction == "c2s" else "S:"
+        return f"{side} {data.get('text', '')}"
+    if kind == "data":
+        side = "C:" if event.direction in (None, "c2s") else "S:"
+        return f"{side} <message content: {data.get('size')} bytes, " \
+            f"Message-ID {data.get('message_id') or '(none)'}>"
+    if kind == "reply":
+        text = str(data.get("text", "")).replace("\n", " | ")
+        return f"client got {data.get('code')} {text} (to {data.get('command')})"
+    if kind == "fault":
+        state = "ON" if data.get("on") else "off"
+        params = _params(data, skip=("fault", "on"))
+        return f"FAULT {data.get('fault')} {state}{params}"
+    if kind == "delivery":
+        return (
+            f"DELIVERED to {data.get('sink')} {data.get('message_id') or '(no Message-ID)'}"
+            f" from helo={data.get('helo')} rcpt={data.get('rcpt_tos')}"
+        )
+    if kind == "close":
+        return f"closed ({data.get('reason', 'unknown')})"
+    if kind == "connect":
+        return f"connected{_params(data)}"
+    if kind in ("step", "note") and "text" in data:
+        return f"{kind.upper()} {data['text']}{_params(data, skip=('text',))}"
+    return f"{kind.upper()}{_params(data)}"
+
+
+def _params(data: dict[str, Any], skip: Iterable[str] = ()) -> str:
+    shown = [f"{k}={v}" for k, v in data.items() if k not in skip]
+    return (" " + " ".join(shown)) if shown else ""
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)

@@ -1,0 +1,594 @@
+"""FaultProxy: an asyncio TCP proxy in front of one SMTP link, recording and faulting it.
+
+Every link the harness can see (client->node, node->node, node->next hop) runs
+through one :class:`FaultProxy`. It forwards bytes unchanged, records the SMTP
+lines it carries into the run :class:`~pytest_shadowcheck.history.History`
+(``connect``, ``line``, ``data``, ``close`` events, connections numbered from 1
+per link), and can break the link on demand (``fault`` events):
+
+- :meth:`FaultProxy.cut` - new connections are reset at once, existing ones closed.
+- :meth:`FaultProxy.blackhole` - accept, never forward, never answer. Held
+  traffic flows again after the blackhole is switched off (as TCP
+  retransmission would deliver it), unless a peer gave up meanwhile.
+- :meth:`FaultProxy.delay` - hold each chunk ``seconds`` before forwarding it.
+- :meth:`FaultProxy.reset` - RST every current connection, once.
+- :meth:`FaultProxy.slow_accept` - wait before connecting upstream.
+- :meth:`FaultProxy.slow_greeting` - hold the server's first bytes.
+- :meth:`FaultProxy.drop_after` - forward N more bytes, then close the connection.
+- :meth:`FaultProxy.heal` - clear every fault.
+
+Lines are parsed only for recording; forwarding works on whole chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_shadowcheck.history import History
+from pytest_shadowcheck.network.smtp_text import (
+    HEADER_SCAN_LIMIT,
+    mask_auth_line,
+    message_id_from_bytes,
+)
+
+__all__ = ["DIRECTIONS", "FaultProxy"]
+
+DIRECTIONS = ("c2s", "s2c")
+_CHUNK = 64 * 1024
+# A "line" longer than this without CRLF is recorded truncated: it is not SMTP.
+_MAX_LINE = 4096
+_UPSTREAM_CONNECT_TIMEOUT = 30.0
+_DATA_END = b"\r\n.\r\n"
+
+
+class FaultProxy:
+    """A recording, fault-injecting TCP proxy for one link.
+
+    ``link`` names the link in the history ("mbx1->mbx2"). Call :meth:`start`
+    to listen on an ephemeral port of ``listen_host`` (see :attr:`address`),
+    :meth:`set_upstream` to say where to forward (changeable at any time; applies
+    to new connections), and :meth:`stop` at the end. While the upstream is None,
+    new connections are refused like under :meth:`cut`.
+    """
+
+    def __init__(self, link: str, history: History, listen_host: str = "127.0.0.1") -> None:
+        self.link = link
+        self.history = history
+        self.listen_host = listen_host
+        self.upstream: tuple[str, int] | None = None
+        self._server: asyncio.Server | None = None
+        self._address: tuple[str, int] | None = None
+        self._connections: dict[int, _Connection] = {}
+        self._next_conn = 1
+        # Fault state; read by connections on every chunk, so kept as plain fields.
+        self._cut = False
+        self._blackholed = False
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self._delays: dict[str, float] = {"c2s": 0.0, "s2c": 0.0}
+        self._slow_accept = 0.0
+        self._slow_greeting = 0.0
+        self._drop_after: dict[str, int] = {}
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> tuple[str, int]:
+        """Listen on an ephemeral port; return (and keep in :attr:`address`) it."""
+        if self._server is not None:
+            raise RuntimeError(f"proxy {self.link} already started")
+        self._server = await asyncio.start_server(self._handle_client, self.listen_host, 0)
+        host, port = self._server.sockets[0].getsockname()[:2]
+        self._address = (host, port)
+        return self._address
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) the proxy listens on; RuntimeError before :meth:`start`."""
+        if self._address is None:
+            raise RuntimeError(f"proxy {self.link} not started")
+        return self._address
+
+    def set_upstream(self, host: str | None, port: int | None = None) -> None:
+        """Forward new connections to (host, port); ``None`` refuses them instead."""
+        if host is None:
+            self.upstream = None
+        else:
+            if port is None:
+                raise ValueError("set_upstream needs a port with a host")
+            self.upstream = (host, int(port))
+
+    async def stop(self) -> None:
+        """Stop listening and close every connection (recorded as "proxy stopped")."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._connections.values()):
+            conn.abort("proxy stopped", rst=False)
+        tasks = [c.task for c in self._connections.values() if c.task is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        self._flowing.set()
+
+    @property
+    def connection_count(self) -> int:
+        """Number of connections currently open through this proxy."""
+        return len(self._connections)
+
+    # -- faults ------------------------------------------------------------------
+
+    def cut(self, on: bool = True) -> None:
+        """Cut the link: new connections are reset at once, existing ones are
+        closed (with RST). ``cut(False)`` lets new connections through again."""
+        self._cut = on
+        self._record_fault("cut", on)
+        if on:
+            for conn in list(self._connections.values()):
+                conn.abort("cut", rst=True)
+
+    def blackhole(self, on: bool = True) -> None:
+        """Accept but never forward or answer, in both directions, on existing and
+        new connections. ``blackhole(False)`` releases the held traffic."""
+        self._blackholed = on
+        if on:
+            self._flowing.clear()
+        else:
+            self._flowing.set()
+        self._record_fault("blackhole", on)
+
+    def delay(self, direction: str, seconds: float) -> None:
+        """Hold every chunk going ``direction`` ("c2s", "s2c" or "both") for
+        ``seconds`` before forwarding it; 0 switches the delay off. Applies to
+        existing connections too. Chunks are held one after another, so a burst
+        arriving during a hold waits a little longer: the delay is a lower bound."""
+        if seconds < 0:
+            raise ValueError("delay seconds must be >= 0")
+        for d in _directions(direction):
+            self._delays[d] = float(seconds)
+        self._record_fault("delay", seconds > 0, flow=direction, seconds=seconds)
+
+    def reset(self) -> None:
+        """Send RST on every current connection (both sides), once. New
+        connections are not affected."""
+        self._record_fault("reset", True, connections=sorted(self._connections))
+        for conn in list(self._connections.values()):
+            conn.abort("reset", rst=True)
+
+    def slow_accept(self, seconds: float) -> None:
+        """Wait ``seconds`` after accepting a new connection before connecting
+        upstream (the client sees an accepted but silent connection); 0 = off."""
+        if seconds < 0:
+            raise ValueError("slow_accept seconds must be >= 0")
+        self._slow_accept = float(seconds)
+        self._record_fault("slow_accept", seconds > 0, seconds=seconds)
+
+    def slow_greeting(self, seconds: float) -> None:
+        """Hold the server's first bytes (its 220 greeting) on each new connection
+        for ``seconds``; 0 = off. Connections already greeted are not affected."""
+        if seconds < 0:
+            raise ValueError("slow_greeting seconds must be >= 0")
+        self._slow_greeting = float(seconds)
+        self._record_fault("slow_greeting", seconds > 0, seconds=seconds)
+
+    def drop_after(self, nbytes: int | None, direction: str = "c2s") -> None:
+        """Forward ``nbytes`` more bytes going ``direction`` ("c2s", "s2c",
+        "both"), then close the connection. Counted from now for existing
+        connections and from their start for new ones, until healed.
+        ``nbytes=None`` switches it off for ``direction``."""
+        for d in _directions(direction):
+            if nbytes is None:
+                self._drop_after.pop(d, None)
+            else:
+                if nbytes < 0:
+                    raise ValueError("drop_after nbytes must be >= 0")
+                self._drop_after[d] = int(nbytes)
+        for conn in self._connections.values():
+            for d in _directions(direction):
+                conn.budget[d] = nbytes
+        self._record_fault("drop_after", nbytes is not None, nbytes=nbytes, flow=direction)
+
+    def heal(self) -> None:
+        """Clear every fault (held blackhole traffic flows again)."""
+        cleared = sorted(self.active_faults())
+        self._cut = False
+        self._blackholed = False
+        self._flowing.set()
+        self._delays = {"c2s": 0.0, "s2c": 0.0}
+        self._slow_accept = 0.0
+        self._slow_greeting = 0.0
+        self._drop_after = {}
+        for conn in self._connections.values():
+            conn.budget = {"c2s": None, "s2c": None}
+        self._record_fault("heal", False, cleared=cleared)
+
+    def active_faults(self) -> dict[str, Any]:
+        """The faults currently switched on, with their parameters."""
+        faults: dict[str, Any] = {}
+        if self._cut:
+            faults["cut"] = True
+        if self._blackholed:
+            faults["blackhole"] = True
+        for d, seconds in self._delays.items():
+            if seconds:
+                faults[f"delay_{d}"] = seconds
+        if self._slow_accept:
+            faults["slow_accept"] = self._slow_accept
+        if self._slow_greeting:
+            faults["slow_greeting"] = self._slow_greeting
+        for d, nbytes in self._drop_after.items():
+            faults[f"drop_after_{d}"] = nbytes
+        return faults
+
+    def _record_fault(self, name: str, on: bool, **params: Any) -> None:
+        self.history.record("fault", link=self.link, fault=name, on=on, **params)
+
+    # -- connections -------------------------------------------------------------
+
+    async def _handle_client(
+        self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
+    ) -> None:
+        number = self._next_conn
+        self._next_conn += 1
+        conn = _Connection(self, number, client_reader, client_writer)
+        conn.task = asyncio.current_task()
+        self._connections[number] = conn
+        peer = client_writer.get_extra_info("peername")
+        self.history.record(
+            "connect",
+            link=self.link,
+            conn=number,
+            peer=_format_address(peer),
+            upstream=_format_address(self.upstream),
+        )
+        try:
+            await conn.run()
+        except asyncio.CancelledError:
+            conn.abort(conn.close_reason or "cancelled", rst=False)
+        except Exception as exc:  # a proxy must never crash the run: record and close
+            conn.abort(f"proxy error: {exc!r}", rst=True)
+        finally:
+            self._connections.pop(number, None)
+            conn.finish()
+
+
+@dataclass
+class _Connection:
+    """One proxied TCP connection: two pumps, two line recorders, fault budgets."""
+
+    proxy: FaultProxy
+    number: int
+    client_reader: asyncio.StreamReader
+    client_writer: asyncio.StreamWriter
+    server_reader: asyncio.StreamReader | None = None
+    server_writer: asyncio.StreamWriter | None = None
+    task: asyncio.Task[Any] | None = None
+    close_reason: str | None = None
+    closed_recorded: bool = False
+    greeted: bool = False
+    budget: dict[str, int | None] = field(default_factory=dict)
+    recorder: _SmtpRecorder | None = None
+
+    async def run(self) -> None:
+        proxy = self.proxy
+        self.budget = {d: proxy._drop_after.get(d) for d in DIRECTIONS}
+        self.recorder = _SmtpRecorder(proxy.history, proxy.link, self.number)
+        if proxy._cut or proxy.upstream is None:
+            self.abort("refused: link cut" if proxy._cut else "refused: no upstream", rst=True)
+            return
+        await proxy._flowing.wait()
+        if proxy._slow_accept:
+            await asyncio.sleep(proxy._slow_accept)
+        upstream = proxy.upstream
+        if proxy._cut or upstream is None:
+            self.abort("refused: link cut" if proxy._cut else "refused: no upstream", rst=True)
+            return
+        try:
+            server_reader, server_writer = await asyncio.wait_for(
+                asyncio.open_connection(*upstream), _UPSTREAM_CONNECT_TIMEOUT
+            )
+        except (OSError, TimeoutError) as exc:
+            self.abort(f"upstream {_format_address(upstream)} unreachable: {exc!r}", rst=True)
+            return
+        self.server_reader, self.server_writer = server_reader, server_writer
+        pumps = [
+            asyncio.create_task(self._pump("c2s", self.client_reader, server_writer)),
+            asyncio.create_task(self._pump("s2c", server_reader, self.client_writer)),
+        ]
+        try:
+            done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # surface pump errors to _handle_client
+        finally:
+            for task in pumps:
+                task.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
+        await self._close_gracefully()
+
+    async def _pump(
+        self, direction: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        proxy = self.proxy
+        loop = asyncio.get_running_loop()
+        recorder = self.recorder
+        assert recorder is not None
+        while True:
+            try:
+                chunk = await reader.read(_CHUNK)
+            except ConnectionError as exc:
+                self.close_reason = self.close_reason or f"{_side(direction)} error: {exc!r}"
+                return
+            if not chunk:
+                self.close_reason = self.close_reason or f"{_side(direction)} closed"
+                return
+            read_at = loop.time()
+            # Fast path: no fault active means no awaits besides drain.
+            if proxy._blackholed:
+                await proxy._flowing.wait()
+            if direction == "s2c" and not self.greeted:
+                self.greeted = True
+                if proxy._slow_greeting:
+                    await asyncio.sleep(proxy._slow_greeting)
+            hold = proxy._delays[direction]
+            if hold:
+                remaining = read_at + hold - loop.time()
+                if remaining > 0:
+                    await asyncio.sleep(remaining)
+            budget = self.budget.get(direction)
+            drop_now = False
+            if budget is not None:
+                if len(chunk) >= budget:
+                    chunk = chunk[:budget]
+                    drop_now = True
+                else:
+                    self.budget[direction] = budget - len(chunk)
+            if chunk:
+                recorder.feed(direction, chunk)
+                writer.write(chunk)
+                await writer.drain()
+            if drop_now:
+                self.close_reason = f"drop_after ({direction})"
+                return
+
+    async def _close_gracefully(self) -> None:
+        for writer in (self.server_writer, self.client_writer):
+            if writer is not None and not writer.is_closing():
+                with contextlib.suppress(Exception):
+                    writer.close()
+        for writer in (self.server_writer, self.client_writer):
+            if writer is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(writer.wait_closed(), 2.0)
+
+    def abort(self, reason: str, rst: bool) -> None:
+        """Close both sides now (RST when ``rst``) and stop the connection's task."""
+        if self.close_reason is None:
+            self.close_reason = reason
+        for writer in (self.client_writer, self.server_writer):
+            if writer is None:
+                continue
+            if rst:
+                _set_linger_zero(writer)
+            with contextlib.suppress(Exception):
+                writer.transport.abort()
+        task = self.task
+        if task is not None and task is not asyncio.current_task() and not task.done():
+            task.cancel()
+
+    def finish(self) -> None:
+        """Record the close event, once, and make sure both sockets are closed."""
+        if self.closed_recorded:
+            return
+        self.closed_recorded = True
+        if self.recorder is not None:
+            self.recorder.flush()
+        for writer in (self.client_writer, self.server_writer):
+            if writer is not None and not writer.is_closing():
+                with contextlib.suppress(Exception):
+                    writer.transport.abort()
+        self.proxy.history.record(
+            "close",
+            link=self.proxy.link,
+            conn=self.number,
+            reason=self.close_reason or "closed",
+        )
+
+
+class _SmtpRecorder:
+    """Turns the byte streams of one connection into ``line`` and ``data`` events.
+
+    Tracks just enough SMTP state: after the client's DATA and the server's 354
+    the client's bytes are message content, summarised as one ``data`` event when
+    ``\\r\\n.\\r\\n`` arrives; BDAT chunks are skipped by their announced size;
+    after STARTTLS is accepted the stream is opaque; AUTH credentials are masked.
+    """
+
+    def __init__(self, history: History, link: str, conn: int) -> None:
+        self.history = history
+        self.link = link
+        self.conn = conn
+        self._partial = {"c2s": bytearray(), "s2c": bytearray()}
+        self._data_requested = False  # client sent DATA, waiting for 354
+        self._in_data = False
+        self._data_size = 0
+        self._data_tail = b""
+        self._data_head = bytearray()
+        self._bdat_remaining = 0
+        self._bdat_size = 0
+        self._auth_in_progress = False
+        self._starttls_requested = False
+        self._opaque = False
+
+    def feed(self, direction: str, chunk: bytes) -> None:
+        if self._opaque:
+            return
+        if direction == "c2s":
+            self._feed_client(chunk)
+        else:
+            self._feed_lines("s2c", chunk)
+
+    def flush(self) -> None:
+        """Record whatever partial line or content is left when the connection ends."""
+        for direction, partial in self._partial.items():
+            if partial and not self._opaque:
+                self._line(direction, bytes(partial) + b" [incomplete]")
+                partial.clear()
+        if self._in_data:
+            self._record_data(complete=False)
+
+    def _feed_client(self, chunk: bytes) -> None:
+        while chunk:
+            if self._in_data:
+                chunk = self._consume_data(chunk)
+            elif self._bdat_remaining:
+                taken = chunk[: self._bdat_remaining]
+                self._bdat_remaining -= len(taken)
+                chunk = chunk[len(taken) :]
+                if not self._bdat_remaining:
+                    self.history.record(
+                        "data", self.link, self.conn, "c2s", size=self._bdat_size,
+                        message_id=None, bdat=True,
+                    )
+            else:
+                chunk = self._feed_lines("c2s", chunk)
+
+    def _feed_lines(self, direction: str, chunk: bytes) -> bytes:
+        """Record complete lines; return bytes left over when a line switched the
+        client stream into content mode (DATA body, BDAT chunk, TLS)."""
+        buffer = self._partial[direction]
+        buffer += chunk
+        start = 0
+        while True:
+            end = buffer.find(b"\r\n", start)
+            if end == -1:
+                break
+            line = bytes(buffer[start:end])
+            start = end + 2
+            self._line(direction, line)
+            if direction == "c2s" and (self._bdat_remaining or self._opaque):
+                rest = bytes(buffer[start:])
+                buffer.clear()
+                return rest if not self._opaque else b""
+        del buffer[:start]
+        if len(buffer) > _MAX_LINE:
+            self._line(direction, bytes(buffer[:_MAX_LINE]) + b" [truncated]")
+            buffer.clear()
+        return b""
+
+    def _line(self, direction: str, raw: bytes) -> None:
+        text = raw.decode("utf-8", errors="replace")
+        if direction == "c2s":
+            text = self._client_line(text)
+        else:
+            self._server_line(text)
+        self.history.record("line", self.link, self.conn, direction, text=text)
+
+    def _client_line(self, text: str) -> str:
+        if self._auth_in_progress:
+            return "****"
+        verb = text.split(" ", 1)[0].upper()
+        if verb == "AUTH":
+            self._auth_in_progress = True
+            return mask_auth_line(text)
+        if verb == "DATA":
+            self._data_requested = True
+        elif verb == "STARTTLS":
+            self._starttls_requested = True
+        elif verb == "BDAT":
+            parts = text.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                self._bdat_size = self._bdat_remaining = int(parts[1])
+                if not self._bdat_remaining:
+                    self.history.record(
+                        "data", self.link, self.conn, "c2s", size=0, message_id=None, bdat=True
+                    )
+        return text
+
+    def _server_line(self, text: str) -> None:
+        code = text[:3]
+        final = len(text) < 4 or text[3] != "-"
+        if self._auth_in_progress and final and code != "334":
+            self._auth_in_progress = False
+        if self._data_requested and final:
+            self._data_requested = False
+            if code == "354":
+                self._start_data()
+        if self._starttls_requested and final:
+            self._starttls_requested = False
+            if code == "220":
+                self._opaque = True
+                self.history.record(
+                    "note", self.link, self.conn, text="STARTTLS: session encrypted from here on"
+                )
+
+    def _start_data(self) -> None:
+        self._in_data = True
+        self._data_size = 0
+        # Pretend a CRLF preceded the content, so an empty body (".\r\n") ends it.
+        self._data_tail = b"\r\n"
+        self._data_head = bytearray()
+
+    def _consume_data(self, chunk: bytes) -> bytes:
+        """Account content bytes; return what follows the end-of-data marker."""
+        if len(self._data_head) < HEADER_SCAN_LIMIT:
+            self._data_head += chunk[: HEADER_SCAN_LIMIT - len(self._data_head)]
+        window = self._data_tail + chunk
+        end = window.find(_DATA_END)
+        if end == -1:
+            self._data_size += len(chunk)
+            self._data_tail = window[-4:]
+            return b""
+        consumed = end + len(_DATA_END) - len(self._data_tail)
+        self._data_size += consumed
+        self._record_data(complete=True)
+        return chunk[consumed:]
+
+    def _record_data(self, complete: bool) -> None:
+        self._in_data = False
+        # Size is the content without the terminating ".\r\n".
+        size = max(self._data_size - 3, 0) if complete else self._data_size
+        head = bytes(self._data_head)
+        self._data_head = bytearray()
+        self.history.record(
+            "data",
+            self.link,
+            self.conn,
+            "c2s",
+            size=size,
+            message_id=message_id_from_bytes(head),
+            complete=complete,
+        )
+
+
+def _directions(direction: str) -> tuple[str, ...]:
+    if direction == "both":
+        return DIRECTIONS
+    if direction in DIRECTIONS:
+        return (direction,)
+    raise ValueError(f"direction must be 'c2s', 's2c' or 'both', not {direction!r}")
+
+
+def _side(direction: str) -> str:
+    return "client" if direction == "c2s" else "server"
+
+
+def _format_address(address: Any) -> str | None:
+    if not address:
+        return None
+    return f"{address[0]}:{address[1]}"
+
+
+def _set_linger_zero(writer: asyncio.StreamWriter) -> None:
+    """Make the next close send RST instead of FIN (SO_LINGER on, timeout 0)."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

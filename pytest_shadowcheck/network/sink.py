@@ -1,0 +1,337 @@
+"""MailSink: a plain SMTP next hop (a mailbox server or a remote MTA) that records
+every message it accepts.
+
+The sink runs aiosmtpd on the caller's asyncio loop, on an ephemeral loopback
+port. It never advertises XSHADOW: to the transport under test it is an
+ordinary next hop. Every accepted message becomes a :class:`Delivery` in
+:attr:`MailSink.deliveries` and a ``delivery`` event in the history; the
+``helo`` of a delivery is the EHLO name the delivering node used, which tells
+which node of the cluster delivered it.
+
+Replies can be scripted per stage (MAIL, RCPT, DATA) to make the next hop
+temporarily (4xx) or permanently (5xx) refuse, or "hang" (never answer until
+the script is cleared or the sink stops).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from email.parser import BytesHeaderParser
+from email.policy import compat32
+from typing import Any
+
+from aiosmtpd.smtp import SMTP, Envelope, Session
+
+from pytest_shadowcheck.history import History
+from pytest_shadowcheck.network.smtp_text import (
+    header_section,
+    normalize_message_id,
+)
+
+__all__ = ["HANG", "SCRIPT_STAGES", "Delivery", "MailSink", "ScriptedReply"]
+
+SCRIPT_STAGES = ("MAIL", "RCPT", "DATA")
+HANG = "hang"
+"""Scripted reply meaning: never answer (until the script is cleared or the sink stops)."""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One message the sink accepted (it answered 250 to the end of DATA).
+
+    ``t``: history time of acceptance. ``message_id``: normalised ("<...>") or
+    None. ``helo``: the EHLO/HELO name of the delivering client. ``peer``:
+    "host:port" of the delivering socket. ``size``: bytes of the message
+    content. ``headers``: first occurrence of each header, by name as written.
+    ``raw``: the message content as received (CRLF line endings, un-stuffed).
+    """
+
+    t: float
+    message_id: str | None
+    mail_from: str
+    rcpt_tos: list[str]
+    helo: str | None
+    peer: str | None
+    size: int
+    headers: dict[str, str]
+    raw: bytes
+
+
+@dataclass
+class ScriptedReply:
+    """A reply the sink gives at ``stage`` instead of its normal one, for
+    ``remaining`` more uses (None = until cleared)."""
+
+    stage: str
+    reply: str
+    remaining: int | None = None
+
+
+class MailSink:
+    """An aiosmtpd next hop recording deliveries into ``history``.
+
+    ``name`` identifies the sink ("corp.test", "mbx-db1") in events (``sink``
+    key) and in its SMTP greeting. ``link``, if given, is used as the ``link`` of
+    its events so they show in excerpts filtered to that link.
+    """
+
+    def __init__(self, name: str, history: History, *, link: str | None = None) -> None:
+        self.name = name
+        self.history = history
+        self.link = link
+        self.deliveries: list[Delivery] = []
+        self._scripts: list[ScriptedReply] = []
+        self._release_hangs = asyncio.Event()
+        self._delivered = asyncio.Event()
+        self._server: asyncio.Server | None = None
+        self._address: tuple[str, int] | None = None
+        self._sessions: weakref.WeakSet[SMTP] = weakref.WeakSet()
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
+        """Listen (ephemeral port by default) and return (host, port)."""
+        if self._server is not None:
+            raise RuntimeError(f"sink {self.name} already started")
+        loop = asyncio.get_running_loop()
+        handler = _SinkHandler(self)
+
+        def make_session() -> SMTP:
+            session = SMTP(
+                handler,
+                hostname=self.name,
+                ident="shadowcheck sink",
+                enable_SMTPUTF8=True,
+                data_size_limit=None,
+                loop=loop,
+            )
+            self._sessions.add(session)
+            return session
+
+        self._server = await loop.create_server(make_session, host, port)
+        bound_host, bound_port = self._server.sockets[0].getsockname()[:2]
+        self._address = (bound_host, bound_port)
+        return self._address
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) the sink listens on; RuntimeError before :meth:`start`."""
+        if self._address is None:
+            raise RuntimeError(f"sink {self.name} not started")
+        return self._address
+
+    async def stop(self) -> None:
+        """Stop listening, release hung replies and close every session."""
+        self._release_hangs.set()
+        if self._server is not None:
+            self._server.close()
+        for session in list(self._sessions):
+            transport = session.transport
+            if transport is not None:
+                with contextlib.suppress(Exception):
+                    transport.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+    # -- scripted replies --------------------------------------------------------
+
+    def script(self, stage: str, reply: str, times: int | None = None) -> None:
+        """From now on, answer ``stage`` ("MAIL", "RCPT", "DATA") with ``reply``
+        (e.g. "451 4.3.0 Try later", "550 5.1.1 No such user", or "hang") for
+        ``times`` uses (None = until :meth:`clear_script`).
+
+        Several scripts for one stage are used in the order given (e.g. first a
+        451 once, then a 550). A DATA script answers after the whole content was
+        received, so "hang" there means: message received, never acknowledged.
+        """
+        stage = stage.upper()
+        if stage not in SCRIPT_STAGES:
+            raise ValueError(f"stage must be one of {SCRIPT_STAGES}, not {stage!r}")
+        if reply != HANG and not (len(reply) >= 3 and reply[:3].isdigit()):
+            raise ValueError(f"reply must start with a 3-digit SMTP code or be 'hang': {reply!r}")
+        if times is not None and times < 1:
+            raise ValueError("times must be >= 1 or None")
+        self._scripts.append(ScriptedReply(stage, reply, times))
+        if reply == HANG:
+            self._release_hangs.clear()
+
+    def clear_script(self, stage: str | None = None) -> None:
+        """Forget scripted replies (for ``stage`` only, if given) and release
+        every hung reply (the hung session then continues normally)."""
+        if stage is None:
+            self._scripts.clear()
+        else:
+            self._scripts = [s for s in self._scripts if s.stage != stage.upper()]
+        if not any(s.reply == HANG for s in self._scripts):
+            self._release_hangs.set()
+
+    @property
+    def scripts(self) -> list[ScriptedReply]:
+        """The scripted replies still pending, in order of use."""
+        return list(self._scripts)
+
+    def _take_script(self, stage: str) -> str | None:
+        for scripted in self._scripts:
+            if scripted.stage == stage:
+                if scripted.remaining is not None:
+                    scripted.remaining -= 1
+                    if scripted.remaining <= 0:
+                        self._scripts.remove(scripted)
+                return scripted.reply
+        return None
+
+    async def _scripted_reply(self, stage: str, session: Session, **details: Any) -> str | None:
+        """The scripted reply to use now, or None for the normal behaviour.
+        "hang" waits here until released, then gives None."""
+        reply = self._take_script(stage)
+        if reply is None:
+            return None
+        self.history.record(
+            "note",
+            self.link,
+            sink=self.name,
+            text=f"sink {self.name} scripted {stage} reply: {reply}",
+            stage=stage,
+            reply=reply,
+            helo=session.host_name,
+            **details,
+        )
+        if reply == HANG:
+            await self._release_hangs.wait()
+            return None
+        return reply
+
+    # -- deliveries --------------------------------------------------------------
+
+    def _accept(self, session: Session, envelope: Envelope) -> Delivery:
+        raw = envelope.original_content or b""
+        headers = _first_headers(raw)
+        message_id = normalize_message_id(headers.get("Message-ID"))
+        peer = session.peer
+        delivery = Delivery(
+            t=self.history.now(),
+            message_id=message_id,
+            mail_from=str(envelope.mail_from or ""),
+            rcpt_tos=list(envelope.rcpt_tos),
+            helo=session.host_name,
+            peer=f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else None,
+            size=len(raw),
+            headers=headers,
+            raw=raw,
+        )
+        self.deliveries.append(delivery)
+        self.history.record(
+            "delivery",
+            self.link,
+            sink=self.name,
+            message_id=message_id,
+            mail_from=delivery.mail_from,
+            rcpt_tos=delivery.rcpt_tos,
+            helo=delivery.helo,
+            peer=delivery.peer,
+            size=delivery.size,
+        )
+        # Wake every waiter, then re-arm for the next delivery.
+        self._delivered.set()
+        self._delivered = asyncio.Event()
+        return delivery
+
+    def deliveries_for(self, message_id: str) -> list[Delivery]:
+        """Every delivery of the message with this Message-ID (with or without <>)."""
+        wanted = normalize_message_id(message_id)
+        return [d for d in self.deliveries if d.message_id == wanted]
+
+    def count(self, message_id: str) -> int:
+        """How many times the message with this Message-ID was delivered here."""
+        return len(self.deliveries_for(message_id))
+
+    async def wait_for(
+        self,
+        predicate_or_message_id: str | Callable[[list[Delivery]], bool],
+        timeout: float,
+    ) -> bool:
+        """Wait until a message is delivered, or a condition holds; True if it did
+        within ``timeout`` seconds, False otherwise (never raises on timeout).
+
+        A string waits for at least one delivery of that Message-ID. A callable
+        is called with the list of deliveries so far after each delivery (and at
+        once) and should return True when satisfied.
+        """
+        if isinstance(predicate_or_message_id, str):
+            message_id = predicate_or_message_id
+
+            def satisfied() -> bool:
+                return self.count(message_id) > 0
+
+        else:
+            predicate = predicate_or_message_id
+
+            def satisfied() -> bool:
+                return bool(predicate(list(self.deliveries)))
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not satisfied():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._delivered.wait(), remaining)
+        return True
+
+
+class _SinkHandler:
+    """aiosmtpd handler hooks, delegating to the sink's script and recording."""
+
+    def __init__(self, sink: MailSink) -> None:
+        self.sink = sink
+
+    async def handle_MAIL(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, mail_options: list
+    ) -> str:
+        scripted = await self.sink._scripted_reply("MAIL", session, mail_from=address)
+        if scripted is not None:
+            return scripted
+        envelope.mail_from = address
+        envelope.mail_options.extend(mail_options)
+        return "250 2.1.0 Sender OK"
+
+    async def handle_RCPT(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, rcpt_options: list
+    ) -> str:
+        scripted = await self.sink._scripted_reply("RCPT", session, rcpt_to=address)
+        if scripted is not None:
+            return scripted
+        envelope.rcpt_tos.append(address)
+        envelope.rcpt_options.extend(rcpt_options)
+        return "250 2.1.5 Recipient OK"
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        message_id = normalize_message_id(
+            _first_headers(envelope.original_content or b"").get("Message-ID")
+        )
+        scripted = await self.sink._scripted_reply("DATA", session, message_id=message_id)
+        if scripted is not None:
+            return scripted
+        delivery = self.sink._accept(session, envelope)
+        return f"250 2.6.0 {delivery.message_id or 'message'} queued as delivered"
+
+
+def _first_headers(raw: bytes) -> dict[str, str]:
+    """First occurrence of every header of ``raw``, keyed by the name as written."""
+    parsed = BytesHeaderParser(policy=compat32).parsebytes(header_section(raw))
+    headers: dict[str, str] = {}
+    for name, value in parsed.items():
+        headers.setdefault(name, str(value))
+    if "Message-ID" not in headers:
+        # Header names are case-insensitive; expose the usual spelling too.
+        for name, value in list(headers.items()):
+            if name.lower() == "message-id":
+                headers["Message-ID"] = value
+                break
+    return headers
