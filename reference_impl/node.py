@@ -1,0 +1,241 @@
+"""One transport node: receives, shadows, queues, delivers, keeps Safety Net.
+
+The node owns the durable state (queue database), the clock, the routes and
+the directory, and wires the concerns that live in their own modules:
+``shadowing`` (making and keeping shadow copies, heartbeats, promotion),
+``delivery`` (next hops), ``safety_net`` (hold, expiry, resubmission),
+``smtp_in`` (the SMTP server) and ``control_api`` (HTTP/JSON).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from . import messages
+from .clock import Clock, RealClock, VirtualClock
+from .config import ClusterConfig, NextHop
+from .delivery import Delivery
+from .directory import Directory
+from .queue_db import Message, QueueDB, new_id
+from .safety_net import SafetyNet
+from .settings import Settings
+from .shadowing import Shadowing
+from .smtp_in import NodeSMTP, PeerState
+
+log = logging.getLogger(__name__)
+
+REPLY_NOT_REDUNDANT = "451 4.4.0 Message failed to be made redundant"
+
+Plan = dict[str, tuple[list[str], list[str]]]
+
+
+class Node:
+    def __init__(self, cluster: ClusterConfig, name: str, data_dir: Path) -> None:
+        self.cluster = cluster
+        self.config = cluster.node(name)
+        self.name = name
+        self.profile = self.config.profile
+        self.settings: Settings = cluster.settings
+        self.clock: Clock = (
+            VirtualClock(cluster.clock_start or 1767225600.0)
+            if cluster.clock_mode == "virtual"
+            else RealClock()
+        )
+        self.db = QueueDB(data_dir / "queue.db", self.clock.now())
+        if isinstance(self.clock, VirtualClock):
+            # A restarted node carries on from where its clock stood.
+            saved = self.db.meta("virtual_now")
+            if saved is not None and float(saved) > self.clock.now():
+                self.clock.set(float(saved))
+        self.directory = Directory(
+            dict(cluster.recipients), {k: list(v) for k, v in cluster.groups.items()}
+        )
+        self.routes: dict[str, NextHop] = cluster.next_hops_for(name)
+        self.peers: dict[str, tuple[str, int]] = dict(self.config.peers)
+        self.stats: dict[str, int] = {
+            "received": 0,
+            "rejected_not_redundant": 0,
+            "accepted_without_shadow": 0,
+            "shadow_copies_made": 0,
+            "shadow_copies_stored": 0,
+            "delivered": 0,
+            "promoted": 0,
+            "resubmitted": 0,
+            "dsns": 0,
+        }
+        self.shadowing = Shadowing(self)
+        self.delivery = Delivery(self)
+        self.safety_net = SafetyNet(self)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._servers: list[asyncio.AbstractServer] = []
+        self.smtp_address: tuple[str, int] = self.config.smtp
+
+    # -- lifecycle ------------------------------------------------------------
+
+    async def start(self, smtp: tuple[str, int] | None = None) -> None:
+        host, port = smtp or self.config.smtp
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: NodeSMTP(self), host, port)
+        self._servers.append(server)
+        sock = server.sockets[0].getsockname()
+        self.smtp_address = (sock[0], sock[1])
+        self.background(self.delivery.run())
+        self.background(self.safety_net.run())
+        self.shadowing.start()
+
+    async def stop(self) -> None:
+        for server in self._servers:
+            server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.db.close()
+
+    def background(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task failed", exc_info=task.exception())
+
+    # -- identity and routing ---------------------------------------------------
+
+    def is_boundary_peer(self, login: str, password: bytes) -> bool:
+        return (
+            login in self.cluster.nodes
+            and login != self.name
+            and hmac.compare_digest(password, self.cluster.secret.encode())
+        )
+
+    def shadow_advertisement(self) -> str | None:
+        if not self.settings.ShadowRedundancyEnabled:
+            return None
+        return f"XSHADOW {self.name} {self.db.db_id}"
+
+    def peer_address(self, node: str) -> tuple[str, int] | None:
+        return self.peers.get(node)
+
+    def accepts(self, address: str) -> bool:
+        return messages.domain_of(address) in self.routes
+
+    def route(self, domain: str) -> NextHop | None:
+        return self.routes.get(domain)
+
+    def categorise(self, recipients: list[str]) -> tuple[Plan, list[str]]:
+        """Expand groups and split recipients by next hop; also the unroutable ones."""
+        plan: Plan = {}
+        unroutable = []
+        for rcpt in self.directory.expand(recipients):
+            domain = messages.domain_of(rcpt)
+            if domain not in self.routes:
+                unroutable.append(rcpt)
+                continue
+            rcpts, dbs = plan.setdefault(domain, ([], []))
+            rcpts.append(rcpt)
+            database = self.directory.database(rcpt)
+            if database and database not in dbs:
+                dbs.append(database)
+        return plan, unroutable
+
+    # -- receiving ------------------------------------------------------------
+
+    async def receive(
+        self,
+        *,
+        sender: str,
+        recipients: list[str],
+        content: bytes,
+        helo: str,
+        peer: str,
+        state: PeerState,
+    ) -> str:
+        now = self.clock.now()
+        name, value = messages.received_header(self.name, helo, peer, now)
+        content = messages.prepend_header(content, name, value)
+        self.stats["received"] += 1
+        plan, _ = self.categorise(recipients)
+        message = Message(
+            id=new_id(),
+            message_id=messages.header(content, "Message-ID"),
+            sender=sender,
+            recipients=recipients,
+            content=content,
+            received_at=now,
+            origin="received",
+            shadow_node=None,
+            shadow_hop=None,
+            no_dsn=False,
+            parent=None,
+            keep_in_safety_net=True,
+        )
+        redundant = self.settings.ShadowRedundancyEnabled
+        if redundant and state.sender_keeps_shadow:
+            # The sending hop of this boundary keeps the shadow (XSHADOW handshake).
+            message.shadow_hop = state.peer_node
+        elif redundant and self.profile == "2013":
+            message.shadow_node = await self.shadowing.make_copy(message, list(plan), state)
+            if message.shadow_node is None:
+                if self.settings.RejectMessageOnShadowFailure:
+                    self.stats["rejected_not_redundant"] += 1
+                    return REPLY_NOT_REDUNDANT
+                self.stats["accepted_without_shadow"] += 1
+        self.enqueue(message, plan)
+        if redundant and self.profile == "2010" and message.shadow_hop is None:
+            # XS-4: a sender that cannot keep a shadow waits for the next hops.
+            await self.delivery.wait_processed(message.id, self.settings.MaxAcknowledgementDelay)
+        return f"250 2.6.0 {message.id} Queued mail for delivery"
+
+    def enqueue(self, message: Message, plan: Plan, *, categorise: bool = True) -> None:
+        """Queue durably (the caller may acknowledge once this returns)."""
+        if categorise:
+            message.content = messages.categorised(message.content, self.name, self.clock.now())
+        self.db.enqueue(message, plan, self.clock.now())
+        self.delivery.submit(message.id, list(plan))
+
+    def store_shadow_copy(
+        self,
+        primary: str,
+        copy: dict[str, Any],
+        sender: str,
+        recipients: list[str],
+        content: bytes,
+    ) -> str:
+        return self.shadowing.store_copy(primary, copy, sender, recipients, content)
+
+    def answer_discard_query(self, shadow: str, limit: int) -> list[str]:
+        """XQDISCARD reply lines: DBID, one DISCARD line per message, a count."""
+        now = self.clock.now()
+        taken = self.db.take_discards(shadow, now, limit)
+        lines = [f"DBID {self.db.db_id}"]
+        lines += [f"DISCARD {message}" for message in taken]
+        lines.append(f"{len(taken)} discard notifications for {shadow}")
+        return lines
+
+    async def answer_resubmit(self, requester: str, words: list[str]) -> str:
+        return await self.safety_net.answer(requester, words)
+
+    # -- clock ------------------------------------------------------------------
+
+    def advance_clock(self, seconds: float | None = None, moment: float | None = None) -> float:
+        if not isinstance(self.clock, VirtualClock):
+            raise RuntimeError("this node runs on a real clock")
+        now = (
+            self.clock.advance(seconds)
+            if seconds is not None
+            else self.clock.set(float(moment if moment is not None else self.clock.now()))
+        )
+        self.db.set_meta("virtual_now", repr(now))
+        return now
+
+    def update_settings(self, values: dict[str, Any]) -> Settings:
+        self.settings = Settings.from_mapping(values, base=self.settings)
+        return self.settings

@@ -1,0 +1,538 @@
+"""The queue database: one SQLite file per node, durable before any 250.
+
+WAL with ``synchronous=FULL`` makes every commit reach the disk before the
+call returns, so the SMTP layer may acknowledge as soon as a write method
+here has returned. The file also carries the queue database ID: a node
+restarted on the same file keeps it, a wiped node gets a new one, and
+shadows compare it to detect a primary that lost its queue (PR-2).
+
+Tables:
+- ``messages`` + ``forks``: the active queue; a message has one fork per
+  next hop (CR-10), each delivered or failed on its own.
+- ``shadows``: copies this node keeps for other nodes (its shadow queues).
+- ``safety_net``: processed messages kept for resubmission (kind primary or shadow).
+- ``discard_events``: for each shadow, the messages it may drop (DI-1, DI-5).
+- ``peers``: the last contact with each primary this node shadows for.
+- ``resubmit_requests``: Safety Net requests this node coordinates (SN-5, SN-7).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS messages (
+    id TEXT PRIMARY KEY,
+    message_id TEXT,
+    sender TEXT NOT NULL,
+    recipients TEXT NOT NULL,
+    content BLOB NOT NULL,
+    received_at REAL NOT NULL,
+    origin TEXT NOT NULL,
+    shadow_node TEXT,
+    shadow_hop TEXT,
+    no_dsn INTEGER NOT NULL DEFAULT 0,
+    parent TEXT,
+    keep_in_safety_net INTEGER NOT NULL DEFAULT 1
+);
+CREATE TABLE IF NOT EXISTS forks (
+    message TEXT NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    domain TEXT NOT NULL,
+    recipients TEXT NOT NULL,
+    databases TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt REAL NOT NULL,
+    last_error TEXT,
+    done_at REAL,
+    PRIMARY KEY (message, domain)
+);
+CREATE INDEX IF NOT EXISTS forks_pending ON forks(state, next_attempt);
+CREATE TABLE IF NOT EXISTS shadows (
+    id TEXT PRIMARY KEY,
+    primary_node TEXT NOT NULL,
+    primary_db_id TEXT NOT NULL,
+    primary_msg TEXT NOT NULL,
+    message_id TEXT,
+    sender TEXT NOT NULL,
+    recipients TEXT NOT NULL,
+    next_hops TEXT NOT NULL,
+    content BLOB NOT NULL,
+    received_at REAL NOT NULL,
+    state TEXT NOT NULL,
+    UNIQUE (primary_node, primary_msg)
+);
+CREATE TABLE IF NOT EXISTS safety_net (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    message_id TEXT,
+    primary_node TEXT NOT NULL,
+    primary_db_id TEXT NOT NULL,
+    sender TEXT NOT NULL,
+    recipients TEXT NOT NULL,
+    databases TEXT NOT NULL,
+    content BLOB NOT NULL,
+    processed_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    crossed_boundary INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS safety_net_time ON safety_net(kind, processed_at);
+CREATE TABLE IF NOT EXISTS discard_events (
+    shadow_node TEXT NOT NULL,
+    message TEXT NOT NULL,
+    message_id TEXT,
+    created_at REAL NOT NULL,
+    handed_out_at REAL,
+    PRIMARY KEY (shadow_node, message)
+);
+CREATE TABLE IF NOT EXISTS peers (
+    node TEXT PRIMARY KEY,
+    last_contact REAL NOT NULL,
+    db_id TEXT,
+    failures INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS resubmit_requests (
+    id TEXT PRIMARY KEY,
+    database TEXT NOT NULL,
+    start REAL NOT NULL,
+    end REAL NOT NULL,
+    created_at REAL NOT NULL,
+    state TEXT NOT NULL,
+    waiting TEXT NOT NULL,
+    log TEXT NOT NULL
+);
+"""
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass
+class Fork:
+    message: str
+    domain: str
+    recipients: list[str]
+    databases: list[str]
+    state: str
+    attempts: int
+    next_attempt: float
+
+
+@dataclass
+class Message:
+    id: str
+    message_id: str | None
+    sender: str
+    recipients: list[str]
+    content: bytes
+    received_at: float
+    origin: str
+    shadow_node: str | None
+    shadow_hop: str | None
+    no_dsn: bool
+    parent: str | None
+    keep_in_safety_net: bool
+
+
+class QueueDB:
+    """All durable state of one node. Methods are synchronous and commit at once."""
+
+    def __init__(self, path: Path, now: float) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        self.conn.execute("PRAGMA foreign_keys=ON")
+        self.conn.executescript(SCHEMA)
+        with self.transaction():
+            if self.meta("queue_db_id") is None:
+                self.set_meta("queue_db_id", new_id())
+                self.set_meta("created_at", repr(now))
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # -- meta ---------------------------------------------------------------
+
+    def meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.conn.execute(
+            "INSERT INTO meta(key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    @property
+    def db_id(self) -> str:
+        value = self.meta("queue_db_id")
+        assert value is not None
+        return value
+
+    @property
+    def created_at(self) -> float:
+        return float(self.meta("created_at") or 0.0)
+
+    # -- active queue -------------------------------------------------------
+
+    def enqueue(
+        self,
+        message: Message,
+        forks: dict[str, tuple[list[str], list[str]]],
+        now: float,
+    ) -> None:
+        """Queue a message with one fork per next-hop domain: (recipients, databases)."""
+        with self.transaction() as c:
+            c.execute(
+                "INSERT INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    message.id,
+                    message.message_id,
+                    message.sender,
+                    json.dumps(message.recipients),
+                    message.content,
+                    message.received_at,
+                    message.origin,
+                    message.shadow_node,
+                    message.shadow_hop,
+                    int(message.no_dsn),
+                    message.parent,
+                    int(message.keep_in_safety_net),
+                ),
+            )
+            c.executemany(
+                "INSERT INTO forks(message, domain, recipients, databases, state, next_attempt) "
+                "VALUES (?, ?, ?, ?, 'pending', ?)",
+                [
+                    (message.id, domain, json.dumps(rcpts), json.dumps(dbs), now)
+                    for domain, (rcpts, dbs) in forks.items()
+                ],
+            )
+
+    def message(self, message_id: str) -> Message | None:
+        row = self.conn.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
+        return None if row is None else _message(row)
+
+    def messages(self) -> list[Message]:
+        rows = self.conn.execute("SELECT * FROM messages ORDER BY received_at").fetchall()
+        return [_message(r) for r in rows]
+
+    def forks_of(self, message_id: str) -> list[Fork]:
+        rows = self.conn.execute(
+            "SELECT * FROM forks WHERE message = ? ORDER BY domain", (message_id,)
+        ).fetchall()
+        return [_fork(r) for r in rows]
+
+    def pending_forks(self) -> list[Fork]:
+        rows = self.conn.execute(
+            "SELECT * FROM forks WHERE state = 'pending' ORDER BY next_attempt"
+        ).fetchall()
+        return [_fork(r) for r in rows]
+
+    def fork_done(self, message_id: str, domain: str, state: str, now: float, error: str) -> None:
+        self.conn.execute(
+            "UPDATE forks SET state = ?, done_at = ?, last_error = ?, attempts = attempts + 1 "
+            "WHERE message = ? AND domain = ?",
+            (state, now, error, message_id, domain),
+        )
+
+    def fork_retry(self, message_id: str, domain: str, next_attempt: float, error: str) -> None:
+        self.conn.execute(
+            "UPDATE forks SET attempts = attempts + 1, next_attempt = ?, last_error = ? "
+            "WHERE message = ? AND domain = ?",
+            (next_attempt, error, message_id, domain),
+        )
+
+    def children(self, message_id: str) -> int:
+        row = self.conn.execute(
+            "SELECT COUNT(*) FROM messages WHERE parent = ?", (message_id,)
+        ).fetchone()
+        return int(row[0])
+
+    def retire(
+        self,
+        message: Message,
+        discard_for: Iterable[str],
+        safety_net: list[dict[str, Any]],
+        now: float,
+    ) -> None:
+        """A fully processed message leaves the active queue in one transaction:
+        discard events for its shadows (DI-1) and its Primary Safety Net entries (SN-1)."""
+        with self.transaction() as c:
+            for node in discard_for:
+                c.execute(
+                    "INSERT OR IGNORE INTO discard_events VALUES (?, ?, ?, ?, NULL)",
+                    (node, message.id, message.message_id, now),
+                )
+            for entry in safety_net:
+                self._insert_safety_net(c, entry)
+            c.execute("DELETE FROM messages WHERE id = ?", (message.id,))
+
+    # -- shadow queues ------------------------------------------------------
+
+    def add_shadow(self, entry: dict[str, Any]) -> bool:
+        """Store a copy kept for another node; False if it was already here."""
+        with self.transaction() as c:
+            cursor = c.execute(
+                "INSERT OR IGNORE INTO shadows VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    entry.get("id") or new_id(),
+                    entry["primary_node"],
+                    entry["primary_db_id"],
+                    entry["primary_msg"],
+                    entry.get("message_id"),
+                    entry["sender"],
+                    json.dumps(entry["recipients"]),
+                    json.dumps(entry["next_hops"]),
+                    entry["content"],
+                    entry["received_at"],
+                    entry.get("state", "shadow"),
+                ),
+            )
+            c.execute(
+                "INSERT INTO peers(node, last_contact, db_id) VALUES (?, ?, ?) "
+                "ON CONFLICT(node) DO UPDATE SET last_contact = excluded.last_contact, "
+                "db_id = excluded.db_id, failures = 0",
+                (entry["primary_node"], entry["received_at"], entry["primary_db_id"]),
+            )
+            return cursor.rowcount == 1
+
+    def shadows(self, primary: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM shadows"
+        args: tuple[Any, ...] = ()
+        if primary is not None:
+            sql += " WHERE primary_node = ?"
+            args = (primary,)
+        rows = self.conn.execute(sql + " ORDER BY received_at", args).fetchall()
+        return [_shadow(r) for r in rows]
+
+    def shadow_primaries(self) -> list[str]:
+        rows = self.conn.execute("SELECT DISTINCT primary_node FROM shadows").fetchall()
+        return [str(r[0]) for r in rows]
+
+    def remove_shadow(self, shadow_id: str) -> None:
+        self.conn.execute("DELETE FROM shadows WHERE id = ?", (shadow_id,))
+
+    def set_shadow_state(self, shadow_id: str, state: str) -> None:
+        self.conn.execute("UPDATE shadows SET state = ? WHERE id = ?", (state, shadow_id))
+
+    def shadow_to_safety_net(self, primary: str, primary_msgs: list[str], entry_for: Any) -> int:
+        """DI-4/SN-2: move discarded shadows to the Shadow Safety Net (or drop them
+        when ``entry_for`` returns None, as a 2010 node does). Returns how many moved."""
+        moved = 0
+        with self.transaction() as c:
+            for msg in primary_msgs:
+                row = c.execute(
+                    "SELECT * FROM shadows WHERE primary_node = ? AND primary_msg = ?",
+                    (primary, msg),
+                ).fetchone()
+                if row is None:
+                    continue
+                entry = entry_for(_shadow(row))
+                if entry is not None:
+                    self._insert_safety_net(c, entry)
+                c.execute("DELETE FROM shadows WHERE id = ?", (row["id"],))
+                moved += 1
+        return moved
+
+    # -- peers (primaries this node shadows for) ----------------------------
+
+    def peer(self, node: str) -> dict[str, Any] | None:
+        row = self.conn.execute("SELECT * FROM peers WHERE node = ?", (node,)).fetchone()
+        return None if row is None else dict(row)
+
+    def peer_contact(self, node: str, now: float, db_id: str | None) -> None:
+        self.conn.execute(
+            "INSERT INTO peers(node, last_contact, db_id) VALUES (?, ?, ?) "
+            "ON CONFLICT(node) DO UPDATE SET last_contact = excluded.last_contact, "
+            "db_id = COALESCE(excluded.db_id, peers.db_id), failures = 0",
+            (node, now, db_id),
+        )
+
+    def peer_failure(self, node: str) -> int:
+        self.conn.execute("UPDATE peers SET failures = failures + 1 WHERE node = ?", (node,))
+        peer = self.peer(node)
+        return 0 if peer is None else int(peer["failures"])
+
+    # -- discard events (primary side) --------------------------------------
+
+    def take_discards(self, shadow_node: str, now: float, limit: int = 1000) -> list[str]:
+        """DI-3: the notifications for one shadow, each handed over once."""
+        with self.transaction() as c:
+            rows = c.execute(
+                "SELECT message FROM discard_events "
+                "WHERE shadow_node = ? AND handed_out_at IS NULL ORDER BY created_at LIMIT ?",
+                (shadow_node, limit),
+            ).fetchall()
+            ids = [str(r[0]) for r in rows]
+            c.executemany(
+                "UPDATE discard_events SET handed_out_at = ? WHERE shadow_node = ? AND message = ?",
+                [(now, shadow_node, m) for m in ids],
+            )
+        return ids
+
+    def discard_events(self) -> list[dict[str, Any]]:
+        rows = self.conn.execute("SELECT * FROM discard_events ORDER BY created_at").fetchall()
+        return [dict(r) for r in rows]
+
+    def expire_discards(self, older_than: float) -> int:
+        """DI-6: drop events no shadow asked for in time (handed-out ones are history)."""
+        cursor = self.conn.execute(
+            "DELETE FROM discard_events WHERE created_at <= ?", (older_than,)
+        )
+        return cursor.rowcount
+
+    # -- Safety Net ---------------------------------------------------------
+
+    def _insert_safety_net(self, c: sqlite3.Connection, entry: dict[str, Any]) -> None:
+        c.execute(
+            "INSERT INTO safety_net VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                new_id(),
+                entry["kind"],
+                entry.get("message_id"),
+                entry["primary_node"],
+                entry["primary_db_id"],
+                entry["sender"],
+                json.dumps(entry["recipients"]),
+                json.dumps(entry["databases"]),
+                entry["content"],
+                entry["processed_at"],
+                entry["expires_at"],
+                int(entry.get("crossed_boundary", False)),
+            ),
+        )
+
+    def safety_net(
+        self,
+        kind: str,
+        start: float | None = None,
+        end: float | None = None,
+        primary: str | None = None,
+    ) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM safety_net WHERE kind = ?"
+        args: list[Any] = [kind]
+        if start is not None:
+            sql += " AND processed_at >= ?"
+            args.append(start)
+        if end is not None:
+            sql += " AND processed_at < ?"
+            args.append(end)
+        if primary is not None:
+            sql += " AND primary_node = ?"
+            args.append(primary)
+        rows = self.conn.execute(sql + " ORDER BY processed_at", args).fetchall()
+        return [_safety_net(r) for r in rows]
+
+    def expire_safety_net(self, now: float) -> int:
+        return self.conn.execute("DELETE FROM safety_net WHERE expires_at <= ?", (now,)).rowcount
+
+    def expire_shadows(self, older_than: float) -> int:
+        """SN-4: a shadow never acknowledged is dropped after hold time + expiration."""
+        return self.conn.execute(
+            "DELETE FROM shadows WHERE received_at <= ?", (older_than,)
+        ).rowcount
+
+    # -- Safety Net resubmission requests -----------------------------------
+
+    def save_request(self, request: dict[str, Any]) -> None:
+        self.conn.execute(
+            "INSERT INTO resubmit_requests VALUES (?,?,?,?,?,?,?,?) "
+            "ON CONFLICT(id) DO UPDATE SET state = excluded.state, waiting = excluded.waiting, "
+            "log = excluded.log",
+            (
+                request["request_id"],
+                request["database"],
+                request["start"],
+                request["end"],
+                request["created_at"],
+                request["state"],
+                json.dumps(request["waiting"]),
+                json.dumps(request["log"]),
+            ),
+        )
+
+    def requests(self) -> list[dict[str, Any]]:
+        rows = self.conn.execute("SELECT * FROM resubmit_requests ORDER BY created_at").fetchall()
+        return [
+            {
+                "request_id": r["id"],
+                "database": r["database"],
+                "start": r["start"],
+                "end": r["end"],
+                "created_at": r["created_at"],
+                "state": r["state"],
+                "waiting": json.loads(r["waiting"]),
+                "log": json.loads(r["log"]),
+            }
+            for r in rows
+        ]
+
+
+def _message(row: sqlite3.Row) -> Message:
+    return Message(
+        id=row["id"],
+        message_id=row["message_id"],
+        sender=row["sender"],
+        recipients=json.loads(row["recipients"]),
+        content=bytes(row["content"]),
+        received_at=row["received_at"],
+        origin=row["origin"],
+        shadow_node=row["shadow_node"],
+        shadow_hop=row["shadow_hop"],
+        no_dsn=bool(row["no_dsn"]),
+        parent=row["parent"],
+        keep_in_safety_net=bool(row["keep_in_safety_net"]),
+    )
+
+
+def _fork(row: sqlite3.Row) -> Fork:
+    return Fork(
+        message=row["message"],
+        domain=row["domain"],
+        recipients=json.loads(row["recipients"]),
+        databases=json.loads(row["databases"]),
+        state=row["state"],
+        attempts=row["attempts"],
+        next_attempt=row["next_attempt"],
+    )
+
+
+def _shadow(row: sqlite3.Row) -> dict[str, Any]:
+    out = dict(row)
+    out["recipients"] = json.loads(out["recipients"])
+    out["next_hops"] = json.loads(out["next_hops"])
+    out["content"] = bytes(out["content"])
+    return out
+
+
+def _safety_net(row: sqlite3.Row) -> dict[str, Any]:
+    out = dict(row)
+    out["recipients"] = json.loads(out["recipients"])
+    out["databases"] = json.loads(out["databases"])
+    out["content"] = bytes(out["content"])
+    out["crossed_boundary"] = bool(out["crossed_boundary"])
+    return out

@@ -1,0 +1,250 @@
+"""SMTP in: aiosmtpd with the shadow-redundancy verbs (see docs/protocol.md).
+
+aiosmtpd parses the protocol; this module adds what a transport node needs:
+peer authentication, the XSHADOW / XSHADOWCOPY / XQDISCARD / XRESUBMIT
+verbs for authenticated peers of the boundary only, relay rules, bare-LF
+refusal, and the absolute session limit (TO-1). Everything that decides
+what happens to a message lives in the node; this layer only guards and
+translates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
+
+if TYPE_CHECKING:
+    from .node import Node
+
+log = logging.getLogger(__name__)
+
+# Replies as data, so that tests and docs quote the same text.
+REPLY_NOT_RECOGNISED = '500 Error: command "{verb}" not recognized'
+REPLY_RELAY_DENIED = "550 5.7.54 Unable to relay recipient in non-accepted domain"
+REPLY_BARE_LF = "550 5.6.11 Bare line feeds are not allowed"
+REPLY_SHADOW_FIRST = "503 5.5.1 XSHADOWCOPY must come before MAIL"
+REPLY_SESSION_LIMIT = "421 4.4.2 Connection timed out"
+REPLY_SYNTAX = "501 5.5.4 Syntax: {syntax}"
+
+_BARE_LF = re.compile(rb"(?<!\r)\n")
+
+
+@dataclass
+class PeerState:
+    """What a session has said about itself beyond plain SMTP."""
+
+    peer_node: str | None = None  # authenticated node of this boundary
+    sender_keeps_shadow: bool = False  # XSHADOW handshake: the sending hop is the shadow
+    pending_copy: dict[str, Any] | None = None  # XSHADOWCOPY for the next transaction
+    shadow_link: Any = None  # this session's own session to its shadow (CR-2)
+
+
+class NodeSMTP(SMTP):
+    """One inbound connection. The verbs below refuse anyone but a boundary peer,
+    and refuse them exactly as an unknown verb is refused, so a stranger learns
+    nothing (XS-3)."""
+
+    def __init__(self, node: Node, **kwargs: Any) -> None:
+        self.node = node
+        # One protocol instance serves one connection, so per-session state lives here.
+        self.peer_state = PeerState()
+        settings = node.settings
+        super().__init__(
+            NodeHandler(node),
+            hostname=node.name,
+            ident="shadowcheck reference MTA",
+            data_size_limit=settings.MaxMessageSize,
+            timeout=settings.ReceiveConnectionInactivityTimeout,
+            auth_require_tls=False,
+            authenticator=authenticator(node),
+            auth_exclude_mechanism=["LOGIN"],
+            command_call_limit=None,
+            **kwargs,
+        )
+        self._session_limit: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._session_limit = self.loop.call_later(
+            self.node.settings.ReceiveConnectionTimeout, self._close_with, REPLY_SESSION_LIMIT
+        )
+
+    def connection_lost(self, error: Exception | None) -> None:
+        if self._session_limit is not None:
+            self._session_limit.cancel()
+        link = self.peer_state.shadow_link
+        if link is not None:
+            # The shadow session lives exactly as long as the sender's session.
+            self.peer_state.shadow_link = None
+            self.node.background(link.close())
+        super().connection_lost(error)
+
+    def _timeout_cb(self) -> None:
+        self._close_with(REPLY_SESSION_LIMIT)
+
+    def _close_with(self, reply: str) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            assert isinstance(self.transport, asyncio.WriteTransport)
+            self.transport.write(reply.encode() + b"\r\n")
+            self.transport.close()
+
+    def _is_peer(self) -> bool:
+        return self.peer_state.peer_node is not None
+
+    async def _refuse_unless_peer(self, verb: str) -> bool:
+        if self._is_peer():
+            return False
+        await self.push(REPLY_NOT_RECOGNISED.format(verb=verb))
+        return True
+
+    async def smtp_AUTH(self, arg: str) -> None:
+        await super().smtp_AUTH(arg)
+        assert self.session is not None
+        auth = self.session.auth_data
+        if self.session.authenticated and isinstance(auth, LoginPassword):
+            self.peer_state.peer_node = auth.login.decode()
+
+    async def smtp_XSHADOW(self, arg: str | None) -> None:
+        """XSHADOW <node>: the sending hop keeps a shadow of what it sends here."""
+        if await self._refuse_unless_peer("XSHADOW"):
+            return
+        if not self.node.settings.ShadowRedundancyEnabled:
+            await self.push(REPLY_NOT_RECOGNISED.format(verb="XSHADOW"))
+            return
+        if not arg or arg.split()[0] != self.peer_state.peer_node:
+            await self.push(REPLY_SYNTAX.format(syntax="XSHADOW <your node name>"))
+            return
+        self.peer_state.sender_keeps_shadow = True
+        await self.push(f"250 2.0.0 {arg.split()[0]} keeps the shadow")
+
+    async def smtp_XSHADOWCOPY(self, arg: str | None) -> None:
+        """XSHADOWCOPY <primary-msg-id> <primary-db-id> <next-hop>[,<next-hop>...]"""
+        if await self._refuse_unless_peer("XSHADOWCOPY"):
+            return
+        parts = (arg or "").split()
+        if len(parts) != 3:
+            await self.push(
+                REPLY_SYNTAX.format(syntax="XSHADOWCOPY <message> <queue-db-id> <next-hops>")
+            )
+            return
+        assert self.envelope is not None
+        if self.envelope.mail_from:
+            await self.push(REPLY_SHADOW_FIRST)
+            return
+        self.peer_state.pending_copy = {
+            "primary_msg": parts[0],
+            "primary_db_id": parts[1],
+            "next_hops": [hop for hop in parts[2].split(",") if hop],
+        }
+        await self.push("250 2.0.0 Ready for shadow copy")
+
+    async def smtp_XQDISCARD(self, arg: str | None) -> None:
+        """XQDISCARD [max]: the discard notifications for the querying node (DI-3)."""
+        if await self._refuse_unless_peer("XQDISCARD"):
+            return
+        limit = 1000
+        if arg:
+            if not arg.isdigit():
+                await self.push(REPLY_SYNTAX.format(syntax="XQDISCARD [max]"))
+                return
+            limit = int(arg)
+        assert self.peer_state.peer_node is not None
+        lines = self.node.answer_discard_query(self.peer_state.peer_node, limit)
+        for line in lines[:-1]:
+            await self.push("250-" + line)
+        await self.push("250 " + lines[-1])
+
+    async def smtp_XRESUBMIT(self, arg: str | None) -> None:
+        """XRESUBMIT PRIMARY|SHADOW <database> <start> <end> [<primary-node>]"""
+        if await self._refuse_unless_peer("XRESUBMIT"):
+            return
+        assert self.peer_state.peer_node is not None
+        reply = await self.node.answer_resubmit(self.peer_state.peer_node, (arg or "").split())
+        await self.push(reply)
+
+    async def smtp_RSET(self, arg: str) -> None:
+        self.peer_state.pending_copy = None
+        await super().smtp_RSET(arg)
+
+
+class NodeHandler:
+    """aiosmtpd handler hooks: per-verb decisions delegated to the node."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    async def handle_EHLO(
+        self,
+        server: NodeSMTP,
+        session: Session,
+        envelope: Envelope,
+        hostname: str,
+        responses: list[str],
+    ) -> list[str]:
+        session.host_name = hostname
+        advert = self.node.shadow_advertisement() if server.peer_state.peer_node else None
+        if advert:
+            # XS-1: only an authenticated peer of the boundary sees XSHADOW.
+            responses.insert(-1, "250-" + advert)
+        return responses
+
+    async def handle_RCPT(
+        self,
+        server: NodeSMTP,
+        session: Session,
+        envelope: Envelope,
+        address: str,
+        rcpt_options: list[str],
+    ) -> str:
+        if server.peer_state.pending_copy is None and not self.node.accepts(address):
+            return REPLY_RELAY_DENIED
+        envelope.rcpt_tos.append(address)
+        return "250 2.1.5 Recipient OK"
+
+    async def handle_DATA(self, server: NodeSMTP, session: Session, envelope: Envelope) -> str:
+        content = envelope.original_content or b""
+        if _BARE_LF.search(content):
+            return REPLY_BARE_LF
+        state = server.peer_state
+        copy, state.pending_copy = state.pending_copy, None
+        sender = envelope.mail_from or ""
+        recipients = list(envelope.rcpt_tos)
+        if copy is not None:
+            assert state.peer_node is not None
+            return self.node.store_shadow_copy(state.peer_node, copy, sender, recipients, content)
+        # CR-8: once the shadow has the copy the message must be processed even
+        # if the sender gives up waiting, so the work is shielded from the
+        # session's cancellation.
+        work = asyncio.ensure_future(
+            self.node.receive(
+                sender=sender,
+                recipients=recipients,
+                content=content,
+                helo=session.host_name or "",
+                peer=str(session.peer[0]) if session.peer else "",
+                state=state,
+            )
+        )
+        return await asyncio.shield(work)
+
+
+def authenticator(node: Node) -> Callable[..., AuthResult]:
+    """aiosmtpd authenticator: AUTH PLAIN with node name and boundary secret."""
+
+    def authenticate(
+        server: SMTP, session: Session, envelope: Envelope, mechanism: str, auth_data: Any
+    ) -> AuthResult:
+        if isinstance(auth_data, LoginPassword) and node.is_boundary_peer(
+            auth_data.login.decode("utf-8", "replace"), auth_data.password
+        ):
+            return AuthResult(success=True, auth_data=auth_data)
+        log.info("refused AUTH from %s", session.peer)
+        return AuthResult(success=False, handled=False)
+
+    return authenticate
