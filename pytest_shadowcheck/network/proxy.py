@@ -453,8 +453,13 @@ class _SmtpRecorder:
                 chunk = chunk[len(taken) :]
                 if not self._bdat_remaining:
                     self.history.record(
-                        "data", self.link, self.conn, "c2s", size=self._bdat_size,
-                        message_id=None, bdat=True,
+                        "data",
+                        self.link,
+                        self.conn,
+                        "c2s",
+                        size=self._bdat_size,
+                        message_id=None,
+                        bdat=True,
                     )
             else:
                 chunk = self._feed_lines("c2s", chunk)
