@@ -1,0 +1,528 @@
+"""The engine: run one scenario against a target and judge it.
+
+It starts the next-hop sinks and a FaultProxy for every link (client->node,
+node->node, node->sink), has the target start the nodes pointed at those
+proxies, runs the steps (send, faults, node actions, waits, clock advances,
+control calls, inline checks), then the expectations and the always-on
+no-loss invariant, and returns a :class:`~pytest_shadowcheck.verdict.Verdict`.
+Everything is recorded in one :class:`~pytest_shadowcheck.history.History`.
+Processes and sockets are released on every exit path (also Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .checks import QUEUE_PATHS, no_loss_invariant, run_check
+from .errors import ScenarioError
+from .history import History
+from .network import FaultProxy, MailSink
+from .network.client import RecordingClient, SendResult, make_message
+from .progress import Progress
+from .scenario import Scenario, Step, parse_duration
+from .targets.base import ClusterPlan, NodeHandle, Target, TargetError
+from .verdict import CheckResult, Status, Verdict
+
+__all__ = ["Run", "run_scenario"]
+
+SEND_TIMEOUT = 30.0
+START_TIMEOUT = 60.0
+
+
+@dataclass
+class Message:
+    """A message the scenario sent, and what the sender was told."""
+
+    ref: str
+    message_id: str
+    via: str
+    sent_t: float
+    nodes: list[str]
+    result: SendResult | None = None
+    task: asyncio.Task[SendResult] | None = None
+
+    @property
+    def code(self) -> int | None:
+        return self.result.code if self.result else None
+
+    @property
+    def enhanced(self) -> str | None:
+        return self.result.enhanced if self.result else None
+
+    @property
+    def text(self) -> str:
+        return self.result.text if self.result else ""
+
+    @property
+    def error(self) -> str | None:
+        if self.result is None:
+            return "still waiting for a reply"
+        return self.result.error
+
+    @property
+    def reply_t(self) -> float | None:
+        if self.result is None or not self.result.replies:
+            return None
+        return self.result.replies[-1].t
+
+    def links(self, all_nodes: bool = False) -> list[str]:
+        """Links worth showing for this message: the sender's, and the primary's."""
+        out = [f"client->{self.via}"]
+        for other in self.nodes:
+            if other != self.via:
+                out += [f"{self.via}->{other}", f"{other}->{self.via}"]
+        if all_nodes:
+            out = [f"client->{self.via}"] + [
+                f"{a}->{b}" for a in self.nodes for b in [*self.nodes, "*"] if a != b
+            ]
+        return out
+
+
+@dataclass
+class Run:
+    """The state of one scenario run (what the checks read)."""
+
+    scenario: Scenario
+    target: Target
+    history: History
+    progress: Progress
+    workdir: Path
+    token: str = field(default_factory=lambda: secrets.token_hex(4))
+    proxies: dict[str, FaultProxy] = field(default_factory=dict)
+    sinks: dict[str, MailSink] = field(default_factory=dict)
+    handles: dict[str, NodeHandle] = field(default_factory=dict)
+    messages: dict[str, Message] = field(default_factory=dict)
+    #: (t, node, action) for kill / restart / wipe / pause / resume
+    node_actions: list[tuple[float, str, str]] = field(default_factory=list)
+    down: set[str] = field(default_factory=set)
+    virtual_now: float | None = None
+
+    # -- helpers the checks use ------------------------------------------------
+
+    def excerpt(
+        self, around: float, links: list[str], before: float = 3.0, after: float = 2.0
+    ) -> str:
+        wanted = set()
+        for link in links:
+            if link.endswith("->*"):
+                node = link[:-3]
+                wanted |= {name for name in self.proxies if name.startswith(f"{node}->")}
+            else:
+                wanted.add(link)
+        return self.history.excerpt(
+            around, links=sorted(wanted) or None, before=before, after=after
+        )
+
+    async def settled_message(self, ref: str, timeout: float = SEND_TIMEOUT) -> Message:
+        msg = self.messages[ref]
+        if msg.task is not None and not msg.task.done():
+            self.progress.waiting(timeout, f"for the reply to {ref}")
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(msg.task), timeout)
+        return msg
+
+    async def still_held(self, ref: str) -> str | None:
+        """Name of a live node whose active or shadow queue holds ``ref`` (control API)."""
+        if "control_api" not in self.target.capabilities:
+            return None
+        wanted = self.messages[ref].message_id
+        for node in self.scenario.topology.nodes:
+            if node in self.down:
+                continue
+            for queue in ("active", "shadow"):
+                try:
+                    answer = await self.target.control(node, "GET", QUEUE_PATHS[queue])
+                except TargetError:
+                    continue
+                from .checks import _flatten
+
+                if any(e.get("message_id") == wanted for e in _flatten(answer)):
+                    return f"{node} ({queue} queue)"
+        return None
+
+    def copy_holders(self, ref: str) -> list[str]:
+        """Nodes that held a copy: the primary, and every node the content was relayed to."""
+        msg = self.messages[ref]
+        holders = [msg.via]
+        nodes = self.scenario.topology.nodes
+        for event in self.history.events(kind="data"):
+            if event.data.get("message_id") != msg.message_id or not event.link:
+                continue
+            src, _, dst = event.link.partition("->")
+            if src in nodes and dst in nodes and dst not in holders:
+                holders.append(dst)
+        return holders
+
+    def copy_lost(self, node: str, since: float) -> str | None:
+        """Why ``node`` lost its copy after ``since`` (wiped, or killed and not back), or None."""
+        state = None
+        for t, who, action in self.node_actions:
+            if who != node or t < since:
+                continue
+            if action == "wipe":
+                return "had its queue database wiped"
+            if action == "kill":
+                state = "was killed and not restarted"
+            elif action in ("restart",):
+                state = None
+        return state
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def setup(self) -> None:
+        topo = self.scenario.topology
+        for name in topo.sinks():
+            sink = MailSink(name, self.history)
+            await sink.start()
+            self.sinks[name] = sink
+        for link in topo.links():
+            proxy = FaultProxy(link, self.history)
+            await proxy.start()
+            self.proxies[link] = proxy
+            dst = link.partition("->")[2]
+            if dst in self.sinks:
+                proxy.set_upstream(*self.sinks[dst].address)
+        peers = {
+            a: {b: _hp(self.proxies[f"{a}->{b}"].address) for b in topo.nodes if b != a}
+            for a in topo.nodes
+        }
+        next_hops: dict[str, dict[str, Any]] = {}
+        for node in topo.nodes:
+            hops: dict[str, Any] = {}
+            for domain, hop in topo.hops_of(node).items():
+                if hop.node:
+                    hops[domain] = {"node": hop.node}
+                else:
+                    address = _hp(self.proxies[f"{node}->{hop.sink}"].address)
+                    hops[domain] = {"address": address, "kind": hop.kind}
+            next_hops[node] = hops
+        plan = ClusterPlan(
+            topology=topo,
+            settings=dict(self.scenario.settings),
+            peers=peers,
+            next_hops=next_hops,
+            workdir=self.workdir,
+            secret=f"shadowcheck-{self.token}",
+        )
+        self.history.record(
+            "step", text=f"start nodes {', '.join(topo.nodes)} ({self.target.name})"
+        )
+        handles = await asyncio.wait_for(self.target.start(plan), START_TIMEOUT)
+        for node, handle in handles.items():
+            self._attach(node, handle)
+        self.history.record(
+            "step",
+            text="nodes running: " + ", ".join(f"{n}={_hp(h.smtp)}" for n, h in handles.items()),
+        )
+
+    def _attach(self, node: str, handle: NodeHandle) -> None:
+        self.handles[node] = handle
+        for link, proxy in self.proxies.items():
+            if link.endswith(f"->{node}"):
+                proxy.set_upstream(*handle.smtp)
+
+    async def teardown(self) -> None:
+        for msg in self.messages.values():
+            if msg.task is not None and not msg.task.done():
+                msg.task.cancel()
+        with contextlib.suppress(Exception):
+            await self.target.stop()
+        for proxy in self.proxies.values():
+            with contextlib.suppress(Exception):
+                await proxy.stop()
+        for sink in self.sinks.values():
+            with contextlib.suppress(Exception):
+                await sink.stop()
+
+    # -- steps ---------------------------------------------------------------------
+
+    def _running(self, nodes: list[str] | None = None) -> list[str]:
+        return [n for n in (nodes or list(self.scenario.topology.nodes)) if n not in self.down]
+
+    async def do(self, step: Step, verdict: Verdict) -> None:
+        kind, arg = step.kind, step.arg
+        label = (
+            f"{kind} {arg}"
+            if not isinstance(arg, dict)
+            else f"{kind} " + " ".join(f"{k}={v}" for k, v in arg.items())
+        )
+        self.history.record("step", text=label, line=step.where.line)
+        if kind == "send":
+            await self._send(arg)
+        elif kind == "fault":
+            self._fault(arg)
+        elif kind == "heal":
+            for link, proxy in self.proxies.items():
+                if arg in ("all", link):
+                    proxy.heal()
+        elif kind == "kill":
+            await self.target.kill(arg)
+            self.down.add(arg)
+            self.node_actions.append((self.history.now(), arg, "kill"))
+        elif kind == "pause":
+            await self.target.pause(arg)
+            self.node_actions.append((self.history.now(), arg, "pause"))
+        elif kind == "resume":
+            await self.target.resume(arg)
+            self.node_actions.append((self.history.now(), arg, "resume"))
+        elif kind in ("restart", "wipe"):
+            self.node_actions.append((self.history.now(), arg, "kill"))
+            handle = await (
+                self.target.restart(arg) if kind == "restart" else self.target.wipe(arg)
+            )
+            self.node_actions.append((self.history.now(), arg, kind))
+            self.down.discard(arg)
+            self._attach(arg, handle)
+            if self.virtual_now is not None:
+                await self.target.control(arg, "POST", "/clock", {"set": self.virtual_now})
+        elif kind == "wait":
+            await self._wait(arg)
+        elif kind == "advance":
+            self.progress.note(f"advancing the virtual clock of every node by {arg:g}s")
+            for node in self._running():
+                answer = await self.target.advance_clock(node, arg)
+                if isinstance(answer, dict) and isinstance(answer.get("now"), (int, float)):
+                    self.virtual_now = float(answer["now"])
+        elif kind == "set_settings":
+            await self._set_settings(step, verdict)
+        elif kind == "resubmit":
+            await self._resubmit(arg, step)
+        elif kind == "directory":
+            for node in self._running():
+                if "group" in arg:
+                    path = f"/directory/groups/{arg['group']}"
+                    await self.target.control(
+                        node, "PUT", path, {"members": arg.get("members", [])}
+                    )
+                if "recipient" in arg:
+                    path = f"/directory/recipients/{arg['recipient']}"
+                    await self.target.control(node, "PUT", path, {"database": arg.get("database")})
+        elif kind == "snapshot":
+            answer = await self.target.control(arg["node"], "GET", QUEUE_PATHS[arg["queue"]])
+            self.history.record("snapshot", node=arg["node"], queue=arg["queue"], answer=answer)
+        elif kind == "sink":
+            sink = self.sinks[arg["name"]]
+            sink.clear_script()
+            if arg["reply"] != "accept":
+                sink.script("DATA", arg["reply"])
+        elif kind == "check":
+            inner = Step(arg["kind"], {k: v for k, v in arg.items() if k != "kind"}, step.where)
+            verdict.add(await run_check(self, inner))
+        elif kind == "note":
+            self.history.record("note", text=str(arg))
+
+    async def _send(self, arg: dict[str, Any]) -> None:
+        ref, via = arg["id"], arg["via"]
+        message_id = arg.get("message_id") or f"<{ref}.{self.token}@shadowcheck.test>"
+        sender = arg.get("from", "sender@ext.test")
+        raw = make_message(
+            message_id,
+            subject=arg.get("subject", f"shadowcheck {self.scenario.name} {ref}"),
+            body=arg.get("body", f"scenario {self.scenario.name}, message {ref}\n"),
+            size=arg.get("size"),
+            mail_from=sender,
+            to=", ".join(arg["to"]),
+        )
+        proxy = self.proxies[f"client->{via}"]
+        client = RecordingClient(self.history, link=f"client->{via}")
+        msg = Message(ref, message_id, via, self.history.now(), list(self.scenario.topology.nodes))
+        self.messages[ref] = msg
+        timeout = arg.get("timeout", SEND_TIMEOUT)
+        coro = client.send(*proxy.address, sender, list(arg["to"]), raw, timeout=timeout)
+
+        async def send() -> SendResult:
+            result = await coro
+            msg.result = result
+            return result
+
+        msg.task = asyncio.create_task(send())
+        if not arg.get("background"):
+            await msg.task
+
+    def _fault(self, arg: dict[str, Any]) -> None:
+        proxy = self.proxies[arg["link"]]
+        kind = arg["kind"]
+        direction = arg.get("direction")
+        if kind == "cut":
+            proxy.cut(True)
+        elif kind == "blackhole":
+            proxy.blackhole(True)
+        elif kind == "delay":
+            proxy.delay(direction or "both", arg["seconds"])
+        elif kind == "reset":
+            proxy.reset()
+        elif kind == "slow_accept":
+            proxy.slow_accept(arg["seconds"])
+        elif kind == "slow_greeting":
+            proxy.slow_greeting(arg["seconds"])
+        elif kind == "drop_after":
+            proxy.drop_after(arg["bytes"], direction or "c2s")
+
+    async def _wait(self, arg: Any) -> None:
+        if not isinstance(arg, dict):
+            self.progress.waiting(arg, "(wait step)")
+            await asyncio.sleep(arg)
+            return
+        timeout = arg["timeout"]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        if "reply" in arg:
+            await self.settled_message(arg["reply"], timeout)
+            return
+        ref, sink = arg["delivered"], arg.get("to")
+        self.progress.waiting(timeout, f"for {ref} to be delivered")
+        wanted = self.messages[ref].message_id
+        while loop.time() < deadline:
+            if any(s.count(wanted) for n, s in self.sinks.items() if sink in (None, n)):
+                return
+            await asyncio.sleep(0.05)
+        self.history.record("note", text=f"wait: {ref} not delivered within {timeout:g}s")
+
+    async def _set_settings(self, step: Step, verdict: Verdict) -> None:
+        arg = step.arg
+        want = arg.get("result")
+        for node in self._running(arg.get("nodes")):
+            try:
+                answer = await self.target.set_settings(node, arg["values"])
+                outcome, detail = "accepted", str(answer)
+            except TargetError as exc:
+                if want is None:
+                    raise
+                outcome, detail = "rejected", str(exc)
+            if want is not None:
+                verdict.add(
+                    CheckResult(
+                        f"settings on {node} {outcome}",
+                        Status.PASS if outcome == want else Status.FAIL,
+                        f"{node} {want} {arg['values']}",
+                        f"{outcome}: {detail}",
+                        where=str(step.where),
+                    )
+                )
+
+    async def _resubmit(self, arg: dict[str, Any], step: Step) -> None:
+        node = arg["node"]
+        clock = await self.target.control(node, "GET", "/clock")
+        now = float(clock["now"])
+        body = {
+            "database": arg["database"],
+            "start": _when(arg["start"], now, step),
+            "end": _when(arg["end"], now, step),
+        }
+        answer = await self.target.control(node, "POST", "/safetynet/resubmit", body)
+        self.history.record("step", text=f"resubmit requested on {node}: {body} -> {answer}")
+
+
+def _hp(address: tuple[str, int]) -> str:
+    return f"{address[0]}:{address[1]}"
+
+
+def _when(value: Any, now: float, step: Step) -> float | str:
+    """Resubmission window bounds: epoch, ISO text, ``now``, ``-2h`` / ``+5m`` (node clock)."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).strip()
+    if text == "now":
+        return now
+    if text[:1] in "+-":
+        seconds = parse_duration(text[1:], step.where)
+        return now + seconds if text[0] == "+" else now - seconds
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise ScenarioError(
+            f"bad time {text!r}", step.where, "now, -2h, +5m, epoch or ISO 8601"
+        ) from None
+
+
+async def _run(run: Run, verdict: Verdict, hooks: Any) -> None:
+    scenario = run.scenario
+    try:
+        await run.setup()
+    except (TargetError, OSError, TimeoutError) as exc:
+        verdict.add(
+            CheckResult(
+                "start the nodes",
+                Status.FAIL,
+                "every node starts and listens",
+                f"{exc}\n{run.target.diagnostics()}".strip(),
+            )
+        )
+        return
+    if hooks is not None:
+        hooks.shadowcheck_scenario_started(
+            scenario=scenario, target=run.target, history=run.history
+        )
+    for step in scenario.steps:
+        try:
+            await run.do(step, verdict)
+        except (TargetError, OSError, ScenarioError) as exc:
+            verdict.add(
+                CheckResult(
+                    f"step {step.kind}",
+                    Status.FAIL,
+                    f"step {step.kind} succeeds",
+                    str(exc),
+                    where=str(step.where),
+                    excerpt=run.excerpt(run.history.now(), []),
+                )
+            )
+            return
+    for check in scenario.expect:
+        verdict.add(await run_check(run, check))
+    for result in await no_loss_invariant(run):
+        verdict.add(result)
+
+
+def run_scenario(
+    scenario: Scenario,
+    target: Target,
+    *,
+    workdir: Path,
+    progress: Progress | None = None,
+    hooks: Any = None,
+    history_file: Path | None = None,
+    verdict: Verdict | None = None,
+) -> Verdict:
+    """Run ``scenario`` on ``target`` (blocking) and return its verdict."""
+    verdict = verdict or Verdict(scenario.name, scenario.behaviours, source=str(scenario.where))
+    history = History()
+    run = Run(scenario, target, history, progress or Progress(None, scenario.name), workdir)
+
+    async def main() -> None:
+        try:
+            await asyncio.wait_for(_run(run, verdict, hooks), scenario.timeout)
+        except TimeoutError:
+            verdict.add(
+                CheckResult(
+                    "scenario timeout",
+                    Status.FAIL,
+                    f"the scenario finishes within {scenario.timeout:g}s",
+                    "it did not",
+                    excerpt=run.excerpt(history.now(), []),
+                )
+            )
+        finally:
+            if hooks is not None:
+                with contextlib.suppress(Exception):
+                    hooks.shadowcheck_scenario_finished(
+                        scenario=scenario, target=target, history=history, verdict=verdict
+                    )
+            if verdict.status == Status.FAIL:
+                diagnostics = target.diagnostics()
+                if diagnostics and verdict.failures:
+                    verdict.failures[0].excerpt += "\n" + diagnostics
+            await run.teardown()
+
+    asyncio.run(main())
+    if history_file is not None:
+        history.write_json(history_file)
+    if not verdict.checks:
+        verdict.add(CheckResult("scenario ran", Status.PASS, "no expectations", "ran"))
+    return verdict

@@ -1,0 +1,761 @@
+"""Scenario model and loader: YAML with line numbers, JSON Schema, semantic checks.
+
+A scenario file holds optional ``defaults`` and a list of ``scenarios``. Each
+scenario names the behaviour IDs it checks, the capabilities it needs, a
+topology (inline, or the name of a shared file under ``topologies/``),
+settings under their Exchange names, steps and expectations. See
+``docs/scenario-format.md``.
+
+Every problem is raised as one :class:`~pytest_shadowcheck.errors.ScenarioError`
+pointing at the file and line where it is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from .errors import ScenarioError, SourceRef
+
+__all__ = [
+    "CAPABILITIES",
+    "NextHop",
+    "Scenario",
+    "Step",
+    "Topology",
+    "load_behaviours",
+    "load_scenario_file",
+    "parse_duration",
+]
+
+CAPABILITIES = (
+    "kill",
+    "pause",
+    "restart",
+    "wipe_queue_db",
+    "control_api",
+    "virtual_clock",
+    "set_settings",
+)
+
+#: capability a step or expectation needs, derived so authors cannot forget one
+STEP_CAPABILITY = {
+    "kill": "kill",
+    "pause": "pause",
+    "resume": "pause",
+    "restart": "restart",
+    "wipe": "wipe_queue_db",
+    "advance": "virtual_clock",
+    "set_settings": "set_settings",
+    "resubmit": "control_api",
+    "directory": "control_api",
+    "snapshot": "control_api",
+}
+CHECK_CAPABILITY = {"queue": "control_api", "config_warning": "control_api"}
+
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_SETTLE = 10.0
+BUNDLED_TOPOLOGIES = "topologies"
+
+_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
+
+
+# --------------------------------------------------------------------------- YAML with marks
+
+
+class _Map(dict):
+    """A mapping that remembers where its keys and values are."""
+
+    start: tuple[int, int] = (0, 0)
+    keys_at: dict[Any, tuple[int, int]]
+    values_at: dict[Any, tuple[int, int]]
+
+
+class _Seq(list):
+    """A sequence that remembers where its items are."""
+
+    start: tuple[int, int] = (0, 0)
+    items_at: list[tuple[int, int]]
+
+
+def _mark(node: yaml.Node) -> tuple[int, int]:
+    return (node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+class _LineLoader(yaml.SafeLoader):
+    """SafeLoader keeping 1-based (line, column) of every key, value and item."""
+
+    path: Path = Path("?")
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> Any:
+        assert isinstance(node, yaml.MappingNode)
+        self.flatten_mapping(node)
+        result = _Map()
+        result.start = _mark(node)
+        result.keys_at = {}
+        result.values_at = {}
+        for key_node, value_node in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in result:
+                line, col = _mark(key_node)
+                raise ScenarioError(
+                    f"duplicate key {key!r}", SourceRef(self.path, line, col), "each key once"
+                )
+            result[key] = self.construct_object(value_node, deep=True)
+            result.keys_at[key] = _mark(key_node)
+            result.values_at[key] = _mark(value_node)
+        return result
+
+    def construct_sequence(self, node: yaml.Node, deep: bool = False) -> Any:
+        assert isinstance(node, yaml.SequenceNode)
+        result = _Seq(self.construct_object(child, deep=True) for child in node.value)
+        result.start = _mark(node)
+        result.items_at = [_mark(child) for child in node.value]
+        return result
+
+
+_LineLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _LineLoader.construct_mapping
+)
+_LineLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _LineLoader.construct_sequence
+)
+
+
+def _load_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"cannot read scenario file: {exc}", SourceRef(path)) from None
+    loader = _LineLoader(text)
+    loader.path = path
+    try:
+        return loader.get_single_data()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = SourceRef(path, mark.line + 1, mark.column + 1) if mark else SourceRef(path)
+        problem = exc.problem or "invalid YAML"
+        if exc.context:
+            problem = f"{exc.context}, {problem}"
+        raise ScenarioError(f"YAML syntax error: {problem}", where, "valid YAML") from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"YAML error: {exc}", SourceRef(path)) from None
+    finally:
+        loader.dispose()
+
+
+def _locate(root: Any, path: Iterator[Any] | list[Any], *, key: bool = False) -> tuple[int, int]:
+    """Find the (line, column) of the value at ``path`` (or of its key with ``key``)."""
+    node = root
+    best = getattr(root, "start", (1, 1))
+    steps = list(path)
+    for index, part in enumerate(steps):
+        last = index == len(steps) - 1
+        if isinstance(node, _Map) and part in node:
+            best = node.keys_at[part] if (key and last) else node.values_at[part]
+            node = node[part]
+        elif isinstance(node, _Seq) and isinstance(part, int) and part < len(node):
+            best = node.items_at[part]
+            node = node[part]
+        else:
+            break
+    return best
+
+
+# --------------------------------------------------------------------------- schema
+
+
+@cache
+def scenario_schema() -> dict[str, Any]:
+    """The JSON Schema every scenario file is validated against (shipped in the package)."""
+    text = resources.files("pytest_shadowcheck.schema").joinpath("scenario.schema.json")
+    schema: dict[str, Any] = json.loads(text.read_text(encoding="utf-8"))
+    return schema
+
+
+@cache
+def topology_schema() -> dict[str, Any]:
+    text = resources.files("pytest_shadowcheck.schema").joinpath("topology.schema.json")
+    schema: dict[str, Any] = json.loads(text.read_text(encoding="utf-8"))
+    return schema
+
+
+@cache
+def load_behaviours() -> dict[str, dict[str, str]]:
+    """The behaviour catalogue shipped with the package: ID -> {summary, text, group}."""
+    text = resources.files("pytest_shadowcheck").joinpath("behaviours.yaml")
+    data = yaml.safe_load(text.read_text(encoding="utf-8"))
+    return {entry["id"]: entry for entry in data["behaviours"]}
+
+
+def _describe_path(path: list[Any]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "the file"
+
+
+def _schema_message(error: jsonschema.ValidationError) -> tuple[str, str | None, list[Any], bool]:
+    """Turn one schema error into (message, expected, path, point-at-key)."""
+    path = list(error.absolute_path)
+    where = _describe_path(path)
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    validator = error.validator
+    if validator == "additionalProperties":
+        allowed = sorted(schema.get("properties", {}))
+        extra = [k for k in error.instance if k not in schema.get("properties", {})]
+        name = extra[0] if extra else "?"
+        what = "key"
+        desc = schema.get("description", "")
+        if "step" in desc:
+            what = "step"
+        elif "expectation" in desc:
+            what = "expectation"
+        expected = f"one of {', '.join(allowed)}" if allowed else None
+        return f"unknown {what} {name!r} in {where}", expected, [*path, name], True
+    if validator == "required":
+        missing = re.findall(r"'([^']+)' is a required property", error.message)
+        return (
+            f"missing key {missing[0] if missing else '?'!r} in {where}",
+            f"a mapping with {', '.join(schema.get('required', []))}",
+            path,
+            False,
+        )
+    if validator in ("minProperties", "maxProperties") and "exactly one" in schema.get(
+        "description", ""
+    ):
+        keys = ", ".join(map(str, error.instance)) or "none"
+        return f"{where} must have exactly one key, has: {keys}", schema["description"], path, False
+    if validator == "enum":
+        options = ", ".join(map(str, error.validator_value))
+        return f"{error.instance!r} is not allowed for {where}", f"one of {options}", path, False
+    if validator == "const":
+        return (
+            f"{error.instance!r} is not allowed for {where}",
+            repr(error.validator_value),
+            path,
+            False,
+        )
+    if validator == "type":
+        kinds = error.validator_value
+        kinds = " or ".join(kinds) if isinstance(kinds, list) else kinds
+        return f"{where} has the wrong type ({type(error.instance).__name__})", kinds, path, False
+    if validator == "pattern":
+        return (
+            f"{error.instance!r} is not a valid value for {where}",
+            schema.get("description") or f"text matching {error.validator_value}",
+            path,
+            False,
+        )
+    if validator == "oneOf" and error.context:
+        best = jsonschema.exceptions.best_match(error.context)
+        if best is not None:
+            return _schema_message(best)
+    return f"{where}: {error.message}", None, path, False
+
+
+def _validate(data: Any, schema: dict[str, Any], path: Path) -> None:
+    validator = jsonschema.Draft202012Validator(schema)
+    found = []
+    for error in validator.iter_errors(data):
+        message, expected, where, at_key = _schema_message(error)
+        line, column = _locate(data, where, key=at_key)
+        found.append((line, column, message, expected))
+    if not found:
+        return
+    found.sort(key=lambda item: (item[0], item[1]))
+    line, column, message, expected = found[0]
+    more = len(found) - 1
+    if more:
+        message += f" ({more} more problem{'s' if more > 1 else ''} in this file)"
+    raise ScenarioError(message, SourceRef(path, line, column), expected)
+
+
+# --------------------------------------------------------------------------- durations
+
+
+def parse_duration(value: Any, where: SourceRef, timers: dict[str, Any] | None = None) -> float:
+    """Seconds from ``2``, ``1.5``, ``"500ms"``, ``"2s"``, ``"5m"``, ``"3h"``, ``"2d"``.
+
+    With ``timers`` (the scenario's settings), setting names and sums such as
+    ``"ShadowResubmitTimeSpan + 2s"`` are accepted too.
+    """
+    expected = "a duration: seconds or a number with ms, s, m, h or d (e.g. 500ms, 2s, 3h)"
+    if timers is not None:
+        expected += ", setting names and + / - allowed"
+    if isinstance(value, bool):
+        raise ScenarioError(f"bad duration {value!r}", where, expected)
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ScenarioError(f"bad duration {value!r}: negative", where, expected)
+        return float(value)
+    if not isinstance(value, str):
+        raise ScenarioError(f"bad duration {value!r}", where, expected)
+    terms = re.split(r"\s*([+-])\s*", value.strip()) if timers is not None else [value]
+    total = 0.0
+    sign = 1.0
+    for term in terms:
+        if term == "+":
+            sign = 1.0
+            continue
+        if term == "-":
+            sign = -1.0
+            continue
+        if timers is not None and term in timers:
+            timer = timers[term]
+            if not isinstance(timer, (int, float)) or isinstance(timer, bool):
+                raise ScenarioError(f"{term} is not a timer", where, expected)
+            total += sign * float(timer)
+            continue
+        match = _DURATION.match(term)
+        if not match or match.group(2) not in ("", *_UNITS):
+            hint = ""
+            if timers is not None and re.fullmatch(r"[A-Z]\w+", term):
+                hint = f" ({term} is not set in this scenario's settings)"
+            raise ScenarioError(f"bad duration {value!r}{hint}", where, expected)
+        total += sign * float(match.group(1)) * _UNITS.get(match.group(2), 1.0)
+    if total < 0:
+        raise ScenarioError(f"bad duration {value!r}: negative", where, expected)
+    return total
+
+
+# --------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True)
+class NextHop:
+    """Where a node sends mail for one domain: a harness sink or another node."""
+
+    domain: str
+    sink: str | None = None
+    kind: str = "mailbox"
+    node: str | None = None
+
+
+@dataclass
+class NodeSpec:
+    name: str
+    site: str = "site-a"
+    dag: str | None = None
+    profile: str | None = None
+    next_hops: dict[str, NextHop] = field(default_factory=dict)
+
+
+@dataclass
+class Topology:
+    """Nodes of one boundary, their next hops and the recipient directory."""
+
+    name: str
+    nodes: dict[str, NodeSpec]
+    next_hops: dict[str, NextHop] = field(default_factory=dict)
+    boundary: str = "dag1"
+    profile: str = "2013"
+    clock: str = "real"
+    directory: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+    def sinks(self) -> list[str]:
+        names = {hop.sink for hop in self.next_hops.values() if hop.sink}
+        for node in self.nodes.values():
+            names |= {hop.sink for hop in node.next_hops.values() if hop.sink}
+        return sorted(names)
+
+    def hops_of(self, node: str) -> dict[str, NextHop]:
+        return {**self.next_hops, **self.nodes[node].next_hops}
+
+    def links(self) -> list[str]:
+        """Every link the harness proxies: client->N, N->M, N->SINK."""
+        out = [f"client->{n}" for n in self.nodes]
+        out += [f"{a}->{b}" for a in self.nodes for b in self.nodes if a != b]
+        for node in self.nodes:
+            sinks = sorted({hop.sink for hop in self.hops_of(node).values() if hop.sink})
+            out += [f"{node}->{sink}" for sink in sinks]
+        return out
+
+
+@dataclass
+class Step:
+    kind: str
+    arg: Any
+    where: SourceRef
+
+
+@dataclass
+class Scenario:
+    """One runnable scenario: a pytest item."""
+
+    name: str
+    title: str
+    behaviours: list[str]
+    requires: list[str]
+    topology: Topology
+    settings: dict[str, Any]
+    steps: list[Step]
+    expect: list[Step]
+    timeout: float
+    settle: float
+    where: SourceRef
+
+    def required_capabilities(self) -> list[str]:
+        """Declared capabilities plus those the steps and expectations imply."""
+        needed = set(self.requires)
+        for step in self.steps:
+            if step.kind in STEP_CAPABILITY:
+                needed.add(STEP_CAPABILITY[step.kind])
+            if step.kind == "check" and step.arg["kind"] in CHECK_CAPABILITY:
+                needed.add(CHECK_CAPABILITY[step.arg["kind"]])
+        for check in self.expect:
+            if check.kind in CHECK_CAPABILITY:
+                needed.add(CHECK_CAPABILITY[check.kind])
+        if self.topology.clock == "virtual":
+            needed.add("virtual_clock")
+        return [c for c in CAPABILITIES if c in needed]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------- loading
+
+_DURATION_SETTINGS = {
+    name
+    for name, spec in scenario_schema()["$defs"]["settings"]["properties"].items()
+    if spec == {"$ref": "#/$defs/duration"}
+}
+
+
+def _topology_dirs(path: Path) -> list[Path]:
+    bundled = Path(str(resources.files("scenarios"))) / BUNDLED_TOPOLOGIES
+    out = [path.parent / BUNDLED_TOPOLOGIES, path.parent.parent / BUNDLED_TOPOLOGIES, bundled]
+    seen: list[Path] = []
+    for candidate in out:
+        if candidate not in seen:
+            seen.append(candidate)
+    return seen
+
+
+def _load_topology(ref: Any, doc: Any, doc_path: list[Any], path: Path) -> Topology:
+    line, column = _locate(doc, doc_path)
+    where = SourceRef(path, line, column)
+    if isinstance(ref, str):
+        dirs = _topology_dirs(path)
+        for directory in dirs:
+            candidate = directory / f"{ref}.yaml"
+            if candidate.is_file():
+                data = _load_yaml(candidate)
+                _validate(data, topology_schema(), candidate)
+                return _build_topology(ref, data, candidate)
+        known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.yaml")})
+        raise ScenarioError(
+            f"unknown topology {ref!r}",
+            where,
+            f"an inline topology or one of {', '.join(known) or '(none found)'} "
+            f"(files NAME.yaml in {', '.join(str(d) for d in dirs)})",
+        )
+    return _build_topology("inline", ref, path, doc=doc, doc_path=doc_path)
+
+
+def _build_topology(
+    name: str, data: Any, path: Path, doc: Any = None, doc_path: list[Any] | None = None
+) -> Topology:
+    doc = data if doc is None else doc
+    base = doc_path or []
+
+    def where(*parts: Any) -> SourceRef:
+        line, column = _locate(doc, [*base, *parts])
+        return SourceRef(path, line, column)
+
+    nodes = {
+        n: NodeSpec(
+            name=n,
+            site=spec.get("site", "site-a"),
+            dag=spec["dag"] if "dag" in spec else data.get("boundary", "dag1"),
+            profile=spec.get("profile"),
+            next_hops={
+                d: NextHop(d, h.get("sink"), h.get("kind", "mailbox"), h.get("node"))
+                for d, h in spec.get("next_hops", {}).items()
+            },
+        )
+        for n, spec in data["nodes"].items()
+    }
+    hops = {
+        d: NextHop(d, h.get("sink"), h.get("kind", "mailbox"), h.get("node"))
+        for d, h in data.get("next_hops", {}).items()
+    }
+    for domain, hop in hops.items():
+        if hop.node and hop.node not in nodes:
+            raise ScenarioError(
+                f"next hop {domain!r} names unknown node {hop.node!r}",
+                where("next_hops", domain),
+                f"one of {', '.join(nodes)}",
+            )
+    return Topology(
+        name=name,
+        nodes=nodes,
+        next_hops=hops,
+        boundary=data.get("boundary", "dag1"),
+        profile=data.get("profile", "2013"),
+        clock=data.get("clock", "real"),
+        directory=_plain(data.get("directory", {})),
+        description=data.get("description", ""),
+    )
+
+
+def load_scenario_file(path: Path) -> list[Scenario]:
+    """Load, validate and check one scenario file; raise ScenarioError on any problem."""
+    path = Path(path)
+    doc = _load_yaml(path)
+    if not isinstance(doc, dict):
+        raise ScenarioError(
+            "a scenario file must be a mapping with a 'scenarios' list",
+            SourceRef(path, 1),
+            "scenarios: [...] (and optionally defaults: {...})",
+        )
+    _validate(doc, scenario_schema(), path)
+    defaults = doc.get("defaults", {})
+    catalogue = load_behaviours()
+    out: list[Scenario] = []
+    names: set[str] = set()
+    for index, raw in enumerate(doc["scenarios"]):
+        base = ["scenarios", index]
+
+        def where(*parts: Any, _base: list[Any] = base) -> SourceRef:
+            line, column = _locate(doc, [*_base, *parts])
+            return SourceRef(path, line, column)
+
+        name = raw["name"]
+        if name in names:
+            raise ScenarioError(f"duplicate scenario name {name!r}", where("name"), "unique names")
+        names.add(name)
+        merged: dict[str, Any] = {**defaults, **raw}
+        merged["settings"] = {**defaults.get("settings", {}), **raw.get("settings", {})}
+        merged["requires"] = list(
+            dict.fromkeys([*defaults.get("requires", []), *raw.get("requires", [])])
+        )
+        topo_path = [*base, "topology"] if "topology" in raw else ["defaults", "topology"]
+        if "topology" not in merged:
+            raise ScenarioError(
+                f"scenario {name!r} has no topology", where(), "topology: NAME or a mapping"
+            )
+        for i, bid in enumerate(merged["behaviours"]):
+            if bid not in catalogue:
+                bpath = ["behaviours", i] if "behaviours" in raw else None
+                at = where(*bpath) if bpath else SourceRef(path, *_locate(doc, ["defaults"]))
+                raise ScenarioError(
+                    f"unknown behaviour ID {bid!r}", at, "an ID of the catalogue (CR-1 .. TO-4)"
+                )
+        topology = _load_topology(merged["topology"], doc, topo_path, path)
+        settings: dict[str, Any] = {}
+        for key, value in merged["settings"].items():
+            in_raw = key in raw.get("settings", {})
+            spath = [*base, "settings", key] if in_raw else ["defaults", "settings", key]
+            at = SourceRef(path, *_locate(doc, spath))
+            settings[key] = parse_duration(value, at) if key in _DURATION_SETTINGS else value
+        context = _Context(path, doc, topology, settings)
+        steps = [
+            context.step(step, [*base, "steps", i]) for i, step in enumerate(raw.get("steps", []))
+        ]
+        context.sent_all = True
+        expect = [
+            context.check(check, [*base, "expect", i])
+            for i, check in enumerate(merged.get("expect", []))
+        ]
+        timeout = DEFAULT_TIMEOUT
+        if "timeout" in merged:
+            timeout = parse_duration(merged["timeout"], where("timeout"))
+        settle = DEFAULT_SETTLE
+        if "settle" in merged:
+            settle = parse_duration(merged["settle"], where("settle"))
+        out.append(
+            Scenario(
+                name=name,
+                title=raw.get("title", name),
+                behaviours=list(merged["behaviours"]),
+                requires=merged["requires"],
+                topology=topology,
+                settings=settings,
+                steps=steps,
+                expect=expect,
+                timeout=timeout,
+                settle=settle,
+                where=where(),
+            )
+        )
+    return out
+
+
+class _Context:
+    """Semantic checks of steps and expectations against the scenario's topology."""
+
+    def __init__(self, path: Path, doc: Any, topology: Topology, settings: dict[str, Any]):
+        self.path = path
+        self.doc = doc
+        self.topology = topology
+        self.settings = settings
+        self.sent: list[str] = []
+        self.sent_all = False
+
+    def at(self, doc_path: list[Any]) -> SourceRef:
+        return SourceRef(self.path, *_locate(self.doc, doc_path))
+
+    def node(self, name: Any, doc_path: list[Any]) -> str:
+        if name not in self.topology.nodes:
+            raise ScenarioError(
+                f"unknown node {name!r}",
+                self.at(doc_path),
+                f"a node of topology {self.topology.name!r}: {', '.join(self.topology.nodes)}",
+            )
+        return str(name)
+
+    def sink(self, name: Any, doc_path: list[Any]) -> str:
+        if name not in self.topology.sinks():
+            raise ScenarioError(
+                f"unknown sink {name!r}",
+                self.at(doc_path),
+                f"a sink named in the topology's next_hops: {', '.join(self.topology.sinks())}",
+            )
+        return str(name)
+
+    def link(self, name: str, doc_path: list[Any]) -> str:
+        links = self.topology.links()
+        if name not in links:
+            raise ScenarioError(
+                f"unknown link {name!r}", self.at(doc_path), f"one of {', '.join(links)}"
+            )
+        return name
+
+    def message(self, ref: Any, doc_path: list[Any]) -> str:
+        if ref not in self.sent:
+            raise ScenarioError(
+                f"unknown message {ref!r}"
+                + ("" if self.sent_all else " (not sent before this point)"),
+                self.at(doc_path),
+                f"the id of a send step: {', '.join(self.sent) or '(no send step yet)'}",
+            )
+        return str(ref)
+
+    def duration(self, value: Any, doc_path: list[Any], timers: bool = False) -> float:
+        return parse_duration(value, self.at(doc_path), self.settings if timers else None)
+
+    def step(self, raw: Any, doc_path: list[Any]) -> Step:
+        kind = next(iter(raw))
+        arg = _plain(raw[kind])
+        p = [*doc_path, kind]
+        if kind == "send":
+            if arg["id"] in self.sent:
+                raise ScenarioError(
+                    f"duplicate message id {arg['id']!r}", self.at([*p, "id"]), "unique ids"
+                )
+            self.node(arg["via"], [*p, "via"])
+            if "timeout" in arg:
+                arg["timeout"] = self.duration(arg["timeout"], [*p, "timeout"])
+            self.sent.append(arg["id"])
+        elif kind == "fault":
+            self.link(arg["link"], [*p, "link"])
+            if "seconds" in arg:
+                arg["seconds"] = self.duration(arg["seconds"], [*p, "seconds"])
+            needs = {
+                "delay": "seconds",
+                "slow_accept": "seconds",
+                "slow_greeting": "seconds",
+                "drop_after": "bytes",
+            }.get(arg["kind"])
+            if needs and needs not in arg:
+                raise ScenarioError(
+                    f"fault {arg['kind']!r} needs {needs!r}", self.at(p), f"{needs}: ..."
+                )
+        elif kind == "heal":
+            if arg != "all":
+                self.link(arg, p)
+        elif kind in ("kill", "pause", "resume", "restart", "wipe"):
+            self.node(arg, p)
+        elif kind == "wait":
+            if isinstance(arg, dict):
+                arg["timeout"] = self.duration(arg["timeout"], [*p, "timeout"])
+                for ref in ("delivered", "reply"):
+                    if ref in arg:
+                        self.message(arg[ref], [*p, ref])
+                if "to" in arg:
+                    self.sink(arg["to"], [*p, "to"])
+            else:
+                arg = self.duration(arg, p, timers=True)
+        elif kind == "advance":
+            arg = self.duration(arg, p, timers=True)
+        elif kind == "set_settings":
+            for i, node in enumerate(arg.get("nodes", [])):
+                self.node(node, [*p, "nodes", i])
+            for key, value in list(arg["values"].items()):
+                if key in _DURATION_SETTINGS:
+                    arg["values"][key] = self.duration(value, [*p, "values", key])
+        elif kind in ("resubmit", "snapshot"):
+            self.node(arg["node"], [*p, "node"])
+        elif kind == "sink":
+            self.sink(arg["name"], [*p, "name"])
+        elif kind == "check":
+            check = self.check(raw[kind], p)
+            arg = {"kind": check.kind, **check.arg}
+        return Step(kind, arg, self.at(doc_path))
+
+    def matcher(self, arg: dict[str, Any], doc_path: list[Any]) -> None:
+        if "link" in arg:
+            self.link(arg["link"], [*doc_path, "link"])
+        for ref in ("message", "reply", "delivered"):
+            if ref in arg:
+                self.message(arg[ref], [*doc_path, ref])
+        if "to" in arg:
+            self.sink(arg["to"], [*doc_path, "to"])
+        if "line" in arg:
+            try:
+                re.compile(arg["line"])
+            except re.error as exc:
+                raise ScenarioError(
+                    f"bad regular expression: {exc}", self.at([*doc_path, "line"]), "a Python regex"
+                ) from None
+        if not {"link", "reply", "delivered", "step"} & set(arg):
+            raise ScenarioError(
+                "an event matcher needs link, reply, delivered or step",
+                self.at(doc_path),
+                "e.g. {link: mbx1->mbx2, line: '^250', message: m1} or {reply: m1}",
+            )
+
+    def check(self, raw: Any, doc_path: list[Any]) -> Step:
+        kind = next(iter(raw))
+        arg = _plain(raw[kind])
+        p = [*doc_path, kind]
+        if "message" in arg and kind != "order":
+            self.message(arg["message"], [*p, "message"])
+        for key in ("contains", "absent"):
+            if kind == "queue" and key in arg:
+                for i, ref in enumerate(arg[key]):
+                    self.message(ref, [*p, key, i])
+        if "node" in arg:
+            self.node(arg["node"], [*p, "node"])
+        if kind in ("delivered", "not_delivered") and "to" in arg:
+            self.sink(arg["to"], [*p, "to"])
+        if kind == "delivered" and "by" in arg:
+            self.node(arg["by"], [*p, "by"])
+        if kind == "lines":
+            self.link(arg["link"], [*p, "link"])
+        for key in ("within", "for", "at_least", "at_most", "tolerance"):
+            if key in arg:
+                arg[key] = self.duration(arg[key], [*p, key], timers=True)
+        if kind in ("order", "timing"):
+            first, then = ("first", "then") if kind == "order" else ("from", "to")
+            self.matcher(arg[first], [*p, first])
+            self.matcher(arg[then], [*p, then])
+        return Step(kind, arg, self.at(doc_path))

@@ -1,0 +1,160 @@
+"""The target interface: turn a topology into running nodes and act on them.
+
+The engine builds a :class:`ClusterPlan` (topology, settings, and for every
+node the proxy addresses it must use to reach its peers and next hops), calls
+:meth:`Target.start`, then points each proxy at the real node addresses it gets
+back. Node actions (kill, pause, ...) exist only when the target declares the
+matching capability; the engine never calls an action whose capability is
+missing (the scenario is UNTESTABLE instead).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from ..scenario import CAPABILITIES, Scenario, Topology
+
+__all__ = ["CAPABILITIES", "ClusterPlan", "NodeHandle", "Target", "TargetError"]
+
+
+class TargetError(Exception):
+    """The target could not do what was asked (node did not start, control call failed)."""
+
+
+@dataclass
+class NodeHandle:
+    """A running node: where its SMTP service and (optional) control API listen."""
+
+    name: str
+    smtp: tuple[str, int]
+    control: tuple[str, int] | None = None
+    pid: int | None = None
+    queue_db_id: str | None = None
+
+
+@dataclass
+class ClusterPlan:
+    """Everything a target needs to start the nodes of one scenario run.
+
+    ``peers[node][other]`` is the ``host:port`` (a harness proxy) that ``node``
+    must use to reach ``other``. ``next_hops[node][domain]`` is either
+    ``{"address": "host:port", "kind": "mailbox"|"boundary"}`` (a proxy in
+    front of a harness sink) or ``{"node": other}``. ``settings`` are
+    Exchange names with timers in seconds. ``workdir`` is a fresh directory the
+    target may use (data directories, logs).
+    """
+
+    topology: Topology
+    settings: dict[str, Any]
+    peers: dict[str, dict[str, str]]
+    next_hops: dict[str, dict[str, Any]]
+    workdir: Path
+    secret: str = "shadowcheck"
+    clock_start: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Target(abc.ABC):
+    """Base class of every target. Subclasses set ``name`` and ``capabilities``."""
+
+    #: the name used with --shadowcheck-target
+    name: str = "?"
+    #: subset of CAPABILITIES this target supports
+    capabilities: frozenset[str] = frozenset()
+
+    # -- description ---------------------------------------------------------
+
+    def version(self) -> str:
+        """Version of the system under test (shown in JUnit and the certification report)."""
+        return "unknown"
+
+    def describe(self) -> str:
+        return self.name
+
+    def cannot_run(self, scenario: Scenario) -> str | None:
+        """Return why this target cannot run ``scenario`` (it is then UNTESTABLE), or None.
+
+        Capabilities are checked before; this is for anything else (a node the
+        target does not have, settings it cannot apply, ...)."""
+        return None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def start(self, plan: ClusterPlan) -> dict[str, NodeHandle]:
+        """Start (or reach) every node of ``plan.topology``; return a handle per node."""
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """Stop everything :meth:`start` started. Must be safe to call twice, and after
+        a failed start."""
+
+    def diagnostics(self) -> str:
+        """Text worth showing when a scenario fails (e.g. the tail of node logs)."""
+        return ""
+
+    # -- node actions (only called with the matching capability) -------------
+
+    async def kill(self, node: str) -> None:
+        """Capability ``kill``: stop the node abruptly (SIGKILL; no clean shutdown)."""
+        raise TargetError(f"target {self.name} cannot kill nodes")
+
+    async def pause(self, node: str) -> None:
+        """Capability ``pause``: freeze the node (SIGSTOP): sockets open, nothing answers."""
+        raise TargetError(f"target {self.name} cannot pause nodes")
+
+    async def resume(self, node: str) -> None:
+        """Capability ``pause``: undo :meth:`pause`."""
+        raise TargetError(f"target {self.name} cannot resume nodes")
+
+    async def restart(self, node: str) -> NodeHandle:
+        """Capability ``restart``: start the node again with the same queue database
+        (killing it first if it still runs); return its new handle."""
+        raise TargetError(f"target {self.name} cannot restart nodes")
+
+    async def wipe(self, node: str) -> NodeHandle:
+        """Capability ``wipe_queue_db``: stop the node, delete its queue database, start
+        it again (a new queue database ID); return its new handle."""
+        raise TargetError(f"target {self.name} cannot wipe queue databases")
+
+    # -- control API (capability control_api) -----------------------------------
+
+    def handle(self, node: str) -> NodeHandle:
+        raise TargetError(f"target {self.name} has no node {node!r}")
+
+    async def control(self, node: str, method: str, path: str, body: Any = None) -> Any:
+        """Call the node's control API (docs/contracts.md section 2); return the JSON answer.
+
+        Raises TargetError with the status and the answer for a non-2xx reply.
+        """
+        handle = self.handle(node)
+        if handle.control is None:
+            raise TargetError(f"node {node} has no control API")
+        url = f"http://{handle.control[0]}:{handle.control[1]}{path}"
+        timeout = aiohttp.ClientTimeout(total=15)
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as session,
+                session.request(method, url, json=body) as response,
+            ):
+                text = await response.text()
+                if response.status >= 400:
+                    raise TargetError(f"{method} {path} on {node}: HTTP {response.status} {text}")
+                return await response.json(content_type=None) if text else None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise TargetError(f"{method} {path} on {node}: {exc!r}") from None
+
+    async def set_settings(self, node: str, values: dict[str, Any]) -> Any:
+        """Capability ``set_settings``: change settings (Exchange names) on a running node.
+        The default uses PUT /settings of the control API."""
+        return await self.control(node, "PUT", "/settings", values)
+
+    async def advance_clock(self, node: str, seconds: float) -> Any:
+        """Capability ``virtual_clock``: move the node's clock forward by ``seconds``.
+        The default uses POST /clock of the control API."""
+        return await self.control(node, "POST", "/clock", {"advance": seconds})

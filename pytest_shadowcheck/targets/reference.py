@@ -1,0 +1,268 @@
+"""The ``reference`` target: the bundled MTA (``reference_impl``) as local processes.
+
+Each node runs as ``python -m reference_impl node --config CLUSTER.yaml --name N
+--data WORKDIR/N`` (one process per node, so one can be SIGKILLed, SIGSTOPped
+and SIGCONTed). The generated cluster file gives every node its peers' and
+next hops' addresses: harness proxies, so every link is observed and faultable.
+
+kill = SIGKILL; restart = the same command with the same ``--data`` (same
+queue database ID); wipe = delete the data directory, then start; pause /
+resume = SIGSTOP / SIGCONT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..hookspecs import hookimpl
+from ..scenario import CAPABILITIES
+from .base import ClusterPlan, NodeHandle, Target, TargetError
+
+__all__ = ["ReferenceTarget"]
+
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 5.0
+
+#: every process any ReferenceTarget started, so nothing outlives the test run
+_LIVE: set[subprocess.Popen[bytes]] = set()
+
+
+def _kill_leftovers() -> None:
+    for proc in list(_LIVE):
+        with contextlib.suppress(OSError):
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+        _LIVE.discard(proc)
+
+
+atexit.register(_kill_leftovers)
+
+
+def _addr(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+class ReferenceTarget(Target):
+    name = "reference"
+    capabilities = frozenset(CAPABILITIES)
+
+    def __init__(self, python: str | None = None) -> None:
+        self.python = python or sys.executable
+        self.plan: ClusterPlan | None = None
+        self.config_path: Path | None = None
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.handles: dict[str, NodeHandle] = {}
+        self.paused: set[str] = set()
+
+    def version(self) -> str:
+        try:
+            import reference_impl
+
+            return str(getattr(reference_impl, "__version__", "unknown"))
+        except ImportError:
+            return "not installed"
+
+    def describe(self) -> str:
+        return f"reference MTA {self.version()} ({self.python} -m reference_impl)"
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def _cluster_yaml(self, plan: ClusterPlan) -> dict[str, Any]:
+        topo = plan.topology
+        nodes: dict[str, Any] = {}
+        for name, spec in topo.nodes.items():
+            entry: dict[str, Any] = {"site": spec.site, "dag": spec.dag}
+            if spec.profile:
+                entry["profile"] = spec.profile
+            entry["peers"] = dict(plan.peers.get(name, {}))
+            entry["next_hops"] = dict(plan.next_hops.get(name, {}))
+            nodes[name] = entry
+        cluster: dict[str, Any] = {
+            "boundary": topo.boundary,
+            "secret": plan.secret,
+            "profile": topo.profile,
+            "nodes": nodes,
+            "directory": topo.directory or {},
+            "settings": dict(plan.settings),
+        }
+        if topo.clock == "virtual":
+            cluster["clock"] = {
+                "mode": "virtual",
+                "start": plan.clock_start or "2026-01-01T00:00:00Z",
+            }
+        return cluster
+
+    async def start(self, plan: ClusterPlan) -> dict[str, NodeHandle]:
+        self.plan = plan
+        plan.workdir.mkdir(parents=True, exist_ok=True)
+        self.config_path = plan.workdir / "cluster.yaml"
+        self.config_path.write_text(
+            yaml.safe_dump(self._cluster_yaml(plan), sort_keys=False), encoding="utf-8"
+        )
+        started = await asyncio.gather(
+            *(self._start_node(name) for name in plan.topology.nodes), return_exceptions=True
+        )
+        for result in started:
+            if isinstance(result, BaseException):
+                raise result
+        return dict(self.handles)
+
+    def _data_dir(self, node: str) -> Path:
+        assert self.plan is not None
+        return self.plan.workdir / node
+
+    def _log_path(self, node: str) -> Path:
+        assert self.plan is not None
+        return self.plan.workdir / f"{node}.log"
+
+    async def _start_node(self, node: str) -> NodeHandle:
+        assert self.config_path is not None
+        command = [
+            self.python, "-m", "reference_impl", "node",
+            "--config", str(self.config_path),
+            "--name", node,
+            "--data", str(self._data_dir(node)),
+        ]  # fmt: skip
+        log = self._log_path(node).open("ab")
+        try:
+            proc = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL
+            )
+        finally:
+            log.close()
+        _LIVE.add(proc)
+        self.procs[node] = proc
+        assert proc.stdout is not None
+        stdout = proc.stdout
+        try:
+            line = await asyncio.wait_for(asyncio.to_thread(stdout.readline), START_TIMEOUT)
+        except TimeoutError:
+            self._reap(node)
+            raise TargetError(
+                f"node {node} did not report it listens within {START_TIMEOUT:g}s\n"
+                + self._tail(node)
+            ) from None
+        try:
+            info = json.loads(line)
+        except ValueError:
+            self._reap(node)
+            raise TargetError(
+                f"node {node} did not start (exit code {proc.poll()}): {line!r}\n"
+                + self._tail(node)
+            ) from None
+        handle = NodeHandle(
+            name=node,
+            smtp=_addr(info["smtp"]),
+            control=_addr(info["control"]) if info.get("control") else None,
+            pid=int(info.get("pid") or proc.pid),
+            queue_db_id=info.get("queue_db_id"),
+        )
+        self.handles[node] = handle
+        return handle
+
+    def _reap(self, node: str) -> None:
+        proc = self.procs.pop(node, None)
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(STOP_TIMEOUT)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        _LIVE.discard(proc)
+        self.paused.discard(node)
+
+    def _tail(self, node: str, lines: int = 20) -> str:
+        try:
+            text = self._log_path(node).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        tail = text.splitlines()[-lines:]
+        return f"--- last lines of {node}.log ---\n" + "\n".join(tail) if tail else ""
+
+    def diagnostics(self) -> str:
+        if self.plan is None:
+            return ""
+        return "\n".join(t for t in (self._tail(n, 15) for n in self.plan.topology.nodes) if t)
+
+    async def stop(self) -> None:
+        procs = list(self.procs.items())
+        for node, proc in procs:
+            with contextlib.suppress(OSError):
+                if node in self.paused:
+                    proc.send_signal(signal.SIGCONT)
+                proc.terminate()
+        for node, proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                await asyncio.to_thread(proc.wait, STOP_TIMEOUT)
+            self._reap(node)
+        self.procs.clear()
+        self.paused.clear()
+
+    # -- node actions --------------------------------------------------------------
+
+    def handle(self, node: str) -> NodeHandle:
+        try:
+            return self.handles[node]
+        except KeyError:
+            raise TargetError(f"no node {node!r}") from None
+
+    def _proc(self, node: str) -> subprocess.Popen[bytes]:
+        proc = self.procs.get(node)
+        if proc is None:
+            raise TargetError(f"node {node} is not running")
+        return proc
+
+    async def kill(self, node: str) -> None:
+        proc = self._proc(node)
+        proc.kill()
+        await asyncio.to_thread(proc.wait, STOP_TIMEOUT)
+        self._reap(node)
+
+    async def pause(self, node: str) -> None:
+        self._proc(node).send_signal(signal.SIGSTOP)
+        self.paused.add(node)
+
+    async def resume(self, node: str) -> None:
+        self._proc(node).send_signal(signal.SIGCONT)
+        self.paused.discard(node)
+
+    async def restart(self, node: str) -> NodeHandle:
+        if node in self.procs:
+            await self.kill(node)
+        return await self._start_node(node)
+
+    async def wipe(self, node: str) -> NodeHandle:
+        if node in self.procs:
+            await self.kill(node)
+        shutil.rmtree(self._data_dir(node), ignore_errors=True)
+        return await self._start_node(node)
+
+
+@hookimpl
+def shadowcheck_describe_targets() -> list[tuple[str, str]]:
+    return [("reference", "the bundled reference MTA, one local process per node (default)")]
+
+
+@hookimpl
+def shadowcheck_make_target(
+    name: str, argument: str | None, options: dict[str, Any]
+) -> Target | None:
+    if name != "reference":
+        return None
+    return ReferenceTarget(python=argument or os.environ.get("SHADOWCHECK_PYTHON") or None)
