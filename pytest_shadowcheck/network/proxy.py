@@ -351,8 +351,13 @@ class _Connection:
                     self.budget[direction] = budget - len(chunk)
             if chunk:
                 recorder.feed(direction, chunk)
-                writer.write(chunk)
-                await writer.drain()
+                try:
+                    writer.write(chunk)
+                    await writer.drain()
+                except ConnectionError as exc:
+                    receiver = _side("s2c" if direction == "c2s" else "c2s")
+                    self.close_reason = self.close_reason or f"{receiver} error: {exc!r}"
+                    return
             if drop_now:
                 self.close_reason = f"drop_after ({direction})"
                 return
@@ -544,13 +549,19 @@ class _SmtpRecorder:
         """Account content bytes; return what follows the end-of-data marker."""
         if len(self._data_head) < HEADER_SCAN_LIMIT:
             self._data_head += chunk[: HEADER_SCAN_LIMIT - len(self._data_head)]
-        window = self._data_tail + chunk
-        end = window.find(_DATA_END)
-        if end == -1:
-            self._data_size += len(chunk)
-            self._data_tail = window[-4:]
-            return b""
-        consumed = end + len(_DATA_END) - len(self._data_tail)
+        # Look across the chunk boundary first, then inside the chunk, without
+        # copying the chunk (this runs on every chunk of every message).
+        tail = self._data_tail
+        end = (tail + chunk[:4]).find(_DATA_END)
+        if end != -1:
+            consumed = end + len(_DATA_END) - len(tail)
+        else:
+            end = chunk.find(_DATA_END)
+            if end == -1:
+                self._data_size += len(chunk)
+                self._data_tail = (tail + chunk)[-4:] if len(chunk) < 4 else chunk[-4:]
+                return b""
+            consumed = end + len(_DATA_END)
         self._data_size += consumed
         self._record_data(complete=True)
         return chunk[consumed:]
