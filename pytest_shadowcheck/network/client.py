@@ -83,6 +83,8 @@ class SendResult:
     else None. ``message_id``: the Message-ID of the message sent.
     ``refused_recipients``: recipients refused at RCPT (others may have been
     accepted). ``last_command``: the command the transaction stopped at.
+    ``deciding_reply``: the :class:`Reply` behind ``code`` (its ``t`` is when the
+    verdict arrived; ``replies[-1]`` may be the later QUIT reply), or None.
     """
 
     accepted: bool
@@ -94,6 +96,7 @@ class SendResult:
     message_id: str | None
     refused_recipients: list[str] = field(default_factory=list)
     last_command: str | None = None
+    deciding_reply: Reply | None = None
 
     @property
     def temporary_failure(self) -> bool:
@@ -281,6 +284,7 @@ class RecordingClient:
                 message_id=message_id,
                 refused_recipients=refused,
                 last_command=command,
+                deciding_reply=last,
             )
 
         def record(response: SMTPResponse) -> None:

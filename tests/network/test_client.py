@@ -46,6 +46,8 @@ def test_send_through_proxy_records_every_reply(run: Run, history: History) -> N
             assert result.accepted, result
             assert result.error is None
             assert result.code == 250 and result.enhanced == "2.6.0"
+            assert result.deciding_reply is result.replies[5]
+            assert result.replies[5].command == "EOD" and result.replies[6].command == "QUIT"
             assert result.message_id == message_id
             assert [r.command for r in result.replies] == [
                 "CONNECT", "EHLO", "MAIL", "RCPT", "DATA", "EOD", "QUIT",
