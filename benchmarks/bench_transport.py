@@ -1,0 +1,515 @@
+"""Benchmark: the reference MTA against a Postfix relay, same load, same sink.
+
+    python benchmarks/bench_transport.py [--messages 5000] [--sessions 10]
+                                         [--mode both|per-connection|reuse]
+
+One run drives Postfix's ``smtp-source`` (``--sessions`` parallel sessions,
+``--messages`` messages in all, identical flags for every target) into
+
+* (a) a 2-node reference cluster (one site, one DAG), shadow redundancy on;
+* (b) the same cluster with ``ShadowRedundancyEnabled: false``;
+* (c) a Postfix relay with its durable queue, configured here from scratch
+  (own config and queue directories, ``postfix -c DIR``, loopback only,
+  ``relay_domains`` + ``transport_maps`` to the sink, no DNS, no local
+  delivery);
+
+and, as a calibration, (d) straight into the sink. Every target delivers to
+one ``smtp-sink`` (from Debian's postfix package) on a loopback port; the
+sink's own running counter (``-c``: ``sess=N quit=N mesg=N``) is what counts
+deliveries. The script prints, for each target, messages per second
+*accepted* (until smtp-source exits: every message had its 250) and
+*delivered* (until the sink counted them all), then (a)/(c) and (b)/(c).
+
+Two ways to send, both reported by default (``--mode both``):
+
+* ``per-connection``: smtp-source's default, one message per SMTP session
+  (what an MTA sees from many independent senders). It charges the
+  per-session cost, which for a shadowing node includes opening its own
+  authenticated session to the shadow (CR-2).
+* ``reuse``: ``smtp-source -d``, many messages per session (what a relay
+  sees from a busy peer MTA); the per-message cost alone.
+
+Neither is "the" fair one; the per-connection figure is the headline because
+it is the common case for a transport's front door, and it is the one the
+colleague's Postfix reference (5,000 messages in ~8 s) was measured with.
+
+Requirements (the script installs nothing): ``/usr/sbin/smtp-source``,
+``/usr/sbin/smtp-sink``, ``/usr/sbin/postfix`` from Debian's ``postfix``
+package, and root (Postfix's master runs as root). Everything listens on
+127.0.0.1 only and is stopped, and its directories removed, at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SBIN = Path("/usr/sbin")
+TOOLS = ("smtp-source", "smtp-sink", "postfix", "postconf")
+INSTALL_HINT = (
+    "install Debian's postfix package (it ships smtp-source and smtp-sink):\n"
+    "  echo 'postfix postfix/main_mailer_type select No configuration' "
+    "| debconf-set-selections\n"
+    "  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postfix"
+)
+REPO = Path(__file__).resolve().parent.parent
+SENDER = "bench@source.test"
+RECIPIENT = "user@bench.test"
+MODES = {"per-connection": [], "reuse": ["-d"]}
+
+
+def tool(name: str) -> str:
+    found = SBIN / name
+    if found.exists():
+        return str(found)
+    other = shutil.which(name)
+    if other is None:
+        raise SystemExit(f"error: {name} not found.\n{INSTALL_HINT}")
+    return other
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_listening(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout:g}s")
+
+
+# -- the sink ------------------------------------------------------------------------------
+
+
+class Sink:
+    """``smtp-sink -c`` on a loopback port; a thread follows its message counter."""
+
+    _COUNTER = re.compile(rb"mesg=(\d+)")
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.count = 0
+        self._changed = threading.Condition()
+        argv = [tool("smtp-sink"), "-c"]
+        if os.geteuid() == 0:
+            argv += ["-u", "postfix"]  # smtp-sink refuses to keep root privileges
+        argv += [f"127.0.0.1:{port}", "1024"]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self._reader = threading.Thread(target=self._follow, daemon=True)
+        self._reader.start()
+        wait_listening(port)
+
+    def _follow(self) -> None:
+        assert self.proc.stdout is not None
+        pending = b""
+        while chunk := os.read(self.proc.stdout.fileno(), 65536):
+            pending += chunk
+            *records, pending = re.split(rb"[\r\n]", pending)
+            for record in reversed(records):
+                match = self._COUNTER.search(record)
+                if match:
+                    with self._changed:
+                        self.count = int(match.group(1))
+                        self._changed.notify_all()
+                    break
+
+    def wait_for(self, target: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while self.count < target:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(min(left, 0.05))
+        return True
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# -- targets ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    key: str
+    label: str
+    port: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+CLUSTER_YAML = """\
+boundary: bench
+secret: bench-secret
+nodes:
+  mbx1: {{site: site-a, dag: dag1}}
+  mbx2: {{site: site-a, dag: dag1}}
+next_hops:
+  bench.test: 127.0.0.1:{sink}
+settings:
+  ShadowRedundancyEnabled: {shadow}
+  RejectMessageOnShadowFailure: false
+  ShadowHeartbeatFrequency: 3600
+  ShadowResubmitTimeSpan: 86400
+  ReceiveConnectionInactivityTimeout: 600
+  ReceiveConnectionTimeout: 3600
+  SendConnectionInactivityTimeout: 600
+  TransientFailureRetryInterval: 1
+"""
+
+
+@contextlib.contextmanager
+def reference_cluster(work: Path, sink_port: int, shadow: bool) -> Iterator[dict[str, Any]]:
+    """``python -m reference_impl cluster``; yields mbx1's JSON line (plus mbx2's)."""
+    base = Path(tempfile.mkdtemp(prefix="cluster-", dir=work))
+    config = base / "cluster.yaml"
+    config.write_text(CLUSTER_YAML.format(sink=sink_port, shadow=str(shadow).lower()))
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reference_impl", "cluster", str(config), "--data", str(base)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        nodes = {}
+        for _ in range(2):
+            line = proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"reference cluster did not start (exit {proc.wait()})")
+            info = json.loads(line)
+            nodes[info["node"]] = info
+        yield nodes
+    finally:
+        stop_process(proc)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def control_get(address: str, path: str) -> Any:
+    with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as response:
+        return json.loads(response.read())
+
+
+MAIN_CF = """\
+compatibility_level = 3.6
+queue_directory = {queue}
+data_directory = {data}
+mail_owner = postfix
+setgid_group = postdrop
+myhostname = bench-postfix.localdomain
+mydomain = localdomain
+myorigin = $myhostname
+inet_interfaces = 127.0.0.1
+inet_protocols = ipv4
+mynetworks = 127.0.0.0/8
+mydestination =
+local_recipient_maps =
+local_transport = error:5.1.1 no local delivery in this benchmark
+alias_maps =
+alias_database =
+relay_domains = bench.test
+transport_maps = inline:{{ bench.test=smtp:[127.0.0.1]:{sink} }}
+smtpd_relay_restrictions = permit_mynetworks, reject_unauth_destination
+smtp_dns_support_level = disabled
+smtp_host_lookup = native
+smtpd_peername_lookup = no
+biff = no
+append_dot_mydomain = no
+maillog_file = {log}
+maillog_file_prefixes = {base}
+meta_directory = /etc/postfix
+"""
+
+MASTER_CF = """\
+127.0.0.1:{port} inet n - n - - smtpd
+pickup    unix  n       -       n       60      1       pickup
+cleanup   unix  n       -       n       -       0       cleanup
+qmgr      unix  n       -       n       300     1       qmgr
+tlsmgr    unix  -       -       n       1000?   1       tlsmgr
+rewrite   unix  -       -       n       -       -       trivial-rewrite
+bounce    unix  -       -       n       -       0       bounce
+defer     unix  -       -       n       -       0       bounce
+trace     unix  -       -       n       -       0       bounce
+verify    unix  -       -       n       -       1       verify
+flush     unix  n       -       n       1000?   0       flush
+proxymap  unix  -       -       n       -       -       proxymap
+proxywrite unix -       -       n       -       1       proxymap
+smtp      unix  -       -       n       -       -       smtp
+relay     unix  -       -       n       -       -       smtp
+showq     unix  n       -       n       -       -       showq
+error     unix  -       -       n       -       -       error
+retry     unix  -       -       n       -       -       error
+discard   unix  -       -       n       -       -       discard
+anvil     unix  -       -       n       -       1       anvil
+scache    unix  -       -       n       -       1       scache
+postlog   unix-dgram n  -       n       -       1       postlogd
+"""
+
+
+@contextlib.contextmanager
+def postfix_relay(work: Path, sink_port: int, port: int) -> Iterator[Path]:
+    """A private Postfix instance (``postfix -c DIR``); yields its config directory."""
+    if os.geteuid() != 0:
+        raise RuntimeError("Postfix's master must start as root: run the benchmark as root")
+    base = Path(tempfile.mkdtemp(prefix="postfix-", dir=work))
+    base.chmod(0o755)
+    conf, queue, data = base / "conf", base / "queue", base / "data"
+    for directory in (conf, queue, data):
+        directory.mkdir()
+    shutil.chown(data, "postfix")
+    log = base / "maillog"
+    (conf / "main.cf").write_text(
+        MAIN_CF.format(queue=queue, data=data, sink=sink_port, log=log, base=base)
+    )
+    (conf / "master.cf").write_text(MASTER_CF.format(port=port))
+    postfix = tool("postfix")
+    env = {**os.environ, "MAIL_CONFIG": str(conf)}
+
+    def run(*args: str) -> None:
+        done = subprocess.run(
+            [postfix, "-c", str(conf), *args], env=env, capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            logged = log.read_text()[-2000:] if log.exists() else ""
+            raise RuntimeError(
+                f"postfix {' '.join(args)} failed:\n{done.stderr}{done.stdout}{logged}"
+            )
+
+    started = False
+    try:
+        run("check")
+        run("start")
+        started = True
+        wait_listening(port)
+        yield base
+    finally:
+        if started:
+            with contextlib.suppress(RuntimeError):
+                run("stop")
+            pid_file = queue / "pid" / "master.pid"
+            deadline = time.monotonic() + 15
+            while pid_file.exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    target: str
+    mode: str
+    messages: int
+    accepted_s: float | None = None
+    delivered_s: float | None = None
+    delivered: int = 0
+    error: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def accepted_rate(self) -> float | None:
+        return None if not self.accepted_s else self.messages / self.accepted_s
+
+    @property
+    def delivered_rate(self) -> float | None:
+        return None if not self.delivered_s else self.messages / self.delivered_s
+
+
+def drive(
+    result: Result, port: int, sink: Sink, sessions: int, mode: str, size: int | None
+) -> None:
+    """smtp-source into ``port``; fills in the accepted and delivered times."""
+    argv = [tool("smtp-source"), *MODES[mode], "-s", str(sessions), "-m", str(result.messages)]
+    if size is not None:
+        argv += ["-l", str(size)]
+    argv += ["-M", "bench-client.localdomain", "-f", SENDER, "-t", RECIPIENT, f"127.0.0.1:{port}"]
+    before = sink.count
+    start = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True)
+    result.accepted_s = time.monotonic() - start
+    if done.returncode != 0:
+        result.error = f"smtp-source exit {done.returncode}: {done.stderr.strip()[-300:]}"
+    budget = max(120.0, result.messages / 20)
+    if sink.wait_for(before + result.messages, budget - (time.monotonic() - start)):
+        result.delivered_s = time.monotonic() - start
+    else:
+        result.error = (result.error + "; " if result.error else "") + (
+            f"the sink had {sink.count - before} of {result.messages} after {budget:g}s"
+        )
+    result.delivered = sink.count - before
+
+
+def run_all(args: argparse.Namespace) -> list[Result]:
+    for name in TOOLS:
+        tool(name)
+    modes = list(MODES) if args.mode == "both" else [args.mode]
+    results: list[Result] = []
+    work = Path(tempfile.mkdtemp(prefix="bench-transport-", dir=args.workdir))
+    work.chmod(0o755)
+    sink = Sink(free_port())
+    try:
+        for mode in modes:
+            for key in args.targets.split(","):
+                result = Result(target=key, mode=mode, messages=args.messages)
+                results.append(result)
+                print(f"... {key} ({mode})", file=sys.stderr, flush=True)
+                try:
+                    run_target(key, result, work, sink, args)
+                except (RuntimeError, OSError) as exc:
+                    result.error = str(exc)
+    finally:
+        sink.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def run_target(key: str, result: Result, work: Path, sink: Sink, args: argparse.Namespace) -> None:
+    drive_args = (sink, args.sessions, result.mode, args.size)
+    if key == "sink":
+        drive(result, sink.port, *drive_args)
+    elif key in ("a", "b"):
+        with reference_cluster(work, sink.port, shadow=key == "a") as nodes:
+            entry = nodes["mbx1"]
+            drive(result, int(entry["smtp"].rpartition(":")[2]), *drive_args)
+            first = control_get(entry["control"], "/stats")
+            second = control_get(nodes["mbx2"]["control"], "/stats")
+            result.notes.append(
+                f"mbx1 received={first['received']} delivered={first['delivered']} "
+                f"shadow_copies_made={first['shadow_copies_made']} "
+                f"accepted_without_shadow={first['accepted_without_shadow']}; "
+                f"mbx2 shadow_copies_stored={second['shadow_copies_stored']}"
+            )
+    elif key == "c":
+        port = free_port()
+        with postfix_relay(work, sink.port, port):
+            drive(result, port, *drive_args)
+    else:
+        raise RuntimeError(f"unknown target {key!r}")
+
+
+LABELS = {
+    "sink": "(d) smtp-source -> smtp-sink",
+    "a": "(a) reference, 2 nodes, shadow on",
+    "b": "(b) reference, 2 nodes, shadow off",
+    "c": "(c) postfix relay",
+}
+
+
+def fmt(value: float | None, spec: str) -> str:
+    width = int(re.match(r"\d*", spec).group() or 0)  # type: ignore[union-attr]
+    return "-".rjust(width) if value is None else format(value, spec)
+
+
+def report(results: list[Result], args: argparse.Namespace) -> str:
+    out = []
+    for mode in dict.fromkeys(r.mode for r in results):
+        rows = [r for r in results if r.mode == mode]
+        flags = " ".join([*MODES[mode], "-s", str(args.sessions), "-m", str(args.messages)])
+        out.append(f"\n{mode}: smtp-source {flags}")
+        out.append(
+            f"{'target':38} {'accepted/s':>11} {'delivered/s':>12} "
+            f"{'accept s':>9} {'deliver s':>10}"
+        )
+        for r in rows:
+            out.append(
+                f"{LABELS.get(r.target, r.target):38} {fmt(r.accepted_rate, '11.0f')} "
+                f"{fmt(r.delivered_rate, '12.0f')} {fmt(r.accepted_s, '9.2f')} "
+                f"{fmt(r.delivered_s, '10.2f')}"
+            )
+            for note in r.notes:
+                out.append(f"    {note}")
+            if r.error:
+                out.append(f"    ERROR: {r.error}")
+        postfix = next((r for r in rows if r.target == "c"), None)
+        for key, target in (("a", 1.0), ("b", 2.0)):
+            ours = next((r for r in rows if r.target == key), None)
+            if ours is None or postfix is None:
+                continue
+            parts = []
+            for what, mine, theirs in (
+                ("accepted", ours.accepted_rate, postfix.accepted_rate),
+                ("delivered", ours.delivered_rate, postfix.delivered_rate),
+            ):
+                if mine and theirs:
+                    ratio = mine / theirs
+                    verdict = "meets" if ratio >= target else "misses"
+                    parts.append(f"{what} {ratio:.2f}x ({verdict} {target:g}x)")
+            out.append(f"({key})/(c): " + ", ".join(parts or ["-"]))
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=5000, help="messages per target")
+    parser.add_argument("--sessions", type=int, default=10, help="parallel smtp-source sessions")
+    parser.add_argument(
+        "--mode", choices=["both", *MODES], default="both", help="messages per connection"
+    )
+    parser.add_argument("--size", type=int, help="smtp-source -l: message body length")
+    parser.add_argument(
+        "--targets",
+        default="sink,a,b,c",
+        help="comma-separated subset of sink,a,b,c (default: all)",
+    )
+    parser.add_argument(
+        "--workdir", help="where the queues live (default: the system temp dir; use a disk)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    args = parser.parse_args(argv)
+    results = run_all(args)
+    print(report(results, args))
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                [
+                    {
+                        **r.__dict__,
+                        "accepted_rate": r.accepted_rate,
+                        "delivered_rate": r.delivered_rate,
+                    }
+                    for r in results
+                ],
+                indent=2,
+            )
+        )
+    return 1 if any(r.error for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
