@@ -143,6 +143,8 @@ def _load_yaml(path: Path) -> Any:
         return loader.get_single_data()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
+        if mark is not None and mark.line >= len(text.splitlines()) and exc.context_mark:
+            mark = exc.context_mark  # "got end of stream": point where the construct began
         where = SourceRef(path, mark.line + 1, mark.column + 1) if mark else SourceRef(path)
         problem = exc.problem or "invalid YAML"
         if exc.context:
@@ -249,7 +251,11 @@ def _schema_message(error: jsonschema.ValidationError) -> tuple[str, str | None,
     if validator == "type":
         kinds = error.validator_value
         kinds = " or ".join(kinds) if isinstance(kinds, list) else kinds
-        return f"{where} has the wrong type ({type(error.instance).__name__})", kinds, path, False
+        names = {dict: "a mapping", list: "a list", str: "text", bool: "true/false"}
+        got = next((v for k, v in names.items() if isinstance(error.instance, k)), "a number")
+        if error.instance is None:
+            got = "nothing"
+        return f"{where} is {got}", str(kinds), path, False
     if validator == "pattern":
         return (
             f"{error.instance!r} is not a valid value for {where}",
@@ -258,7 +264,9 @@ def _schema_message(error: jsonschema.ValidationError) -> tuple[str, str | None,
             False,
         )
     if validator == "oneOf" and error.context:
-        best = jsonschema.exceptions.best_match(error.context)
+        # The branch for the instance's own type explains best: drop "wrong type" errors.
+        relevant = [e for e in error.context if e.validator not in ("type", "const")]
+        best = jsonschema.exceptions.best_match(relevant or error.context)
         if best is not None:
             return _schema_message(best)
     return f"{where}: {error.message}", None, path, False

@@ -1,0 +1,52 @@
+"""Fixtures for the plugin tests: real pytest runs (pytester), real SMTP sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_shadowcheck.history import History
+from pytest_shadowcheck.network import MailSink
+
+XSD = Path("/work/shared/data/junit-10.xsd")
+BUNDLED_XSD = Path(__file__).parent / "junit-10.xsd"
+
+
+class ThreadedSink:
+    """A MailSink on its own event loop thread: a plain SMTP server standing in for
+    an already-running node of the ``external`` target."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.sink = MailSink("plain", History())
+        future = asyncio.run_coroutine_threadsafe(self.sink.start(), self.loop)
+        self.host, self.port = future.result(10)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.sink.stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture
+def plain_smtp() -> Iterator[ThreadedSink]:
+    sink = ThreadedSink()
+    try:
+        yield sink
+    finally:
+        sink.close()
+
+
+def junit_schema() -> Path:
+    return XSD if XSD.exists() else BUNDLED_XSD

@@ -1,0 +1,115 @@
+"""A broken scenario file gives one clean error: file:line, a snippet, what was expected."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestAssertRewriteWarning")
+
+GOOD_HEAD = """\
+scenarios:
+  - name: s1
+    behaviours: [CR-4]
+    topology:
+      nodes: {mbx1: {}}
+    steps:
+"""
+
+CASES = {
+    "unknown_step_key": (
+        GOOD_HEAD + "      - send: {id: m1, via: mbx1, to: [a@corp.test]}\n"
+        "      - wait: {delivered: m1, timout: 2s}\n",
+        8,
+        "unknown key 'timout'",
+        "one of delivered, reply, timeout, to",
+    ),
+    "yaml_syntax": (
+        GOOD_HEAD + "      - send: {id: m1, via: mbx1, to: [a@corp.test]\n",
+        7,
+        "YAML syntax error",
+        "valid YAML",
+    ),
+    "unknown_node": (
+        GOOD_HEAD + "      - kill: mbx9\n",
+        7,
+        "unknown node 'mbx9'",
+        "a node of topology 'inline': mbx1",
+    ),
+    "unknown_fault": (
+        GOOD_HEAD + "      - fault: {link: client->mbx1, kind: explode}\n",
+        7,
+        "'explode' is not allowed",
+        "one of cut, blackhole, delay",
+    ),
+    "bad_duration": (
+        GOOD_HEAD + "      - wait: 3 fortnights\n",
+        7,
+        "bad duration '3 fortnights'",
+        "a duration: seconds or a number with ms, s, m, h or d",
+    ),
+    "unknown_step": (
+        GOOD_HEAD + "      - explode: mbx1\n",
+        7,
+        "unknown step 'explode'",
+        "one of advance, check, directory",
+    ),
+    "unknown_behaviour": (
+        GOOD_HEAD.replace("CR-4", "CR-99") + "      - kill: mbx1\n",
+        3,
+        "unknown behaviour ID 'CR-99'",
+        "an ID of the catalogue",
+    ),
+    "unknown_topology": (
+        GOOD_HEAD.replace("    topology:\n      nodes: {mbx1: {}}\n", "    topology: nowhere\n")
+        + "      - kill: mbx1\n",
+        4,
+        "unknown topology 'nowhere'",
+        "two-node-dag",
+    ),
+    "message_not_sent": (
+        GOOD_HEAD + "      - send: {id: m1, via: mbx1, to: [a@corp.test]}\n"
+        "    expect:\n      - reply: {message: m2, code: 250}\n",
+        9,
+        "unknown message 'm2'",
+        "the id of a send step: m1",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_broken_scenario_is_one_clean_error(pytester: pytest.Pytester, case: str) -> None:
+    text, line, message, expected = CASES[case]
+    path = pytester.path / "broken.yaml"
+    path.write_text(text, encoding="utf-8")
+    result = pytester.runpytest("--shadowcheck", str(path))
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [f"*broken.yaml:{line}: *{message}*", f"> *{line} |*", f"expected: *{expected}*"]
+    )
+    assert "Traceback" not in out
+    assert out.count("ERROR collecting") == 1
+
+
+def test_duplicate_key_names_its_line(pytester: pytest.Pytester) -> None:
+    path = pytester.path / "dup.yaml"
+    path.write_text(
+        GOOD_HEAD.replace("    behaviours: [CR-4]\n", "    behaviours: [CR-4]\n    name: s2\n")
+        + "      - kill: mbx1\n"
+    )
+    result = pytester.runpytest("--shadowcheck", str(path))
+    result.stdout.fnmatch_lines(["*dup.yaml:4: duplicate key 'name'*"])
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+
+
+def test_shared_topology_file_error_points_into_that_file(pytester: pytest.Pytester) -> None:
+    (pytester.path / "topologies").mkdir()
+    (pytester.path / "topologies" / "mine.yaml").write_text("nodes:\n  mbx1: {sight: a}\n")
+    path = pytester.path / "uses.yaml"
+    path.write_text(
+        GOOD_HEAD.replace("    topology:\n      nodes: {mbx1: {}}\n", "    topology: mine\n")
+        + "      - kill: mbx1\n"
+    )
+    result = pytester.runpytest("--shadowcheck", str(path))
+    result.stdout.fnmatch_lines(["*topologies/mine.yaml:2: unknown key 'sight'*"])
+    assert "Traceback" not in result.stdout.str()
