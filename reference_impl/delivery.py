@@ -259,6 +259,10 @@ class _Session:
                 return RETRY, describe(exc)
         try:
             errors, _ = await self.smtp.sendmail(message.sender, fork.recipients, message.content)
+        except aiosmtplib.SMTPRecipientsRefused as exc:
+            # Every recipient refused: final only if every refusal was permanent.
+            permanent = all(r.code >= 500 for r in exc.recipients)
+            return (FINAL if permanent else RETRY), describe(exc)
         except aiosmtplib.SMTPResponseException as exc:
             await self.close()
             return (FINAL if exc.code >= 500 else RETRY), describe(exc)

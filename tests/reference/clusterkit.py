@@ -88,6 +88,11 @@ class _SinkHandler:
         envelope.rcpt_tos.append(address)
         return "250 OK"
 
+    async def handle_QUIT(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        self.sink.commands.append("QUIT")
+        self.sink.quits.append(time.monotonic())
+        return "221 Bye"
+
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         content = envelope.original_content or b""
         self.sink.received.append(
@@ -106,6 +111,7 @@ class Sink:
 
     received: list[Received] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)
+    quits: list[float] = field(default_factory=list)
     deferred: dict[str, str] = field(default_factory=dict)  # address -> reply
     controller: Controller | None = None
 
@@ -157,6 +163,7 @@ class Cluster:
         self.config_path.write_text(yaml.safe_dump(spec))
         self.nodes = {name: NodeProc(name, root / name) for name in spec["nodes"]}
         self.peer_overrides: dict[str, dict[str, str]] = {}
+        self.paused: set[str] = set()
 
     # -- processes --------------------------------------------------------------
 
@@ -179,8 +186,8 @@ class Cluster:
     def wire(self) -> None:
         """Tell every running node where every other node listens now."""
         for node in self.nodes.values():
-            if not self.running(node.name):
-                continue
+            if not self.running(node.name) or node.name in self.paused:
+                continue  # a frozen node cannot answer; it keeps the addresses it had
             peers = {
                 p: a for p, a in self.known_addresses().items() if p != node.name
             }
@@ -205,11 +212,13 @@ class Cluster:
         proc = self.nodes[name].proc
         assert proc is not None
         proc.send_signal(signal.SIGSTOP)
+        self.paused.add(name)
 
     def resume(self, name: str) -> None:
         proc = self.nodes[name].proc
         assert proc is not None
         proc.send_signal(signal.SIGCONT)
+        self.paused.discard(name)
 
     def restart(self, name: str, *, wipe: bool = False, port_same: bool = True) -> None:
         """Start a stopped node again on the same SMTP port, with or without its queue."""
@@ -296,20 +305,26 @@ class Cluster:
         host, port = self.nodes[name].smtp
         client = smtplib.SMTP(host, port, timeout=timeout)
         try:
-            client.ehlo("client.test")
-            client.sendmail(sender, recipients, make_message(message_id, body=body))
-            code, text = 250, "OK"
-        except smtplib.SMTPDataError as exc:
-            code, text = exc.smtp_code, exc.smtp_error.decode()
-        except smtplib.SMTPRecipientsRefused as exc:
-            code, raw = next(iter(exc.recipients.values()))
-            text = raw.decode()
+            code, text = self._transaction(client, sender, recipients, message_id, body)
         finally:
             try:
                 client.quit()
             except (smtplib.SMTPException, OSError):
                 client.close()
         return code, text, message_id
+
+    @staticmethod
+    def _transaction(
+        client: smtplib.SMTP, sender: str, recipients: list[str], message_id: str, body: str
+    ) -> tuple[int, str]:
+        """MAIL, RCPT..., DATA step by step so that the deciding reply is kept."""
+        client.ehlo("client.test")
+        for command, arg in [("mail", sender), *(("rcpt", r) for r in recipients)]:
+            code, raw = getattr(client, command)(arg)
+            if code >= 400:
+                return code, raw.decode()
+        code, raw = client.data(make_message(message_id, body=body).encode())
+        return code, raw.decode()
 
 
 def two_nodes(sink: Sink, **settings: Any) -> dict[str, Any]:
