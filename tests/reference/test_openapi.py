@@ -362,13 +362,13 @@ async def exercise(spec: dict[str, Any], data: Path) -> set[tuple[str, str]]:
 
             # Every GET route, on both nodes, with what the traffic left behind.
             for _, path, _ in [r for r in ROUTES if r[0] == "GET"]:
-                for node in base:
+                for target in base:
                     if path == "/safetynet/{kind}":
                         for kind in ("primary", "shadow"):
-                            status, _ = await call("GET", node, f"/safetynet/{kind}", path)
+                            status, _ = await call("GET", target, f"/safetynet/{kind}", path)
                             assert status == 200
                     else:
-                        status, _ = await call("GET", node, path)
+                        status, _ = await call("GET", target, path)
                         assert status == 200
 
             # The answers were not trivially empty: the schemas saw real items.
