@@ -453,7 +453,8 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
     """Every acknowledged message is delivered (or still held by a live node), unless
     every node holding a copy failed: then it is OUTSIDE-GUARANTEE (PR-4)."""
     acknowledged = [ref for ref, m in run.messages.items() if m.code is not None and m.code < 300]
-    if not acknowledged:
+    if not acknowledged or not run.sinks:
+        # without next hops the harness sees, deliveries cannot be observed
         return []
     settle = run.scenario.settle
 

@@ -65,7 +65,8 @@ class ScenarioItem(pytest.Item):
             self.user_properties.append(("shadowcheck.behaviours", ",".join(verdict.behaviours)))
             self.user_properties.append(("shadowcheck.verdict", str(verdict.status)))
         if verdict.status == Status.UNTESTABLE:
-            pytest.skip(f"UNTESTABLE: {verdict.reason}")
+            # reported at the scenario's location (like a skip marker), not at this line
+            raise pytest.skip.Exception(f"UNTESTABLE: {verdict.reason}", _use_item_location=True)
         if verdict.status == Status.OUTSIDE_GUARANTEE:
             pytest.xfail(f"OUTSIDE-GUARANTEE: {verdict.reason}")
         if verdict.status == Status.FAIL:
