@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from .config import ClusterConfig, ConfigError, load_cluster, parse_address
+from .config import ClusterConfig, ConfigError, load_cluster, parse_address, parse_time
 from .node import Node
 
 
@@ -32,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     node.add_argument("--data", required=True, help="directory for the queue database")
     node.add_argument("--smtp", help="HOST:PORT to listen on for SMTP (default from the file)")
     node.add_argument("--control", help="HOST:PORT for the control API (default from the file)")
+    node.add_argument(
+        "--clock-start", help="virtual clock only: start at this time (epoch or ISO 8601)"
+    )
     node.add_argument("--log-level", default=os.environ.get("SHADOWCHECK_LOG", "WARNING"))
     cluster = sub.add_parser("cluster", help="run every node of a cluster as its own process")
     cluster.add_argument("config", help="the cluster YAML file")
@@ -55,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "node":
             cluster = load_cluster(args.config)
             cluster.node(args.name)
+            if args.clock_start:
+                cluster = dataclasses.replace(
+                    cluster, clock_start=parse_time(args.clock_start, "--clock-start")
+                )
             smtp = parse_address(args.smtp, "--smtp") if args.smtp else None
             control = parse_address(args.control, "--control") if args.control else None
             asyncio.run(run_node(cluster, args.name, Path(args.data), smtp, control))

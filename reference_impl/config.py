@@ -109,6 +109,10 @@ def parse_time(value: Any, where: str) -> float:
         moment = value
     elif isinstance(value, str):
         try:
+            return float(value)
+        except ValueError:
+            pass
+        try:
             moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             raise ConfigError(f"{where}: not a time: {value!r}") from None

@@ -72,7 +72,11 @@ class _SinkHandler:
         self.sink = sink
 
     async def handle_EHLO(
-        self, server: SMTP, session: Session, envelope: Envelope, hostname: str,
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        hostname: str,
         responses: list[str],
     ) -> list[str]:
         session.host_name = hostname
@@ -97,9 +101,12 @@ class _SinkHandler:
         content = envelope.original_content or b""
         self.sink.received.append(
             Received(
-                mail_from=envelope.mail_from or "", rcpt_tos=list(envelope.rcpt_tos),
-                content=content, helo=session.host_name or "",
-                message_id=message_id_of(content), at=time.monotonic(),
+                mail_from=envelope.mail_from or "",
+                rcpt_tos=list(envelope.rcpt_tos),
+                content=content,
+                helo=session.host_name or "",
+                message_id=message_id_of(content),
+                at=time.monotonic(),
             )
         )
         return "250 2.0.0 OK delivered"
@@ -172,12 +179,28 @@ class Cluster:
             self._spawn(self.nodes[name])
         self.wire()
 
-    def _spawn(self, node: NodeProc) -> None:
-        node.proc = subprocess.Popen(
-            [sys.executable, "-m", "reference_impl", "node", "--config", str(self.config_path),
-             "--name", node.name, "--data", str(node.data)],
-            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    def _popen(self, node: NodeProc, extra: list[str]) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "reference_impl",
+                "node",
+                "--config",
+                str(self.config_path),
+                "--name",
+                node.name,
+                "--data",
+                str(node.data),
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
+
+    def _spawn(self, node: NodeProc) -> None:
+        node.proc = self._popen(node, [])
         assert node.proc.stdout is not None
         line = node.proc.stdout.readline()
         assert line, f"node {node.name} did not start (exit code {node.proc.wait()})"
@@ -188,9 +211,7 @@ class Cluster:
         for node in self.nodes.values():
             if not self.running(node.name) or node.name in self.paused:
                 continue  # a frozen node cannot answer; it keeps the addresses it had
-            peers = {
-                p: a for p, a in self.known_addresses().items() if p != node.name
-            }
+            peers = {p: a for p, a in self.known_addresses().items() if p != node.name}
             peers.update(self.peer_overrides.get(node.name, {}))
             if peers:
                 self.api(node.name, "PUT", "/topology/peers", peers)
@@ -220,7 +241,14 @@ class Cluster:
         proc.send_signal(signal.SIGCONT)
         self.paused.discard(name)
 
-    def restart(self, name: str, *, wipe: bool = False, port_same: bool = True) -> None:
+    def restart(
+        self,
+        name: str,
+        *,
+        wipe: bool = False,
+        port_same: bool = True,
+        clock_start: float | None = None,
+    ) -> None:
         """Start a stopped node again on the same SMTP port, with or without its queue."""
         node = self.nodes[name]
         if self.running(name):
@@ -228,13 +256,12 @@ class Cluster:
         if wipe:
             for path in sorted(node.data.glob("*")):
                 path.unlink()
-        old = node.smtp
-        node.proc = subprocess.Popen(
-            [sys.executable, "-m", "reference_impl", "node", "--config", str(self.config_path),
-             "--name", name, "--data", str(node.data),
-             *(["--smtp", f"{old[0]}:{old[1]}"] if port_same else [])],
-            stdout=subprocess.PIPE, text=True,
-        )
+        extra = []
+        if port_same:
+            extra += ["--smtp", "{}:{}".format(*node.smtp)]
+        if clock_start is not None:
+            extra += ["--clock-start", repr(clock_start)]
+        node.proc = self._popen(node, extra)
         assert node.proc.stdout is not None
         line = node.proc.stdout.readline()
         assert line, f"node {name} did not restart"
@@ -297,8 +324,13 @@ class Cluster:
     # -- SMTP -------------------------------------------------------------------
 
     def send(
-        self, name: str, recipients: list[str], message_id: str | None = None,
-        sender: str = "a@ext.test", timeout: float = 30.0, body: str = "hello",
+        self,
+        name: str,
+        recipients: list[str],
+        message_id: str | None = None,
+        sender: str = "a@ext.test",
+        timeout: float = 30.0,
+        body: str = "hello",
     ) -> tuple[int, str, str]:
         """Send one message; (code, text, message_id). Never raises on SMTP errors."""
         message_id = message_id or f"<{uuid.uuid4().hex}@client.test>"

@@ -66,18 +66,20 @@ def plain(user: str, password: str) -> str:
 
 @pytest.fixture
 def node(cluster_factory: Callable[..., Cluster], sink: Sink) -> Cluster:
-    return cluster_factory({
-        "boundary": "dag1",
-        "secret": SECRET,
-        "nodes": {"mbx1": {"site": "site-a"}, "mbx2": {"site": "site-a"}},
-        "next_hops": {"corp.test": sink.address},
-        "settings": {
-            "MaxMessageSize": 2000,
-            "ReceiveConnectionInactivityTimeout": 1.0,
-            "ReceiveConnectionTimeout": 2.5,
-            "RejectMessageOnShadowFailure": False,
-        },
-    })
+    return cluster_factory(
+        {
+            "boundary": "dag1",
+            "secret": SECRET,
+            "nodes": {"mbx1": {"site": "site-a"}, "mbx2": {"site": "site-a"}},
+            "next_hops": {"corp.test": sink.address},
+            "settings": {
+                "MaxMessageSize": 2000,
+                "ReceiveConnectionInactivityTimeout": 1.0,
+                "ReceiveConnectionTimeout": 2.5,
+                "RejectMessageOnShadowFailure": False,
+            },
+        }
+    )
 
 
 def connect(cluster: Cluster, name: str = "mbx1") -> Wire:
@@ -96,8 +98,9 @@ def test_greeting_and_anonymous_ehlo_hide_shadow_verbs(node: Cluster) -> None:
     assert "XSHADOW" not in help_text and "XQDISCARD" not in help_text
 
 
-@pytest.mark.parametrize("verb", ["XSHADOW mbx2", "XQDISCARD", "XSHADOWCOPY a b c",
-                                  "XRESUBMIT PRIMARY DB1 0 1"])
+@pytest.mark.parametrize(
+    "verb", ["XSHADOW mbx2", "XQDISCARD", "XSHADOWCOPY a b c", "XRESUBMIT PRIMARY DB1 0 1"]
+)
 def test_anonymous_shadow_verbs_are_refused_like_unknown_ones(node: Cluster, verb: str) -> None:
     wire = connect(node)
     wire.cmd("EHLO client.test")
@@ -247,14 +250,33 @@ def test_inactivity_at_or_above_connection_timeout_is_rejected(node: Cluster, tm
     assert "must be less than ReceiveConnectionTimeout" in bad["error"]
     assert node.api("mbx1", "GET", "/settings")["ReceiveConnectionInactivityTimeout"] == 1.0
     config = tmp_path / "bad.yaml"
-    config.write_text(yaml.safe_dump({
-        "nodes": {"n1": {}},
-        "settings": {"ReceiveConnectionInactivityTimeout": 600, "ReceiveConnectionTimeout": 600},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "nodes": {"n1": {}},
+                "settings": {
+                    "ReceiveConnectionInactivityTimeout": 600,
+                    "ReceiveConnectionTimeout": 600,
+                },
+            }
+        )
+    )
     result = subprocess.run(
-        [sys.executable, "-m", "reference_impl", "node", "--config", str(config), "--name", "n1",
-         "--data", str(tmp_path / "d")],
-        capture_output=True, text=True, timeout=30,
+        [
+            sys.executable,
+            "-m",
+            "reference_impl",
+            "node",
+            "--config",
+            str(config),
+            "--name",
+            "n1",
+            "--data",
+            str(tmp_path / "d"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 2
     assert "ReceiveConnectionInactivityTimeout" in result.stderr

@@ -154,8 +154,11 @@ def _placement_cluster(
 
 
 def _shadow_of(cluster: Cluster, message_id: str) -> list[str]:
-    return [n for n in ("mbx2", "mbx3") if cluster.running(n)
-            and any(s["message_id"] == message_id for s in cluster.shadows(n))]
+    return [
+        n
+        for n in ("mbx2", "mbx3")
+        if cluster.running(n) and any(s["message_id"] == message_id for s in cluster.shadows(n))
+    ]
 
 
 def test_prefer_remote_places_copy_in_the_other_site_then_falls_back(
@@ -171,8 +174,11 @@ def test_prefer_remote_places_copy_in_the_other_site_then_falls_back(
     code, _, second = cluster.send("mbx1", ["alice@corp.test"])
     assert code == 250
     assert _shadow_of(cluster, second) == ["mbx2"]
-    attempts = [a for a in cluster.api("mbx1", "GET", "/stats")["shadow_attempts"]
-                if a["message_id"] == second]
+    attempts = [
+        a
+        for a in cluster.api("mbx1", "GET", "/stats")["shadow_attempts"]
+        if a["message_id"] == second
+    ]
     assert [a["peer"] for a in attempts] == ["mbx3"] * 4 + ["mbx2"]
 
 
@@ -266,9 +272,7 @@ def test_dsn_is_a_fork_the_copy_waits_for(cluster_factory: Factory, sink: Sink) 
     spec = two_nodes(sink)
     cluster = cluster_factory(spec)
     sink.deferred["nobody@corp.test"] = "550 5.1.1 no such user"
-    code, _, message_id = cluster.send(
-        "mbx1", ["nobody@corp.test"], sender="sender@corp.test"
-    )
+    code, _, message_id = cluster.send("mbx1", ["nobody@corp.test"], sender="sender@corp.test")
     assert code == 250
     dsn = wait_until(lambda: [r for r in sink.received if r.mail_from in ("", "<>")])
     assert dsn[0].rcpt_tos == ["sender@corp.test"]
