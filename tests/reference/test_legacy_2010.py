@@ -1,0 +1,126 @@
+"""The 2010 profile: the sending hop keeps the shadow. XS-2, XS-4, XS-6, DI-7, PR-6.
+
+Chicago -> New York -> London -> Dublin (the sink): three 2010 nodes of one
+boundary, each relaying to the next through the peer table.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from clusterkit import Cluster, Sink, wait_until
+
+Factory = Callable[..., Cluster]
+HOLD = "451 4.3.0 Dublin is busy"
+
+
+def chain(sink: Sink, **settings: Any) -> dict[str, Any]:
+    return {
+        "boundary": "org",
+        "profile": "2010",
+        "nodes": {
+            "chicago": {"site": "us", "next_hops": {"dublin.test": {"node": "newyork"}}},
+            "newyork": {"site": "us", "next_hops": {"dublin.test": {"node": "london"}}},
+            "london": {"site": "us", "next_hops": {"dublin.test": sink.address}},
+        },
+        "settings": {
+            "ShadowHeartbeatFrequency": 0.3,
+            "TransientFailureRetryInterval": 0.3,
+            "SendConnectionInactivityTimeout": 3,
+            "MaxAcknowledgementDelay": 1.0,
+            **settings,
+        },
+    }
+
+
+def test_chicago_discards_once_new_york_relayed_whatever_london_does(
+    cluster_factory: Factory, sink: Sink
+) -> None:
+    """DI-7: London cannot deliver to Dublin; Chicago drops its shadow anyway,
+    New York keeps its own (London has not relayed yet)."""
+    sink.deferred["*"] = HOLD
+    cluster = cluster_factory(chain(sink))
+    code, _, message_id = cluster.send("chicago", ["paddy@dublin.test"])
+    assert code == 250
+    wait_until(lambda: cluster.active("london"))
+    wait_until(lambda: cluster.shadows("chicago") == [])
+    newyork_shadows = cluster.shadows("newyork")
+    assert [(s["primary_node"], s["message_id"]) for s in newyork_shadows] == [
+        ("london", message_id)
+    ]
+    del sink.deferred["*"]
+    wait_until(lambda: sink.of(message_id))
+    wait_until(lambda: cluster.shadows("newyork") == [])
+    # XS-6: a 2010 querier deletes the shadows; nothing goes to a Safety Net.
+    assert cluster.safety_net("chicago", "shadow") == []
+
+
+def test_discard_exchange_closes_each_session(cluster_factory: Factory, sink: Sink) -> None:
+    """XS-6: with heartbeats out of the way, the next relay session picks up the discard."""
+    cluster = cluster_factory(chain(sink, ShadowHeartbeatFrequency=3600))
+    code, _, first = cluster.send("chicago", ["paddy@dublin.test"])
+    assert code == 250
+    wait_until(lambda: sink.of(first))
+    wait_until(lambda: cluster.api("newyork", "GET", "/discard-events"))
+    assert [s["message_id"] for s in cluster.shadows("chicago")] == [first]
+    code, _, second = cluster.send("chicago", ["paddy@dublin.test"])
+    assert code == 250
+    wait_until(lambda: sink.of(second))
+    wait_until(lambda: first not in [s["message_id"] for s in cluster.shadows("chicago")])
+
+
+def test_delayed_acknowledgement(cluster_factory: Factory, sink: Sink) -> None:
+    """XS-4: a sender without shadow support waits for the next hop, or for
+    MaxAcknowledgementDelay when the next hop cannot take the message."""
+    spec = chain(sink, MaxAcknowledgementDelay=1.5)
+    spec["nodes"] = {"london": spec["nodes"]["london"]}
+    cluster = cluster_factory(spec)
+    started = time.monotonic()
+    code, _, message_id = cluster.send("london", ["paddy@dublin.test"])
+    assert code == 250
+    assert sink.of(message_id), "250 came before the next hop had the message"
+    sink.deferred["*"] = HOLD
+    started = time.monotonic()
+    code, _, held = cluster.send("london", ["paddy@dublin.test"])
+    waited = time.monotonic() - started
+    assert code == 250
+    assert waited >= 1.4
+    assert sink.of(held) == []
+
+
+def test_no_xshadow_towards_a_hop_that_does_not_offer_it(
+    cluster_factory: Factory, sink: Sink
+) -> None:
+    """XS-2: New York has shadow redundancy off: Chicago sends plainly and keeps nothing."""
+    sink.deferred["*"] = HOLD
+    cluster = cluster_factory(chain(sink))
+    cluster.api("newyork", "PUT", "/settings", {"ShadowRedundancyEnabled": False})
+    code, _, _ = cluster.send("chicago", ["paddy@dublin.test"])
+    assert code == 250
+    wait_until(lambda: cluster.active("london"))
+    # London delays its 250 to New York (no XSHADOW from it either), then all is handed on.
+    wait_until(lambda: cluster.active("newyork") == [])
+    assert cluster.shadows("chicago") == []
+
+
+def test_heartbeat_retry_count_decides_failure(cluster_factory: Factory, sink: Sink) -> None:
+    """PR-6: three consecutive heartbeat time-outs and the primary counts as failed."""
+    sink.deferred["*"] = HOLD
+    spec = chain(
+        sink,
+        ShadowHeartbeatTimeoutInterval=0.4,
+        ShadowHeartbeatRetryCount=3,
+        ShadowResubmitTimeSpan=3600,
+    )
+    cluster = cluster_factory(spec)
+    code, _, message_id = cluster.send("chicago", ["paddy@dublin.test"])
+    assert code == 250
+    wait_until(lambda: cluster.shadows("chicago"))
+    cluster.pause("newyork")
+    paused_at = time.monotonic()
+    wait_until(lambda: cluster.api("chicago", "GET", "/stats")["promoted"] == 1)
+    assert time.monotonic() - paused_at >= 3 * 0.4
+    promoted = [m for m in cluster.active("chicago") if m["origin"] == "promoted"]
+    assert [m["message_id"] for m in promoted] == [message_id]
