@@ -67,9 +67,10 @@ class Message:
 
     @property
     def reply_t(self) -> float | None:
-        if self.result is None or not self.result.replies:
+        # The reply that accepted or refused the message, not the QUIT answer after it.
+        if self.result is None or self.result.deciding_reply is None:
             return None
-        return self.result.replies[-1].t
+        return self.result.deciding_reply.t
 
     def links(self, all_nodes: bool = False) -> list[str]:
         """Links worth showing for this message: the sender's, and the primary's."""
