@@ -1,10 +1,15 @@
 """The queue database: one SQLite file per node, durable before any 250.
 
-WAL with ``synchronous=FULL`` makes every commit reach the disk before the
-call returns, so the SMTP layer may acknowledge as soon as a write method
-here has returned. The file also carries the queue database ID: a node
-restarted on the same file keeps it, a wiped node gets a new one, and
-shadows compare it to detect a primary that lost its queue (PR-2).
+WAL with ``synchronous=FULL`` makes a commit reach the disk before the call
+returns, so the SMTP layer may acknowledge as soon as ``enqueue`` or
+``add_shadow`` has returned. Later bookkeeping (delivery progress, discard
+hand-outs, peer contact) commits with ``synchronous=NORMAL``: WAL keeps it
+safe when the process dies, and the next durable commit flushes it; only a
+power cut can undo it, which at worst delivers a message twice, never loses it.
+
+The file also carries the queue database ID: a node restarted on the same
+file keeps it, a wiped node gets a new one, and shadows compare it to
+detect a primary that lost its queue (PR-2).
 
 Tables:
 - ``messages`` + ``forks``: the active queue; a message has one fork per
@@ -164,14 +169,26 @@ class QueueDB:
         self.conn.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        self.conn.execute("BEGIN IMMEDIATE")
+    def transaction(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """One transaction; ``durable=False`` skips the fsync (see the module doc)."""
+        if not durable:
+            self.conn.execute("PRAGMA synchronous=NORMAL")
         try:
-            yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+        finally:
+            if not durable:
+                self.conn.execute("PRAGMA synchronous=FULL")
+
+    def _bookkeeping(self, sql: str, args: tuple[Any, ...]) -> int:
+        """One non-durable write statement; the number of rows it touched."""
+        with self.transaction(durable=False) as c:
+            return c.execute(sql, args).rowcount
 
     # -- meta ---------------------------------------------------------------
 
@@ -253,14 +270,14 @@ class QueueDB:
         return [_fork(r) for r in rows]
 
     def fork_done(self, message_id: str, domain: str, state: str, now: float, error: str) -> None:
-        self.conn.execute(
+        self._bookkeeping(
             "UPDATE forks SET state = ?, done_at = ?, last_error = ?, attempts = attempts + 1 "
             "WHERE message = ? AND domain = ?",
             (state, now, error, message_id, domain),
         )
 
     def fork_retry(self, message_id: str, domain: str, next_attempt: float, error: str) -> None:
-        self.conn.execute(
+        self._bookkeeping(
             "UPDATE forks SET attempts = attempts + 1, next_attempt = ?, last_error = ? "
             "WHERE message = ? AND domain = ?",
             (next_attempt, error, message_id, domain),
@@ -281,7 +298,7 @@ class QueueDB:
     ) -> None:
         """A fully processed message leaves the active queue in one transaction:
         discard events for its shadows (DI-1) and its Primary Safety Net entries (SN-1)."""
-        with self.transaction() as c:
+        with self.transaction(durable=False) as c:
             for node in discard_for:
                 c.execute(
                     "INSERT OR IGNORE INTO discard_events VALUES (?, ?, ?, ?, NULL)",
@@ -329,21 +346,35 @@ class QueueDB:
         rows = self.conn.execute(sql + " ORDER BY received_at", args).fetchall()
         return [_shadow(r) for r in rows]
 
+    def has_shadows(self, primary: str) -> bool:
+        row = self.conn.execute(
+            "SELECT 1 FROM shadows WHERE primary_node = ? LIMIT 1", (primary,)
+        ).fetchone()
+        return row is not None
+
+    def stale_shadows(self, primary: str, db_id: str) -> list[dict[str, Any]]:
+        """Copies taken from an earlier queue database of ``primary`` (PR-2)."""
+        rows = self.conn.execute(
+            "SELECT * FROM shadows WHERE primary_node = ? AND primary_db_id != ?",
+            (primary, db_id),
+        ).fetchall()
+        return [_shadow(r) for r in rows]
+
     def shadow_primaries(self) -> list[str]:
         rows = self.conn.execute("SELECT DISTINCT primary_node FROM shadows").fetchall()
         return [str(r[0]) for r in rows]
 
     def remove_shadow(self, shadow_id: str) -> None:
-        self.conn.execute("DELETE FROM shadows WHERE id = ?", (shadow_id,))
+        self._bookkeeping("DELETE FROM shadows WHERE id = ?", (shadow_id,))
 
     def set_shadow_state(self, shadow_id: str, state: str) -> None:
-        self.conn.execute("UPDATE shadows SET state = ? WHERE id = ?", (state, shadow_id))
+        self._bookkeeping("UPDATE shadows SET state = ? WHERE id = ?", (state, shadow_id))
 
     def shadow_to_safety_net(self, primary: str, primary_msgs: list[str], entry_for: Any) -> int:
         """DI-4/SN-2: move discarded shadows to the Shadow Safety Net (or drop them
         when ``entry_for`` returns None, as a 2010 node does). Returns how many moved."""
         moved = 0
-        with self.transaction() as c:
+        with self.transaction(durable=False) as c:
             for msg in primary_msgs:
                 row = c.execute(
                     "SELECT * FROM shadows WHERE primary_node = ? AND primary_msg = ?",
@@ -365,7 +396,7 @@ class QueueDB:
         return None if row is None else dict(row)
 
     def peer_contact(self, node: str, now: float, db_id: str | None) -> None:
-        self.conn.execute(
+        self._bookkeeping(
             "INSERT INTO peers(node, last_contact, db_id) VALUES (?, ?, ?) "
             "ON CONFLICT(node) DO UPDATE SET last_contact = excluded.last_contact, "
             "db_id = COALESCE(excluded.db_id, peers.db_id), failures = 0",
@@ -373,7 +404,7 @@ class QueueDB:
         )
 
     def peer_failure(self, node: str) -> int:
-        self.conn.execute("UPDATE peers SET failures = failures + 1 WHERE node = ?", (node,))
+        self._bookkeeping("UPDATE peers SET failures = failures + 1 WHERE node = ?", (node,))
         peer = self.peer(node)
         return 0 if peer is None else int(peer["failures"])
 
@@ -381,7 +412,7 @@ class QueueDB:
 
     def take_discards(self, shadow_node: str, now: float, limit: int = 1000) -> list[str]:
         """DI-3: the notifications for one shadow, each handed over once."""
-        with self.transaction() as c:
+        with self.transaction(durable=False) as c:
             rows = c.execute(
                 "SELECT message FROM discard_events "
                 "WHERE shadow_node = ? AND handed_out_at IS NULL ORDER BY created_at LIMIT ?",
@@ -400,10 +431,7 @@ class QueueDB:
 
     def expire_discards(self, older_than: float) -> int:
         """DI-6: drop events no shadow asked for in time (handed-out ones are history)."""
-        cursor = self.conn.execute(
-            "DELETE FROM discard_events WHERE created_at <= ?", (older_than,)
-        )
-        return cursor.rowcount
+        return self._bookkeeping("DELETE FROM discard_events WHERE created_at <= ?", (older_than,))
 
     # -- Safety Net ---------------------------------------------------------
 
@@ -448,18 +476,16 @@ class QueueDB:
         return [_safety_net(r) for r in rows]
 
     def expire_safety_net(self, now: float) -> int:
-        return self.conn.execute("DELETE FROM safety_net WHERE expires_at <= ?", (now,)).rowcount
+        return self._bookkeeping("DELETE FROM safety_net WHERE expires_at <= ?", (now,))
 
     def expire_shadows(self, older_than: float) -> int:
         """SN-4: a shadow never acknowledged is dropped after hold time + expiration."""
-        return self.conn.execute(
-            "DELETE FROM shadows WHERE received_at <= ?", (older_than,)
-        ).rowcount
+        return self._bookkeeping("DELETE FROM shadows WHERE received_at <= ?", (older_than,))
 
     # -- Safety Net resubmission requests -----------------------------------
 
     def save_request(self, request: dict[str, Any]) -> None:
-        self.conn.execute(
+        self._bookkeeping(
             "INSERT INTO resubmit_requests VALUES (?,?,?,?,?,?,?,?) "
             "ON CONFLICT(id) DO UPDATE SET state = excluded.state, waiting = excluded.waiting, "
             "log = excluded.log",

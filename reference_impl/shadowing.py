@@ -38,6 +38,10 @@ class Shadowing:
         self.node = node
         self._heartbeats: dict[str, asyncio.Task[Any]] = {}
         self._rotation = 0
+        # Contacts are written at most every _contact_period(); what was not
+        # written yet lives here, and a failure forces the next write (PR-6 counts).
+        self._last_contact: dict[str, tuple[float, str | None]] = {}
+        self._failed_since_contact: set[str] = set()
         self.attempt_log: list[dict[str, Any]] = []
 
     def start(self) -> None:
@@ -207,7 +211,7 @@ class Shadowing:
             self._heartbeats[primary] = self.node.background(self._heartbeat_loop(primary))
 
     async def _heartbeat_loop(self, primary: str) -> None:
-        while self.node.db.shadows(primary):
+        while self.node.db.has_shadows(primary):
             await self.node.clock.sleep(self.node.settings.ShadowHeartbeatFrequency)
             await self.heartbeat(primary)
 
@@ -215,7 +219,7 @@ class Shadowing:
         """DI-2: a session to the primary whose only purpose is XQDISCARD."""
         node = self.node
         settings = node.settings
-        if not node.db.shadows(primary):
+        if not node.db.has_shadows(primary):
             return
         timeout = (
             settings.ShadowHeartbeatTimeoutInterval
@@ -237,7 +241,7 @@ class Shadowing:
             )
             await link.open()
             if link.advert is None:
-                node.db.peer_contact(primary, node.clock.now(), None)
+                self._contact(primary, node.clock.now(), None)
         except PeerError as exc:
             self._primary_unreachable(primary, str(exc))
         finally:
@@ -246,6 +250,7 @@ class Shadowing:
 
     def _primary_unreachable(self, primary: str, reason: str) -> None:
         node = self.node
+        self._failed_since_contact.add(primary)
         failures = node.db.peer_failure(primary)
         peer = node.db.peer(primary)
         if node.profile == "2010":
@@ -254,6 +259,8 @@ class Shadowing:
                 self.promote(primary, f"{failures} heartbeats failed ({reason})")
             return
         last = peer["last_contact"] if peer else node.clock.now()
+        if primary in self._last_contact:
+            last = max(last, self._last_contact[primary][0])
         if node.clock.now() - last >= node.settings.ShadowResubmitTimeSpan:
             self.promote(primary, f"unreachable since {last:.3f} ({reason})")
 
@@ -263,11 +270,24 @@ class Shadowing:
         if ids:
             node.db.shadow_to_safety_net(primary, ids, self._safety_net_entry)
         if db_id is not None:
-            stale = [s for s in node.db.shadows(primary) if s["primary_db_id"] != db_id]
+            stale = node.db.stale_shadows(primary, db_id)
             if stale:
                 # PR-2: the primary lost its queue; what it held is only here now.
                 self.promote(primary, "primary queue database changed", stale)
-        node.db.peer_contact(primary, now, db_id)
+        self._contact(primary, now, db_id)
+
+    def _contact(self, primary: str, now: float, db_id: str | None) -> None:
+        """Remember a successful contact; written at most once per heartbeat period."""
+        last = self._last_contact.get(primary)
+        recent = last is not None and last[1] == db_id and now - last[0] < self._contact_period()
+        if recent and primary not in self._failed_since_contact:
+            return
+        self._failed_since_contact.discard(primary)
+        self._last_contact[primary] = (now, db_id)
+        self.node.db.peer_contact(primary, now, db_id)
+
+    def _contact_period(self) -> float:
+        return min(1.0, self.node.settings.ShadowHeartbeatFrequency / 2)
 
     def _safety_net_entry(self, shadow: dict[str, Any]) -> dict[str, Any] | None:
         node = self.node
