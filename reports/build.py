@@ -82,13 +82,14 @@ def build(
         f"added {done.rows_added} rows from {done.accepted} files; "
         f"{len(done.rejected)} rejected, {done.duplicates} duplicate content"
     )
-    cases = _cases_or_empty(spark, out).cache()
+    # Parquet scans are cheap; only the scenario-level table, used four times, is cached.
+    cases = _cases_or_empty(spark, out)
     scenarios = metrics.scenario_runs(cases).cache()
     frames = {
         "matrix.csv": metrics.pass_matrix(cases),
         "flaky.csv": metrics.flaky(scenarios),
         "regressions.csv": metrics.regressions(scenarios),
-        "latest_matrix.csv": metrics.latest_matrix(cases),
+        "latest_matrix.csv": metrics.latest_matrix(cases, scenarios),
         "trends.csv": metrics.trends(scenarios),
         "durations.csv": metrics.durations(scenarios),
     }
@@ -99,7 +100,6 @@ def build(
                       for r in result.tables["trends.csv"])
     result.runs = len(result.tables["trends.csv"])
     scenarios.unpersist()
-    cases.unpersist()
 
     rejected = [{"file": f, "reason": r} for f, r in rejected_files(spark, out, done.rejected)]
     result.tables["rejected.csv"] = rejected

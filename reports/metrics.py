@@ -39,50 +39,76 @@ def _pass_rate(passed: str, failed: str, errors: str) -> Column:
     return F.when(executed > 0, F.round(F.col(passed) / executed, 4))
 
 
-def runs(cases: DataFrame) -> DataFrame:
-    """One row per run: target, run_id, target_version, started_at, previous-run order."""
-    per_run = cases.groupBy(*_RUN_KEY).agg(
-        F.min("started_at").alias("started_at"),
-        F.max("target_version").alias("target_version"),
+def _outcome_rank() -> Column:
+    return F.coalesce(
+        *[F.when(F.col("outcome") == name, F.lit(value)) for name, value in _OUTCOME_RANK.items()]
     )
-    newest_first = Window.partitionBy("target").orderBy(F.desc("started_at"), F.desc("run_id"))
-    return per_run.withColumn("recency", F.row_number().over(newest_first))
 
 
 def scenario_runs(cases: DataFrame) -> DataFrame:
-    """One row per run x scenario with its worst outcome and all its behaviours."""
-    rank = F.coalesce(
-        *[F.when(F.col("outcome") == name, F.lit(value)) for name, value in _OUTCOME_RANK.items()]
-    )
+    """One row per run x scenario: worst outcome, and every behaviour it was tagged with.
+
+    ``recency`` (1 = the target's latest run) comes from a run table small enough
+    to broadcast, so ordering runs costs no shuffle of the big side.
+    """
     by_rank = {value: name for name, value in _OUTCOME_RANK.items()}
     outcome = F.coalesce(
         *[F.when(F.col("worst") == value, F.lit(name)) for value, name in by_rank.items()]
     )
-    grouped = cases.groupBy(*_RUN_KEY, "target_version", *_SCENARIO_KEY).agg(
-        F.max(rank).alias("worst"),
+    # collect_set over a million groups falls back to sort-based aggregation; the
+    # behaviours of a scenario are a small table of their own, joined back.
+    grouped = cases.groupBy(*_RUN_KEY, *_SCENARIO_KEY).agg(
+        F.max("target_version").alias("target_version"),
+        F.max(_outcome_rank()).alias("worst"),
         F.max("duration_s").alias("duration_s"),
         F.max("reruns").alias("reruns"),
-        F.concat_ws(",", F.array_sort(F.collect_set("behaviour"))).alias("behaviours"),
     )
-    order = runs(cases).select(*_RUN_KEY, "started_at", "recency")
-    return grouped.withColumn("outcome", outcome).drop("worst").join(order, _RUN_KEY)
+    tags = (
+        cases.select("target", *_SCENARIO_KEY, "behaviour")
+        .distinct()
+        .groupBy("target", *_SCENARIO_KEY)
+        .agg(F.concat_ws(",", F.array_sort(F.collect_set("behaviour"))).alias("behaviours"))
+    )
+    per_run = cases.groupBy(*_RUN_KEY).agg(F.min("started_at").alias("started_at"))
+    newest_first = Window.partitionBy("target").orderBy(F.desc("started_at"), F.desc("run_id"))
+    order = per_run.withColumn("recency", F.row_number().over(newest_first))
+    return (
+        grouped.withColumn("outcome", outcome)
+        .drop("worst")
+        .join(F.broadcast(order), _RUN_KEY)
+        .join(F.broadcast(tags), ["target", *_SCENARIO_KEY])
+    )
+
+
+def runs(scenarios: DataFrame) -> DataFrame:
+    """One row per run (target, run_id, target_version, started_at, recency)."""
+    return scenarios.select(*_RUN_KEY, "target_version", "started_at", "recency").dropDuplicates(
+        _RUN_KEY
+    )
 
 
 def pass_matrix(cases: DataFrame) -> DataFrame:
     """Pass rate per target x version x behaviour over the whole history."""
     outcome = F.col("outcome")
-    return (
+    key = ["target", "target_version", "behaviour"]
+    per_run = (
         cases.where(F.col("behaviour").isNotNull())
-        .groupBy("target", "target_version", "behaviour")
+        .groupBy(*key, "run_id")
         .agg(
-            F.countDistinct("run_id").alias("runs"),
             _count_where(outcome == "passed").alias("passed"),
             _count_where(outcome == "failed").alias("failed"),
             _count_where(outcome == "error").alias("errors"),
             _count_where(outcome == "skipped").alias("skipped"),
         )
+    )
+    return (
+        per_run.groupBy(*key)
+        .agg(
+            F.count(F.lit(1)).alias("runs"),
+            *[F.sum(c).cast("long").alias(c) for c in ("passed", "failed", "errors", "skipped")],
+        )
         .withColumn("pass_rate", _pass_rate("passed", "failed", "errors"))
-        .orderBy("target", "target_version", "behaviour")
+        .orderBy(*key)
     )
 
 
@@ -90,22 +116,31 @@ def flaky(scenarios: DataFrame, min_flips: int = MIN_FLIPS) -> DataFrame:
     """Scenarios whose outcome flips between consecutive runs of one target and version.
 
     Also lists scenarios that passed only on a rerun (Surefire flaky elements).
+    Each history is sorted inside its group (an array per scenario) rather than
+    by a window, which would sort the whole table.
     """
     key = ["target", "target_version", *_SCENARIO_KEY]
-    executed = scenarios.where(F.col("outcome") != "skipped").withColumn(
-        "ok", F.col("outcome") == "passed"
+    history = (
+        scenarios.where(F.col("outcome") != "skipped")
+        .groupBy(*key)
+        .agg(
+            F.array_sort(
+                F.collect_list(
+                    F.struct("started_at", "run_id", (F.col("outcome") == "passed").alias("ok"))
+                )
+            ).alias("h"),
+            F.sum("reruns").cast("long").alias("reruns"),
+        )
     )
-    in_order = Window.partitionBy(*key).orderBy("started_at", "run_id")
-    flips = executed.withColumn("previous_ok", F.lag("ok").over(in_order)).withColumn(
-        "flip", F.col("previous_ok").isNotNull() & (F.col("previous_ok") != F.col("ok"))
+    flipped = F.expr(
+        "filter(transform(sequence(1, greatest(size(h) - 1, 1)), "
+        "i -> if(i < size(h) and h[i].ok != h[i - 1].ok, h[i], null)), x -> x is not null)"
     )
-    flip_time = F.when(F.col("flip"), F.col("started_at"))
-    summary = flips.groupBy(*key).agg(
-        F.count(F.lit(1)).alias("runs"),
-        _count_where(F.col("flip")).alias("flips"),
-        F.sum("reruns").cast("long").alias("reruns"),
-        F.max(flip_time).alias("last_flip_at"),
-        F.max_by(F.when(F.col("flip"), F.col("run_id")), flip_time).alias("last_flip_run"),
+    summary = (
+        history.withColumn("flipped", flipped)
+        .withColumn("runs", F.size("h").cast("long"))
+        .withColumn("flips", F.size("flipped").cast("long"))
+        .withColumn("last_flip", F.try_element_at("flipped", F.lit(-1)))
     )
     return (
         summary.withColumn(
@@ -115,7 +150,8 @@ def flaky(scenarios: DataFrame, min_flips: int = MIN_FLIPS) -> DataFrame:
         .where((F.col("flips") >= min_flips) | (F.col("reruns") > 0))
         .select(
             "target", "target_version", "scenario", "classname", "runs", "flips", "flip_rate",
-            "last_flip_run", "last_flip_at", "reruns",
+            F.col("last_flip.run_id").alias("last_flip_run"),
+            F.col("last_flip.started_at").alias("last_flip_at"), "reruns",
         )
         .orderBy(F.desc("flip_rate"), F.desc("flips"), "target", "scenario")
     )
@@ -158,17 +194,19 @@ def regressions(scenarios: DataFrame) -> DataFrame:
 
 
 def durations(scenarios: DataFrame) -> DataFrame:
-    """Duration p50/p95 per target x scenario x day."""
+    """Duration p50/p95 (nearest rank) per target x scenario x day."""
+    sorted_times = F.array_sort(F.collect_list("duration_s"))
+
+    def rank(q: float) -> Column:
+        return F.element_at("t", F.greatest(F.ceil(F.size("t") * q).cast("int"), F.lit(1)))
+
     return (
         scenarios.withColumn("date", F.to_date("started_at"))
         .groupBy("target", *_SCENARIO_KEY, "date")
-        .agg(
-            F.count(F.lit(1)).alias("runs"),
-            F.percentile_approx("duration_s", F.array(F.lit(0.5), F.lit(0.95))).alias("q"),
-        )
+        .agg(sorted_times.alias("t"))
         .select(
-            "target", "scenario", "classname", "date", "runs",
-            F.col("q")[0].alias("p50_s"), F.col("q")[1].alias("p95_s"),
+            "target", "scenario", "classname", "date", F.size("t").cast("long").alias("runs"),
+            rank(0.5).alias("p50_s"), rank(0.95).alias("p95_s"),
         )
         .orderBy("target", "scenario", "date")
     )
@@ -190,16 +228,20 @@ def trends(scenarios: DataFrame) -> DataFrame:
     )
 
 
-def latest_matrix(cases: DataFrame) -> DataFrame:
+def latest_matrix(cases: DataFrame, scenarios: DataFrame) -> DataFrame:
     """The certification matrix: behaviour x target in each target's latest run."""
-    latest = runs(cases).where(F.col("recency") == 1).select(*_RUN_KEY)
+    latest = (
+        runs(scenarios)
+        .where(F.col("recency") == 1)
+        .select(*_RUN_KEY, F.col("started_at").alias("run_started_at"))
+    )
     outcome = F.col("outcome")
     counted = (
         cases.where(F.col("behaviour").isNotNull())
-        .join(latest, _RUN_KEY)
+        .join(F.broadcast(latest), _RUN_KEY)
         .groupBy("target", "target_version", "run_id", "behaviour")
         .agg(
-            F.min("started_at").alias("started_at"),
+            F.min("run_started_at").alias("started_at"),
             _count_where(outcome == "passed").alias("passed"),
             _count_where(outcome.isin("failed", "error")).alias("failed"),
             _count_where(outcome == "skipped").alias("skipped"),

@@ -95,6 +95,9 @@ def start_spark(master: str | None = None, app_name: str = "shadowcheck-reports"
         # Small shuffles: a handful of partitions per core, AQE coalesces the rest.
         .config("spark.sql.shuffle.partitions", os.environ.get("SHADOWCHECK_SHUFFLE", "8"))
         .config("spark.sql.adaptive.enabled", "true")
+        # collect_list per scenario/day: stay hash-based up to 100k groups per task
+        # (the default 128 falls back to sorting, 3x slower on a million cases).
+        .config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "100000")
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

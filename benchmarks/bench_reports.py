@@ -1,0 +1,192 @@
+"""Benchmark: ``reports build`` on Spark against a single-process Python baseline.
+
+    python3 benchmarks/bench_reports.py --files 2000 --cases 500
+
+Generates N JUnit files x M test cases (kept under --data between runs), then times
+in one run:
+
+* baseline   - one Python process: stdlib ElementTree parse + dict aggregation
+               (pass rate per target x version x behaviour, flips, regressions);
+* cold build - ``python -m reports build`` in a fresh process, JVM start-up,
+               Parquet and dashboard included;
+* increment  - the same command after one new run of M cases was added;
+* warm build - ``build()`` into a fresh --out inside an already started Spark.
+
+and prints each figure and the Spark/baseline ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+BEHAVIOURS = (
+    [f"CR-{i}" for i in range(1, 11)]
+    + [f"DI-{i}" for i in range(1, 8)]
+    + [f"PR-{i}" for i in range(1, 7)]
+    + [f"SN-{i}" for i in range(1, 13)]
+    + [f"XS-{i}" for i in range(1, 7)]
+    + [f"TO-{i}" for i in range(1, 5)]
+)
+TARGETS = [("reference", ["0.1.0", "0.2.0"]), ("postfix", ["3.8"]), ("exim", ["4.97", "4.98"])]
+START = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def _document(run: int, cases: int, rng: random.Random) -> str:
+    target, versions = TARGETS[run % len(TARGETS)]
+    version = versions[(run // len(TARGETS)) % len(versions)]
+    started = START + timedelta(hours=run)
+    out = [
+        '<?xml version="1.0" encoding="utf-8"?><testsuites>'
+        f'<testsuite name="pytest" errors="0" failures="0" skipped="0" tests="{cases}" '
+        f'time="1.0" timestamp="{started.isoformat()}" hostname="bench"><properties>'
+        f'<property name="shadowcheck.run_id" value="run-{run:06d}"/>'
+        f'<property name="shadowcheck.target" value="{target}"/>'
+        f'<property name="shadowcheck.target_version" value="{version}"/>'
+        '<property name="shadowcheck.harness_version" value="0.1.0"/></properties>'
+    ]
+    for index in range(cases):
+        behaviour = BEHAVIOURS[index % len(BEHAVIOURS)]
+        roll = rng.random()
+        body = ""
+        if roll < 0.03:
+            body = '<failure message="message lost">AssertionError</failure>'
+        elif roll < 0.035:
+            body = '<error message="setup failed">TimeoutError</error>'
+        elif roll < 0.06:
+            body = '<skipped type="pytest.skip" message="UNTESTABLE"/>'
+        out.append(
+            f'<testcase classname="scenarios.test_s{index % 25}" '
+            f'name="test_case_{index}[{behaviour}]" time="{rng.uniform(0.01, 3):.3f}">'
+            f"{body}</testcase>"
+        )
+    out.append("</testsuite></testsuites>")
+    return "".join(out)
+
+
+def generate(directory: Path, files: int, cases: int, first_run: int = 0) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(first_run * 7919 + cases)
+    written = []
+    for run in range(first_run, first_run + files):
+        path = directory / f"run-{run:06d}.xml"
+        if not path.exists():
+            path.write_text(_document(run, cases, rng))
+        written.append(path)
+    return written
+
+
+def baseline(paths: list[Path]) -> dict[str, int]:
+    """The same questions answered by one Python process with the standard library."""
+    pass_counts: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0])
+    history: dict[tuple, list[tuple[str, str, bool]]] = defaultdict(list)
+    durations: dict[tuple, list[float]] = defaultdict(list)
+    for path in paths:
+        root = ET.parse(path).getroot()
+        suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+        for suite in suites:
+            props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+            run, target = props["shadowcheck.run_id"], props["shadowcheck.target"]
+            version, started = props["shadowcheck.target_version"], suite.get("timestamp") or ""
+            for case in suite.iter("testcase"):
+                name = case.get("name") or ""
+                outcome = "passed"
+                for tag in ("error", "failure", "skipped"):
+                    if case.find(tag) is not None:
+                        outcome = tag
+                        break
+                behaviour = name[name.find("[") + 1 : -1]
+                counts = pass_counts[(target, version, behaviour)]
+                counts[0 if outcome == "passed" else 1 if outcome != "skipped" else 2] += 1
+                if outcome != "skipped":
+                    history[(target, version, name)].append((started, run, outcome == "passed"))
+                durations[(target, name)].append(float(case.get("time") or 0))
+    flips = 0
+    for runs in history.values():
+        runs.sort()
+        flips += sum(1 for a, b in zip(runs, runs[1:], strict=False) if a[2] != b[2])
+    for values in durations.values():
+        values.sort()
+    return {"matrix_cells": len(pass_counts), "flips": flips, "scenarios": len(durations)}
+
+
+def _run_build(paths: list[Path], out: Path, master: str) -> float:
+    command = [sys.executable, "-m", "reports", "build", *map(str, paths), "--out", str(out),
+               "--master", master, "--quiet"]
+    began = time.perf_counter()
+    subprocess.run(command, check=True)
+    return time.perf_counter() - began
+
+
+def _warm_build(data: Path, out: Path, master: str) -> tuple[float, float]:
+    from reports.build import build
+    from reports.spark import start_spark
+
+    began = time.perf_counter()
+    spark = start_spark(master)
+    spark.range(1).count()  # JVM and Python workers up
+    started = time.perf_counter() - began
+    began = time.perf_counter()
+    build(spark, [str(data)], str(out))
+    elapsed = time.perf_counter() - began
+    spark.stop()
+    return started, elapsed
+
+
+def main() -> None:
+    options = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    options.add_argument("--files", type=int, default=2000)
+    options.add_argument("--cases", type=int, default=500)
+    options.add_argument("--master", default="local[2]")
+    options.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "bench-junit")
+    options.add_argument("--skip-warm", action="store_true")
+    args = options.parse_args()
+
+    data = args.data / f"{args.files}x{args.cases}"
+    history = data / "history"
+    began = time.perf_counter()
+    paths = generate(history, args.files, args.cases)
+    total = args.files * args.cases
+    print(f"data: {args.files} files x {args.cases} cases = {total:,} test cases in {data} "
+          f"(generated/checked in {time.perf_counter() - began:.1f}s)")
+
+    began = time.perf_counter()
+    summary = baseline(paths)
+    base = time.perf_counter() - began
+    print(f"baseline (1 Python process, ElementTree + dicts): {base:6.1f}s  {summary}")
+
+    out = data / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(data / "new", ignore_errors=True)
+    cold = _run_build([history], out, args.master)
+    print(f"cold build ({args.master}, JVM start, Parquet, dashboard): {cold:6.1f}s  "
+          f"ratio to baseline {cold / base:.2f}")
+
+    generate(data / "new", 1, args.cases, first_run=args.files)
+    increment = _run_build([history, data / "new"], out, args.master)
+    print(f"incremental build (+1 run of {args.cases} cases):      {increment:6.1f}s")
+
+    if not args.skip_warm:
+        warm_out = data / "out-warm"
+        shutil.rmtree(warm_out, ignore_errors=True)
+        startup, warm = _warm_build(history, warm_out, args.master)
+        print(f"Spark start-up (session + first job):               {startup:6.1f}s")
+        print(f"warm build (Spark already up):                      {warm:6.1f}s  "
+              f"ratio to baseline {warm / base:.2f}")
+        shutil.rmtree(warm_out, ignore_errors=True)
+    files = sum(1 for _ in (out / "cases").rglob("*.parquet"))
+    print(f"cases/ holds {files} Parquet files; cpu count {os.cpu_count()}")
+
+
+if __name__ == "__main__":
+    main()
