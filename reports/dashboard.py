@@ -72,7 +72,7 @@ def _matrix_figure(rows: list[Record]) -> go.Figure:
     )
     figure.update_layout(
         title="Latest certification matrix (behaviour x target)",
-        height=max(320, 22 * len(behaviours) + 140),
+        height=max(360, 28 * len(behaviours) + 160),
         yaxis={"autorange": "reversed", "type": "category"},
         xaxis={"type": "category", "side": "top"},
         margin={"t": 110},

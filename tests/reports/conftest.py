@@ -39,3 +39,16 @@ def malformed(tmp_path: Path) -> Path:
     return copy
 
 
+
+
+@pytest.fixture(scope="session")
+def history(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Output directory of one build over the history of reports_junit_helpers."""
+    from reports_junit_helpers import write_history
+
+    from reports.build import build
+
+    root = tmp_path_factory.mktemp("history")
+    write_history(root / "in")
+    build(spark, [str(root / "in")], str(root / "out"))
+    return root / "out"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
@@ -58,3 +58,41 @@ def write_junit(
         f"{''.join(body)}</testsuite></testsuites>"
     )
     return path
+
+
+DAY0 = datetime(2025, 4, 1, 9, 0, tzinfo=UTC)
+P, F, E, S = "passed", "failed", "error", "skipped"
+
+# scenario -> (behaviours, outcomes of runs 1..6 of target alpha 1.0)
+ALPHA = {
+    "test_flappy": ("CR-2", [P, F, P, E, P, F]),
+    "test_steady": ("CR-1", [P, P, P, P, P, P]),
+    "test_breaks": ("DI-3,SN-1", [P, P, P, P, P, F]),
+    "test_heals": ("PR-1", [F, F, F, F, F, P]),
+    "test_untestable": ("SN-7", [S, S, S, S, S, S]),
+    "test_once": ("CR-1", [P, F, F, F, F, F]),
+}
+# beta has two versions; its flaky scenario only flips inside version 2.0
+BETA = {
+    "test_flappy": ("CR-2", [("1.0", P), ("1.0", P), ("2.0", F), ("2.0", P), ("2.0", F)]),
+    "test_steady": ("CR-1", [("1.0", P), ("1.0", P), ("2.0", P), ("2.0", P), ("2.0", E)]),
+}
+
+
+def write_history(root: Path) -> None:
+    """Six runs of target alpha and five of beta (two versions), from ALPHA and BETA."""
+    for run in range(6):
+        cases = [
+            Case("scenarios.alpha", name, outcomes[run], time=0.1 * (run + 1), behaviours=tags)
+            for name, (tags, outcomes) in ALPHA.items()
+        ]
+        write_junit(root / f"alpha-{run}.xml", run_id=f"a{run}", target="alpha", version="1.0",
+                    started=DAY0 + timedelta(days=run), cases=cases)
+    for run in range(5):
+        version = BETA["test_flappy"][1][run][0]
+        cases = [
+            Case("scenarios.beta", name, runs[run][1], behaviours=tags)
+            for name, (tags, runs) in BETA.items()
+        ]
+        write_junit(root / f"beta-{run}.xml", run_id=f"b{run}", target="beta", version=version,
+                    started=DAY0 + timedelta(days=run, hours=3), cases=cases)

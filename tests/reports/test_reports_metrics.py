@@ -4,61 +4,17 @@ from __future__ import annotations
 
 import csv
 from collections import defaultdict
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from reports_junit_helpers import Case, write_junit
-
-from reports.build import build
+from reports_junit_helpers import ALPHA, BETA, E, F, P, S
 
 pytestmark = pytest.mark.spark
-
-DAY0 = datetime(2025, 4, 1, 9, 0, tzinfo=UTC)
-P, F, E, S = "passed", "failed", "error", "skipped"
-
-# scenario -> (behaviours, outcomes of runs 1..6 of target alpha 1.0)
-ALPHA = {
-    "test_flappy": ("CR-2", [P, F, P, E, P, F]),
-    "test_steady": ("CR-1", [P, P, P, P, P, P]),
-    "test_breaks": ("DI-3,SN-1", [P, P, P, P, P, F]),
-    "test_heals": ("PR-1", [F, F, F, F, F, P]),
-    "test_untestable": ("SN-7", [S, S, S, S, S, S]),
-    "test_once": ("CR-1", [P, F, F, F, F, F]),
-}
-# beta has two versions; its flaky scenario only flips inside version 2.0
-BETA = {
-    "test_flappy": ("CR-2", [(("1.0"), P), ("1.0", P), ("2.0", F), ("2.0", P), ("2.0", F)]),
-    "test_steady": ("CR-1", [("1.0", P), ("1.0", P), ("2.0", P), ("2.0", P), ("2.0", E)]),
-}
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
     with path.open(newline="") as handle:
         return list(csv.DictReader(handle))
-
-
-@pytest.fixture(scope="module")
-def history(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("history")
-    for run in range(6):
-        cases = [
-            Case("scenarios.alpha", name, outcomes[run], time=0.1 * (run + 1), behaviours=tags)
-            for name, (tags, outcomes) in ALPHA.items()
-        ]
-        write_junit(root / f"alpha-{run}.xml", run_id=f"a{run}", target="alpha", version="1.0",
-                    started=DAY0 + timedelta(days=run), cases=cases)
-    for run in range(5):
-        version = BETA["test_flappy"][1][run][0]
-        cases = [
-            Case("scenarios.beta", name, runs[run][1], behaviours=tags)
-            for name, (tags, runs) in BETA.items()
-        ]
-        write_junit(root / f"beta-{run}.xml", run_id=f"b{run}", target="beta", version=version,
-                    started=DAY0 + timedelta(days=run, hours=3), cases=cases)
-    out = root / "out"
-    build(spark, [str(root)], str(out))
-    return out
 
 
 def expected_pass_rates() -> dict[tuple[str, str, str], tuple[int, int, float | None]]:
