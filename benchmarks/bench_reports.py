@@ -18,6 +18,7 @@ and prints each figure and the Spark/baseline ratios.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import random
 import shutil
@@ -40,6 +41,8 @@ BEHAVIOURS = (
 )
 TARGETS = [("reference", ["0.1.0", "0.2.0"]), ("postfix", ["3.8"]), ("exim", ["4.97", "4.98"])]
 START = datetime(2025, 1, 1, tzinfo=UTC)
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # measure this checkout, whatever is installed
 
 
 def _document(run: int, cases: int, rng: random.Random) -> str:
@@ -114,7 +117,7 @@ def baseline(paths: list[Path]) -> dict[str, int]:
     flips = 0
     for runs in history.values():
         runs.sort()
-        flips += sum(1 for a, b in zip(runs, runs[1:], strict=False) if a[2] != b[2])
+        flips += sum(1 for a, b in itertools.pairwise(runs) if a[2] != b[2])
     for values in durations.values():
         values.sort()
     return {"matrix_cells": len(pass_counts), "flips": flips, "scenarios": len(durations)}
@@ -124,7 +127,7 @@ def _run_build(paths: list[Path], out: Path, master: str) -> float:
     command = [sys.executable, "-m", "reports", "build", *map(str, paths), "--out", str(out),
                "--master", master, "--quiet"]
     began = time.perf_counter()
-    subprocess.run(command, check=True)
+    subprocess.run(command, check=True, cwd=REPO)
     return time.perf_counter() - began
 
 

@@ -13,7 +13,7 @@ import hashlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from junitparser import JUnitXmlError
@@ -43,8 +43,10 @@ PROP_BEHAVIOURS = "shadowcheck.behaviours"
 SYSTEM_OUT_PROPERTY = re.compile(r"\[\[PROPERTY\|([^=\]]+)=([^\]]*)\]\]")
 
 MESSAGE_LIMIT = 500
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
-# Order of the tuples produced by parse_document; reports.table holds the Spark schema.
+# Order of the tuples produced by parse_document (started_at in microseconds since
+# the epoch, UTC); reports.table holds the Spark schema.
 ROW_FIELDS = (
     "run_id",
     "started_at",
@@ -211,8 +213,11 @@ def parse_document(content: bytes, origin: FileIdentity) -> Iterator[tuple]:
             )
             harness = props.get(PROP_HARNESS_VERSION) or fallback["harness_version"]
             started = _parse_timestamp(props.get("__timestamp__")) or origin.modified_at
+            # Microseconds, not datetime: a row without Python-side conversions goes
+            # to the JVM as-is, which is ~30% of the ingest time on a million rows.
+            started_us = (started - EPOCH) // timedelta(microseconds=1)
             for case in suite._elem.iterfind("testcase"):
-                rows.extend(_case_rows(case, run_id, started, target, version, harness))
+                rows.extend(_case_rows(case, run_id, started_us, target, version, harness))
     if not rows:
         yield from reject("no test cases")
         return
@@ -224,7 +229,7 @@ def parse_document(content: bytes, origin: FileIdentity) -> Iterator[tuple]:
 def _case_rows(
     case: Any,
     run_id: str,
-    started: datetime,
+    started_us: int,
     target: str,
     version: str,
     harness: str,
@@ -236,6 +241,6 @@ def _case_rows(
         duration = float(time_text)
     except ValueError:  # Surefire writes "1,234.5" for long tests
         duration = float(time_text.replace(",", ""))
-    head = (run_id, started, target, version, harness, name, case.get("classname") or "")
+    head = (run_id, started_us, target, version, harness, name, case.get("classname") or "")
     behaviours: list[str | None] = list(behaviours_of(name, props)) or [None]
     return [(*head, b, outcome, duration, message, reruns) for b in behaviours]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -101,4 +103,25 @@ def start_spark(master: str | None = None, app_name: str = "shadowcheck-reports"
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    _ship_package(spark)
     return spark
+
+
+def _ship_package(spark: SparkSession) -> None:
+    """Send this very ``reports`` package to the executors.
+
+    Workers unpickle the parse functions by module name; on a cluster they may have
+    no copy of the project, or an older one. A zip of the driver's package, added
+    to their path, makes them run the same code (they still need junitparser).
+    """
+    package = Path(__file__).parent
+    sources = sorted(package.glob("*.py"))
+    digest = hashlib.sha1(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
+    archive = Path(tempfile.gettempdir()) / f"shadowcheck-reports-{digest}.zip"
+    if not archive.exists():
+        partial = archive.with_suffix(f".{os.getpid()}.tmp")
+        with zipfile.ZipFile(partial, "w") as bundle:
+            for source in sources:
+                bundle.write(source, f"reports/{source.name}")
+        partial.replace(archive)
+    spark.sparkContext.addPyFile(str(archive))

@@ -9,12 +9,14 @@ re-ingested file add nothing.
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import urlparse
 
+from pyspark import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -34,7 +36,7 @@ __all__ = [
 PARSED_SCHEMA = T.StructType(
     [
         T.StructField("run_id", T.StringType()),
-        T.StructField("started_at", T.TimestampType()),
+        T.StructField("started_at", T.LongType()),  # microseconds; see reports.ingest
         T.StructField("target", T.StringType()),
         T.StructField("target_version", T.StringType()),
         T.StructField("harness_version", T.StringType()),
@@ -51,6 +53,8 @@ PARSED_SCHEMA = T.StructType(
     ]
 )
 assert tuple(PARSED_SCHEMA.fieldNames()) == ROW_FIELDS
+# Rows cross to the JVM without per-field Python conversions.
+assert not any(f.dataType.needConversion() for f in PARSED_SCHEMA.fields)
 
 TABLE_COLUMNS = [
     "run_id",
@@ -70,7 +74,11 @@ PARTITION_COLUMNS = ["date", "target"]
 
 # Given on read so a target called "2024" is not inferred as a number.
 CASES_SCHEMA = T.StructType(
-    [f for f in PARSED_SCHEMA.fields if f.name in TABLE_COLUMNS]
+    [
+        T.StructField(f.name, T.TimestampType() if f.name == "started_at" else f.dataType)
+        for f in PARSED_SCHEMA.fields
+        if f.name in TABLE_COLUMNS
+    ]
     + [T.StructField("date", T.DateType()), T.StructField("target", T.StringType())]
 )
 
@@ -197,29 +205,87 @@ def _identity(
     return FileIdentity(source.uri, modified, run_id, target, version)
 
 
-def _parse_local(origins: list[FileIdentity]) -> Iterator[tuple]:
-    for origin in origins:
-        try:
-            with open(origin.path.removeprefix("file:"), "rb") as handle:
-                content = handle.read()
-        except OSError as exc:
-            yield (None,) * 12 + (origin.path, None, f"unreadable: {exc}")
+class _FileSummaries(AccumulatorParam):
+    """Per-file verdicts sent back by the parse tasks: path -> (reason or None, rows).
+
+    Merging is by key, so a retried task cannot count a file twice.
+    """
+
+    def zero(self, value: dict) -> dict:
+        return {}
+
+    def addInPlace(self, value1: dict, value2: dict) -> dict:
+        value1.update(value2)
+        return value1
+
+
+def _read_local(path: str) -> bytes | OSError:
+    try:
+        with open(path.removeprefix("file:"), "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        return exc
+
+
+def _digest_local(paths: Iterable[str]) -> Iterator[tuple[str, str | None, str | None]]:
+    for path in paths:
+        content = _read_local(path)
+        if isinstance(content, OSError):
+            yield path, None, f"unreadable: {content}"
+        else:
+            yield path, hashlib.sha1(content).hexdigest(), None
+
+
+def _file_digests(
+    spark: SparkSession, batch: list[SourceFile], local: bool
+) -> list[tuple[str, str | None, str | None]]:
+    """(uri, SHA-1, error) of every file, computed by the workers (a cheap first pass)."""
+    sc = spark.sparkContext
+    slices = max(1, min(len(batch), sc.defaultParallelism * 4))
+    uris = [f.uri for f in batch]
+    if local:
+        return sc.parallelize(uris, slices).mapPartitions(_digest_local).collect()
+    contents = sc.binaryFiles(",".join(uris), minPartitions=slices)
+    return contents.map(_digest_content).collect()
+
+
+def _digest_content(item: tuple[str, bytes]) -> tuple[str, str | None, str | None]:
+    return item[0], hashlib.sha1(item[1]).hexdigest(), None
+
+
+def _summarised(
+    documents: Iterator[tuple[FileIdentity, bytes | OSError]], summaries: Accumulator
+) -> Iterator[tuple]:
+    """Good rows only; each file's verdict goes to the accumulator instead."""
+    verdicts: dict[str, tuple[str | None, int]] = {}
+    for origin, content in documents:
+        if isinstance(content, OSError):
+            verdicts[origin.path] = (f"unreadable: {content}", 0)
             continue
-        yield from parse_document(content, origin)
+        rows = list(parse_document(content, origin))
+        reason = rows[0][-1]  # a rejection is always the only row
+        verdicts[origin.path] = (reason, 0) if reason is not None else (None, len(rows))
+        if reason is None:
+            yield from rows
+    summaries.add(verdicts)
 
 
 def _parsed_rows(
-    spark: SparkSession, origins: list[FileIdentity], local: bool
+    spark: SparkSession, origins: list[FileIdentity], local: bool, summaries: Accumulator
 ) -> DataFrame:
     sc = spark.sparkContext
     slices = max(1, min(len(origins), sc.defaultParallelism * 4))
     if local:
         # Workers read local files themselves: no copy of every byte through the JVM.
-        rdd = sc.parallelize(origins, slices).mapPartitions(lambda part: _parse_local(list(part)))
+        rdd = sc.parallelize(origins, slices).mapPartitions(
+            lambda part: _summarised(((o, _read_local(o.path)) for o in part), summaries)
+        )
     else:
         by_uri = {o.path: o for o in origins}
         contents = sc.binaryFiles(",".join(by_uri), minPartitions=slices)
-        rdd = contents.flatMap(lambda item: parse_document(item[1], by_uri[item[0]]))
+        rdd = contents.mapPartitions(
+            lambda part: _summarised(((by_uri[uri], data) for uri, data in part), summaries)
+        )
     return spark.createDataFrame(rdd, PARSED_SCHEMA, verifySchema=False)
 
 
@@ -259,45 +325,15 @@ def ingest(
     if not new:
         return report
 
-    sizes = {f.uri: f for f in new}
     manifest_rows: list[tuple] = []
     now = datetime.now(UTC)
     for local in (True, False):
         batch = [f for f in new if f.local == local]
-        if not batch:
-            continue
-        origins = [_identity(f, run_id, target, target_version) for f in batch]
-        parsed = _parsed_rows(spark, origins, local).cache()
-        with progress.watch(spark.sparkContext, f"parsing {len(batch)} files"):
-            per_file = (
-                parsed.groupBy("source_file", "file_sha1", "reject_reason").count().collect()
+        if batch:
+            manifest_rows += _ingest_batch(
+                spark, batch, local, out, known_sha1, report, progress,
+                (run_id, target, target_version), now,
             )
-        report.parsed += len(batch)
-        accepted: set[str] = set()
-        for row in sorted(per_file, key=lambda r: r.source_file):
-            source = sizes[row.source_file]
-            note = None
-            rows = 0
-            if row.reject_reason is not None:
-                report.rejected.append((row.source_file, row.reject_reason))
-            elif row.file_sha1 in known_sha1:
-                note = f"same content as {known_sha1[row.file_sha1]}"
-                report.duplicates += 1
-            else:
-                known_sha1[row.file_sha1] = row.source_file
-                accepted.add(row.source_file)
-                rows = row["count"]
-            manifest_rows.append(
-                (source.uri, source.size, source.modified_ms, row.file_sha1, rows,
-                 row.reject_reason, note, now)
-            )
-        if accepted:
-            report.accepted += len(accepted)
-            fresh = parsed.where(F.col("source_file").isin(sorted(accepted)))
-            with progress.watch(spark.sparkContext, f"writing {len(accepted)} files to cases/"):
-                _append_cases(fresh, f"{out}/cases")
-            report.rows_added += sum(r["count"] for r in per_file if r.source_file in accepted)
-        parsed.unpersist()
     # The manifest goes last: a crash before it only means the files are parsed again.
     spark.createDataFrame(manifest_rows, MANIFEST_SCHEMA).coalesce(1).write.mode(
         "append"
@@ -305,9 +341,64 @@ def ingest(
     return report
 
 
+def _ingest_batch(
+    spark: SparkSession,
+    batch: list[SourceFile],
+    local: bool,
+    out: str,
+    known_sha1: dict[str, str],
+    report: Ingest,
+    progress: Progress,
+    flags: tuple[str | None, str | None, str | None],
+    now: datetime,
+) -> list[tuple]:
+    """Hash, then parse and append the files of one kind (local or Hadoop); manifest rows."""
+    verdicts: dict[str, tuple[str | None, str | None, str | None]] = {}  # sha1, reason, note
+    with progress.watch(spark.sparkContext, f"hashing {len(batch)} files"):
+        digests = _file_digests(spark, batch, local)
+    accepted: list[SourceFile] = []
+    by_uri = {f.uri: f for f in batch}
+    for uri, sha1, error in sorted(digests, key=lambda d: d[0]):
+        if error is not None or sha1 is None:
+            verdicts[uri] = (sha1, error or "unreadable", None)
+        elif sha1 in known_sha1:
+            verdicts[uri] = (sha1, None, f"same content as {known_sha1[sha1]}")
+            report.duplicates += 1
+        else:
+            known_sha1[sha1] = uri
+            accepted.append(by_uri[uri])
+    summaries = spark.sparkContext.accumulator({}, _FileSummaries())
+    if accepted:
+        run_id, target, version = flags
+        origins = [_identity(f, run_id, target, version) for f in accepted]
+        rows = _parsed_rows(spark, origins, local, summaries)
+        with progress.watch(spark.sparkContext, f"parsing {len(accepted)} files into cases/"):
+            _append_cases(rows, f"{out}/cases")
+    report.parsed += len(batch)
+    parsed: dict[str, tuple[str | None, int]] = summaries.value
+    manifest: list[tuple] = []
+    for source in batch:
+        sha1, reason, note = verdicts.get(source.uri, (None, None, None))
+        rows_added = 0
+        if source.uri in parsed:
+            reason, rows_added = parsed[source.uri]
+            sha1 = next(d[1] for d in digests if d[0] == source.uri) if sha1 is None else sha1
+        if reason is not None:
+            report.rejected.append((source.uri, reason))
+        elif rows_added:
+            report.accepted += 1
+            report.rows_added += rows_added
+        manifest.append(
+            (source.uri, source.size, source.modified_ms, sha1, rows_added, reason, note, now)
+        )
+    return manifest
+
+
 def _append_cases(rows: DataFrame, path: str) -> None:
-    table = rows.withColumn("date", F.to_date("started_at")).select(
-        *TABLE_COLUMNS, *PARTITION_COLUMNS
+    table = (
+        rows.withColumn("started_at", F.timestamp_micros("started_at"))
+        .withColumn("date", F.to_date("started_at"))
+        .select(*TABLE_COLUMNS, *PARTITION_COLUMNS)
     )
     # One task per (date, target) so each partition directory gets one file, not one per task.
     table = table.repartition(*PARTITION_COLUMNS)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from reports.ingest import ROW_FIELDS, FileIdentity, behaviours_of, parse_document
+from reports.ingest import EPOCH, ROW_FIELDS, FileIdentity, behaviours_of, parse_document
 
 DATA = Path(__file__).parent / "data"
 MTIME = datetime(2024, 12, 31, 23, 0, tzinfo=UTC)
@@ -15,8 +15,12 @@ MTIME = datetime(2024, 12, 31, 23, 0, tzinfo=UTC)
 
 def parse(path: Path, **identity: str) -> list[dict]:
     origin = FileIdentity(str(path), MTIME, **identity)
-    rows = parse_document(path.read_bytes(), origin)
-    return [dict(zip(ROW_FIELDS, row, strict=True)) for row in rows]
+    parsed = parse_document(path.read_bytes(), origin)
+    rows = [dict(zip(ROW_FIELDS, row, strict=True)) for row in parsed]
+    for row in rows:
+        if row["started_at"] is not None:
+            row["started_at"] = EPOCH + timedelta(microseconds=row["started_at"])
+    return rows
 
 
 def by_case(rows: list[dict]) -> dict[str, dict]:
