@@ -146,6 +146,45 @@ def _warm_build(data: Path, out: Path, master: str) -> tuple[float, float]:
     return started, elapsed
 
 
+def compare_parsers(history: Path, master: str) -> None:
+    """Parse-only passes over the same files: junitparser in Python workers vs Spark's XML reader.
+
+    The XML reader gets an explicit schema (inference would cost a whole extra pass) and
+    reads test cases only; it would need a second pass for the suite properties.
+    """
+    from pyspark import Accumulator
+    from pyspark.sql import types as T
+
+    from reports.spark import start_spark
+    from reports.table import _FileSummaries, _identity, _parsed_rows, discover
+
+    spark = start_spark(master)
+    spark.range(1).count()
+    files, _ = discover(spark, [str(history)])
+    origins = [_identity(f, None, None, None) for f in files]
+    timings = {}
+    for attempt in range(2):  # the first pass also warms the JVM up
+        summaries: Accumulator = spark.sparkContext.accumulator({}, _FileSummaries())
+        began = time.perf_counter()
+        _parsed_rows(spark, origins, True, summaries).write.format("noop").mode("overwrite").save()
+        timings[f"junitparser in workers (pass {attempt + 1})"] = time.perf_counter() - began
+        result = T.StructType([T.StructField("_message", T.StringType()),
+                               T.StructField("_VALUE", T.StringType())])
+        schema = T.StructType(
+            [T.StructField(n, T.StringType()) for n in ("_name", "_classname", "_time")]
+            + [T.StructField(n, result) for n in ("failure", "error", "skipped")]
+        )
+        began = time.perf_counter()
+        (spark.read.format("xml").option("rowTag", "testcase").schema(schema)
+         .load(str(history)).write.format("noop").mode("overwrite").save())
+        timings[f"Spark XML reader, explicit schema (pass {attempt + 1})"] = (
+            time.perf_counter() - began
+        )
+    for label, seconds in timings.items():
+        print(f"parse only, {label}: {seconds:6.1f}s")
+    spark.stop()
+
+
 def main() -> None:
     options = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     options.add_argument("--files", type=int, default=2000)
@@ -153,6 +192,8 @@ def main() -> None:
     options.add_argument("--master", default="local[2]")
     options.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "bench-junit")
     options.add_argument("--skip-warm", action="store_true")
+    options.add_argument("--compare-parsers", action="store_true",
+                         help="only time junitparser against Spark's XML reader")
     args = options.parse_args()
 
     data = args.data / f"{args.files}x{args.cases}"
@@ -163,6 +204,9 @@ def main() -> None:
     print(f"data: {args.files} files x {args.cases} cases = {total:,} test cases in {data} "
           f"(generated/checked in {time.perf_counter() - began:.1f}s)")
 
+    if args.compare_parsers:
+        compare_parsers(history, args.master)
+        return
     began = time.perf_counter()
     summary = baseline(paths)
     base = time.perf_counter() - began

@@ -85,13 +85,14 @@ def build(
     # Parquet scans are cheap; only the scenario-level table, used four times, is cached.
     cases = _cases_or_empty(spark, out)
     scenarios = metrics.scenario_runs(cases).cache()
+    names = metrics.scenario_names(cases).cache()
     frames = {
         "matrix.csv": metrics.pass_matrix(cases),
-        "flaky.csv": metrics.flaky(scenarios),
-        "regressions.csv": metrics.regressions(scenarios),
+        "flaky.csv": metrics.flaky(scenarios, names),
+        "regressions.csv": metrics.regressions(scenarios, names),
         "latest_matrix.csv": metrics.latest_matrix(cases, scenarios),
         "trends.csv": metrics.trends(scenarios),
-        "durations.csv": metrics.durations(scenarios),
+        "durations.csv": metrics.durations(scenarios, names),
     }
     with progress.watch(spark.sparkContext, "computing metrics"):
         for name, frame in frames.items():
@@ -100,6 +101,7 @@ def build(
                       for r in result.tables["trends.csv"])
     result.runs = len(result.tables["trends.csv"])
     scenarios.unpersist()
+    names.unpersist()
 
     rejected = [{"file": f, "reason": r} for f, r in rejected_files(spark, out, done.rejected)]
     result.tables["rejected.csv"] = rejected

@@ -18,6 +18,7 @@ __all__ = [
     "pass_matrix",
     "regressions",
     "runs",
+    "scenario_names",
     "scenario_runs",
     "trends",
 ]
@@ -27,7 +28,9 @@ MIN_FLIPS = 2
 
 _OUTCOME_RANK = {"skipped": 0, "passed": 1, "failed": 2, "error": 3}
 _RUN_KEY = ["target", "run_id"]
-_SCENARIO_KEY = ["classname", "scenario"]
+# Scenarios are grouped by a 64-bit hash of (classname, scenario): shuffling and
+# sorting a long instead of two long strings; names are joined back at the end.
+_SCENARIO_KEY = ["sid"]
 
 
 def _count_where(condition: Column) -> Column:
@@ -46,7 +49,7 @@ def _outcome_rank() -> Column:
 
 
 def scenario_runs(cases: DataFrame) -> DataFrame:
-    """One row per run x scenario: worst outcome, and every behaviour it was tagged with.
+    """One row per run x scenario (``sid``) with its worst outcome.
 
     ``recency`` (1 = the target's latest run) comes from a run table small enough
     to broadcast, so ordering runs costs no shuffle of the big side.
@@ -55,19 +58,11 @@ def scenario_runs(cases: DataFrame) -> DataFrame:
     outcome = F.coalesce(
         *[F.when(F.col("worst") == value, F.lit(name)) for value, name in by_rank.items()]
     )
-    # collect_set over a million groups falls back to sort-based aggregation; the
-    # behaviours of a scenario are a small table of their own, joined back.
-    grouped = cases.groupBy(*_RUN_KEY, *_SCENARIO_KEY).agg(
+    grouped = _keyed(cases).groupBy(*_RUN_KEY, *_SCENARIO_KEY).agg(
         F.max("target_version").alias("target_version"),
         F.max(_outcome_rank()).alias("worst"),
         F.max("duration_s").alias("duration_s"),
         F.max("reruns").alias("reruns"),
-    )
-    tags = (
-        cases.select("target", *_SCENARIO_KEY, "behaviour")
-        .distinct()
-        .groupBy("target", *_SCENARIO_KEY)
-        .agg(F.concat_ws(",", F.array_sort(F.collect_set("behaviour"))).alias("behaviours"))
     )
     per_run = cases.groupBy(*_RUN_KEY).agg(F.min("started_at").alias("started_at"))
     newest_first = Window.partitionBy("target").orderBy(F.desc("started_at"), F.desc("run_id"))
@@ -76,8 +71,34 @@ def scenario_runs(cases: DataFrame) -> DataFrame:
         grouped.withColumn("outcome", outcome)
         .drop("worst")
         .join(F.broadcast(order), _RUN_KEY)
-        .join(F.broadcast(tags), ["target", *_SCENARIO_KEY])
     )
+
+
+def _keyed(cases: DataFrame) -> DataFrame:
+    return cases.withColumn("sid", F.xxhash64("classname", "scenario"))
+
+
+def scenario_names(cases: DataFrame) -> DataFrame:
+    """Per target and scenario hash: classname, scenario and every behaviour it was tagged with.
+
+    A table of its own because collect_set over a million groups falls back to
+    sort-based aggregation; here it runs over distinct names only.
+    """
+    return (
+        _keyed(cases)
+        .select("target", "sid", "classname", "scenario", "behaviour")
+        .distinct()
+        .groupBy("target", "sid")
+        .agg(
+            F.first("classname").alias("classname"),
+            F.first("scenario").alias("scenario"),
+            F.concat_ws(",", F.array_sort(F.collect_set("behaviour"))).alias("behaviours"),
+        )
+    )
+
+
+def _named(frame: DataFrame, names: DataFrame) -> DataFrame:
+    return frame.join(F.broadcast(names), ["target", "sid"])
 
 
 def runs(scenarios: DataFrame) -> DataFrame:
@@ -112,7 +133,7 @@ def pass_matrix(cases: DataFrame) -> DataFrame:
     )
 
 
-def flaky(scenarios: DataFrame, min_flips: int = MIN_FLIPS) -> DataFrame:
+def flaky(scenarios: DataFrame, names: DataFrame, min_flips: int = MIN_FLIPS) -> DataFrame:
     """Scenarios whose outcome flips between consecutive runs of one target and version.
 
     Also lists scenarios that passed only on a rerun (Surefire flaky elements).
@@ -142,12 +163,12 @@ def flaky(scenarios: DataFrame, min_flips: int = MIN_FLIPS) -> DataFrame:
         .withColumn("flips", F.size("flipped").cast("long"))
         .withColumn("last_flip", F.try_element_at("flipped", F.lit(-1)))
     )
+    flaky_ones = summary.withColumn(
+        "flip_rate",
+        F.when(F.col("runs") > 1, F.round(F.col("flips") / (F.col("runs") - 1), 4)),
+    ).where((F.col("flips") >= min_flips) | (F.col("reruns") > 0))
     return (
-        summary.withColumn(
-            "flip_rate",
-            F.when(F.col("runs") > 1, F.round(F.col("flips") / (F.col("runs") - 1), 4)),
-        )
-        .where((F.col("flips") >= min_flips) | (F.col("reruns") > 0))
+        _named(flaky_ones, names)
         .select(
             "target", "target_version", "scenario", "classname", "runs", "flips", "flip_rate",
             F.col("last_flip.run_id").alias("last_flip_run"),
@@ -157,13 +178,12 @@ def flaky(scenarios: DataFrame, min_flips: int = MIN_FLIPS) -> DataFrame:
     )
 
 
-def regressions(scenarios: DataFrame) -> DataFrame:
+def regressions(scenarios: DataFrame, names: DataFrame) -> DataFrame:
     """Per target: scenarios that passed in the previous run and not in the latest, and fixes."""
     latest = scenarios.where(F.col("recency") == 1).select(
         "target",
         *_SCENARIO_KEY,
         "target_version",
-        "behaviours",
         F.col("run_id").alias("latest_run"),
         F.col("outcome").alias("latest_outcome"),
     )
@@ -180,10 +200,13 @@ def regressions(scenarios: DataFrame) -> DataFrame:
         F.when((F.col("previous_outcome") == "passed") & failing, "regression")
         .when(was_failing & (F.col("latest_outcome") == "passed"), "fix")
     )
-    return (
+    changed = (
         latest.join(previous, ["target", *_SCENARIO_KEY])
         .withColumn("change", change)
         .where(F.col("change").isNotNull())
+    )
+    return (
+        _named(changed, names)
         .select(
             "target", "target_version", "scenario", "classname",
             F.col("behaviours").alias("behaviour"), "previous_run", "previous_version",
@@ -193,17 +216,20 @@ def regressions(scenarios: DataFrame) -> DataFrame:
     )
 
 
-def durations(scenarios: DataFrame) -> DataFrame:
+def durations(scenarios: DataFrame, names: DataFrame) -> DataFrame:
     """Duration p50/p95 (nearest rank) per target x scenario x day."""
     sorted_times = F.array_sort(F.collect_list("duration_s"))
 
     def rank(q: float) -> Column:
         return F.element_at("t", F.greatest(F.ceil(F.size("t") * q).cast("int"), F.lit(1)))
 
-    return (
+    per_day = (
         scenarios.withColumn("date", F.to_date("started_at"))
         .groupBy("target", *_SCENARIO_KEY, "date")
         .agg(sorted_times.alias("t"))
+    )
+    return (
+        _named(per_day, names)
         .select(
             "target", "scenario", "classname", "date", F.size("t").cast("long").alias("runs"),
             rank(0.5).alias("p50_s"), rank(0.95).alias("p95_s"),
