@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 
 __all__ = [
     "MIN_FLIPS",
+    "behaviour_runs",
     "durations",
     "flaky",
     "latest_matrix",
@@ -108,13 +109,12 @@ def runs(scenarios: DataFrame) -> DataFrame:
     )
 
 
-def pass_matrix(cases: DataFrame) -> DataFrame:
-    """Pass rate per target x version x behaviour over the whole history."""
+def behaviour_runs(cases: DataFrame) -> DataFrame:
+    """Outcome counts per run x behaviour: small, and all both matrices need."""
     outcome = F.col("outcome")
-    key = ["target", "target_version", "behaviour"]
-    per_run = (
+    return (
         cases.where(F.col("behaviour").isNotNull())
-        .groupBy(*key, "run_id")
+        .groupBy("target", "target_version", "run_id", "behaviour")
         .agg(
             _count_where(outcome == "passed").alias("passed"),
             _count_where(outcome == "failed").alias("failed"),
@@ -122,8 +122,13 @@ def pass_matrix(cases: DataFrame) -> DataFrame:
             _count_where(outcome == "skipped").alias("skipped"),
         )
     )
+
+
+def pass_matrix(behaviours: DataFrame) -> DataFrame:
+    """Pass rate per target x version x behaviour over the whole history."""
+    key = ["target", "target_version", "behaviour"]
     return (
-        per_run.groupBy(*key)
+        behaviours.groupBy(*key)
         .agg(
             F.count(F.lit(1)).alias("runs"),
             *[F.sum(c).cast("long").alias(c) for c in ("passed", "failed", "errors", "skipped")],
@@ -254,24 +259,16 @@ def trends(scenarios: DataFrame) -> DataFrame:
     )
 
 
-def latest_matrix(cases: DataFrame, scenarios: DataFrame) -> DataFrame:
+def latest_matrix(behaviours: DataFrame, scenarios: DataFrame) -> DataFrame:
     """The certification matrix: behaviour x target in each target's latest run."""
     latest = (
         runs(scenarios)
         .where(F.col("recency") == 1)
-        .select(*_RUN_KEY, F.col("started_at").alias("run_started_at"))
+        .select(*_RUN_KEY, "started_at")
     )
-    outcome = F.col("outcome")
     counted = (
-        cases.where(F.col("behaviour").isNotNull())
-        .join(F.broadcast(latest), _RUN_KEY)
-        .groupBy("target", "target_version", "run_id", "behaviour")
-        .agg(
-            F.min("run_started_at").alias("started_at"),
-            _count_where(outcome == "passed").alias("passed"),
-            _count_where(outcome.isin("failed", "error")).alias("failed"),
-            _count_where(outcome == "skipped").alias("skipped"),
-        )
+        behaviours.join(F.broadcast(latest), _RUN_KEY)
+        .withColumn("failed", F.col("failed") + F.col("errors"))
         .withColumn("no_errors", F.lit(0))
     )
     status = (
@@ -280,6 +277,9 @@ def latest_matrix(cases: DataFrame, scenarios: DataFrame) -> DataFrame:
     return (
         counted.withColumn("status", status)
         .withColumn("pass_rate", _pass_rate("passed", "failed", "no_errors"))
-        .drop("no_errors")
+        .select(
+            "behaviour", "target", "target_version", "run_id", "started_at", "status",
+            "passed", "failed", "skipped", "pass_rate",
+        )
         .orderBy("behaviour", "target")
     )

@@ -100,6 +100,9 @@ def start_spark(master: str | None = None, app_name: str = "shadowcheck-reports"
         # collect_list per scenario/day: stay hash-based up to 100k groups per task
         # (the default 128 falls back to sorting, 3x slower on a million cases).
         .config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "100000")
+        # Partitioned writes keep one open file per (date, target) instead of
+        # sorting every row by partition first.
+        .config("spark.sql.maxConcurrentOutputFileWriters", "256")
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
