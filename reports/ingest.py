@@ -4,7 +4,7 @@ Every JUnit flavour the project meets is handled here: pytest xunit1 and xunit2,
 Ant/Jenkins and Maven Surefire, with a ``testsuites`` or a bare ``testsuite`` root,
 nested suites, ``failure``/``error``/``skipped`` results and the Surefire
 ``flaky*``/``rerun*`` elements.  A document that cannot be used yields exactly one
-:class:`Rejection` instead of rows, so the caller can list it with its reason.
+rejection row instead (see parse_document), so the caller can list it with its reason.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ __all__ = [
     "BEHAVIOUR_ID",
     "ROW_FIELDS",
     "FileIdentity",
-    "Rejection",
     "behaviours_of",
     "parse_document",
 ]
@@ -77,12 +76,6 @@ class FileIdentity:
     target_version: str | None = None
 
 
-@dataclass(frozen=True)
-class Rejection:
-    path: str
-    reason: str
-
-
 def _path_segments(path: str) -> dict[str, str]:
     """Hive-style ``key=value`` directory names, the last-resort identity source."""
     found: dict[str, str] = {}
@@ -95,14 +88,11 @@ def _path_segments(path: str) -> dict[str, str]:
 
 def _identity_from_path(path: str) -> dict[str, str]:
     segments = _path_segments(path)
-    stem = path.rsplit("/", 1)[-1]
-    stem = stem[: -len(".xml")] if stem.endswith(".xml") else stem
     return {
-        "run_id": segments.get("run_id") or segments.get("run") or path.rsplit(".", 1)[0],
+        "run_id": segments.get("run_id") or segments.get("run") or path.removesuffix(".xml"),
         "target": segments.get("target") or "unknown",
         "target_version": segments.get("target_version") or segments.get("version") or "unknown",
         "harness_version": segments.get("harness_version") or "unknown",
-        "stem": stem,
     }
 
 
