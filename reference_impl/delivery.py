@@ -211,8 +211,6 @@ class Delivery:
             content=content,
             received_at=now,
             origin="dsn",
-            shadow_node=None,
-            shadow_hop=None,
             no_dsn=True,
             parent=message.id,
             keep_in_safety_net=False,

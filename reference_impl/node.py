@@ -171,11 +171,6 @@ class Node:
             content=content,
             received_at=now,
             origin="received",
-            shadow_node=None,
-            shadow_hop=None,
-            no_dsn=False,
-            parent=None,
-            keep_in_safety_net=True,
         )
         redundant = self.settings.ShadowRedundancyEnabled
         if redundant and state.sender_keeps_shadow:
@@ -200,16 +195,6 @@ class Node:
             message.content = messages.categorised(message.content, self.name, self.clock.now())
         self.db.enqueue(message, plan, self.clock.now())
         self.delivery.submit(message.id, list(plan))
-
-    def store_shadow_copy(
-        self,
-        primary: str,
-        copy: dict[str, Any],
-        sender: str,
-        recipients: list[str],
-        content: bytes,
-    ) -> str:
-        return self.shadowing.store_copy(primary, copy, sender, recipients, content)
 
     def answer_discard_query(self, shadow: str, limit: int) -> list[str]:
         """XQDISCARD reply lines: DBID, one DISCARD line per message, a count."""

@@ -141,11 +141,11 @@ class Message:
     content: bytes
     received_at: float
     origin: str
-    shadow_node: str | None
-    shadow_hop: str | None
-    no_dsn: bool
-    parent: str | None
-    keep_in_safety_net: bool
+    shadow_node: str | None = None  # 2013: the node holding this message's copy
+    shadow_hop: str | None = None  # XSHADOW handshake: the sending hop keeps the copy
+    no_dsn: bool = False  # resubmissions and DSNs never produce DSNs
+    parent: str | None = None  # a DSN's original message
+    keep_in_safety_net: bool = True
 
 
 class QueueDB:

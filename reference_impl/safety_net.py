@@ -225,10 +225,7 @@ class SafetyNet:
             content=entry["content"],
             received_at=node.clock.now(),
             origin="resubmitted",
-            shadow_node=None,
-            shadow_hop=None,
             no_dsn=True,  # SN-9
-            parent=None,
             keep_in_safety_net=False,
         )
         # SN-11: a shadow copy goes through categorisation here, the primary's is done.

@@ -332,11 +332,6 @@ class Shadowing:
                 content=shadow["content"],
                 received_at=node.clock.now(),
                 origin="promoted",
-                shadow_node=None,
-                shadow_hop=None,
-                no_dsn=False,
-                parent=None,
-                keep_in_safety_net=True,
             )
             node.enqueue(message, plan)
             node.db.remove_shadow(shadow["id"])

@@ -217,7 +217,9 @@ class NodeHandler:
         recipients = list(envelope.rcpt_tos)
         if copy is not None:
             assert state.peer_node is not None
-            return self.node.store_shadow_copy(state.peer_node, copy, sender, recipients, content)
+            return self.node.shadowing.store_copy(
+                state.peer_node, copy, sender, recipients, content
+            )
         # CR-8: once the shadow has the copy the message must be processed even
         # if the sender gives up waiting, so the work is shielded from the
         # session's cancellation.
