@@ -19,7 +19,13 @@ Record = dict[str, Any]
 TOP_DURATIONS = 10
 TABLE_LIMIT = 100
 
-_STATUS_COLOURS = [[0.0, "#c0392b"], [0.5, "#f1c40f"], [1.0, "#27ae60"]]
+# Coloured by verdict, not by pass rate: a FAIL at 90 % must not look green.
+_STATUS_LEVEL = {"FAIL": 0, "SKIPPED": 1, "PASS": 2}
+_STATUS_COLOURS = [
+    [0.0, "#c0392b"], [0.33, "#c0392b"],
+    [0.33, "#bdc3c7"], [0.67, "#bdc3c7"],
+    [0.67, "#27ae60"], [1.0, "#27ae60"],
+]
 
 
 @dataclass
@@ -50,8 +56,15 @@ def _matrix_figure(rows: list[Record]) -> go.Figure:
         text_row: list[str] = []
         for column in columns:
             found = cell.get((behaviour, column))
-            z_row.append(None if found is None else found["pass_rate"])
-            text_row.append("" if found is None else found["status"])
+            if found is None:
+                z_row.append(None)
+                text_row.append("")
+                continue
+            z_row.append(_STATUS_LEVEL[found["status"]])
+            label = found["status"]
+            if found["failed"]:  # how bad: passed / executed
+                label += f" {found['passed']}/{found['passed'] + found['failed']}"
+            text_row.append(label)
         z.append(z_row)
         text.append(text_row)
     figure = go.Figure(
@@ -63,11 +76,11 @@ def _matrix_figure(rows: list[Record]) -> go.Figure:
             texttemplate="%{text}",
             colorscale=_STATUS_COLOURS,
             zmin=0,
-            zmax=1,
+            zmax=2,
             xgap=2,
             ygap=2,
-            colorbar={"title": "pass rate"},
-            hovertemplate="%{y} on %{x}: %{text} (pass rate %{z})<extra></extra>",
+            showscale=False,
+            hovertemplate="%{y} on %{x}: %{text}<extra></extra>",
         )
     )
     figure.update_layout(
