@@ -123,7 +123,7 @@ def _case_details(case: Any) -> tuple[str, str | None, int, dict[str, str]]:
     """(outcome, message, reruns, properties) in one pass over the case's children.
 
     junitparser's TestCase accessors rescan the children once per question and
-    allocate a wrapper per child; on a million cases that was 6x the parse itself.
+    allocate a wrapper per child: 4.3 ms instead of 1.9 ms for a 500-case file.
     """
     results: dict[str, Any] = {}
     reruns = 0
