@@ -95,3 +95,14 @@ def test_flags_name_target_when_files_do_not(spark, tmp_path: Path) -> None:
     rows = read_cases(spark, str(out)).collect()
     identity = {(r.target, r.target_version, r.run_id) for r in rows}
     assert identity == {("exim", "4.97", "n-1")}
+
+
+def test_a_build_of_nothing_but_bad_files_still_writes_every_output(
+    spark, malformed: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    result = build(spark, [str(malformed)], str(out))
+    assert (result.ingest.accepted, result.rows) == (0, 0)
+    assert len(read_csv(out / "rejected.csv")) == len(list(malformed.iterdir()))
+    assert read_csv(out / "matrix.csv") == []
+    assert "No rejected file." not in (out / "dashboard.html").read_text()
