@@ -376,13 +376,14 @@ def _ingest_batch(
             _append_cases(rows, f"{out}/cases")
     report.parsed += len(batch)
     parsed: dict[str, tuple[str | None, int]] = summaries.value
+    digest_of = {uri: sha1 for uri, sha1, _ in digests}
     manifest: list[tuple] = []
     for source in batch:
-        sha1, reason, note = verdicts.get(source.uri, (None, None, None))
+        _, reason, note = verdicts.get(source.uri, (None, None, None))
+        sha1 = digest_of.get(source.uri)
         rows_added = 0
         if source.uri in parsed:
             reason, rows_added = parsed[source.uri]
-            sha1 = next(d[1] for d in digests if d[0] == source.uri) if sha1 is None else sha1
         if reason is not None:
             report.rejected.append((source.uri, reason))
         elif rows_added:
