@@ -59,8 +59,12 @@ class ReferenceTarget(Target):
     name = "reference"
     capabilities = frozenset(CAPABILITIES)
 
-    def __init__(self, python: str | None = None) -> None:
+    def __init__(self, python: str | None = None, launcher: list[str] | None = None) -> None:
         self.python = python or sys.executable
+        # what runs a node, before ``node --config ...``: a subclass or plugin may
+        # put a wrapper here (the project's own tests run deliberately broken
+        # variants of the reference MTA this way)
+        self.launcher = launcher or ["-m", "reference_impl"]
         self.plan: ClusterPlan | None = None
         self.config_path: Path | None = None
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -76,7 +80,7 @@ class ReferenceTarget(Target):
             return "not installed"
 
     def describe(self) -> str:
-        return f"reference MTA {self.version()} ({self.python} -m reference_impl)"
+        return f"reference MTA {self.version()} ({self.python} {' '.join(self.launcher)})"
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -131,7 +135,7 @@ class ReferenceTarget(Target):
     async def _start_node(self, node: str) -> NodeHandle:
         assert self.config_path is not None
         command = [
-            self.python, "-m", "reference_impl", "node",
+            self.python, *self.launcher, "node",
             "--config", str(self.config_path),
             "--name", node,
             "--data", str(self._data_dir(node)),

@@ -1,0 +1,108 @@
+"""Every scenario of the conformance suite can fail, and the reference passes them all.
+
+Runs the suite in a child pytest (``--shadowcheck``) against the reference
+target and against each deliberately broken variant in ``mta_variants``,
+reading the outcomes from the child's JUnit XML.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from mta_variants import Variant, all_variants
+
+from pytest_shadowcheck.scenario import load_scenario_file
+
+HERE = Path(__file__).resolve().parent
+SUITE = HERE.parent.parent / "scenarios"
+
+pytestmark = pytest.mark.slow
+
+Outcomes = dict[str, tuple[str, str]]
+
+
+def suite_scenarios() -> dict[str, Path]:
+    """Every scenario name in the bundled suite, with its file."""
+    found: dict[str, Path] = {}
+    for path in sorted(SUITE.glob("*.yaml")):
+        for scenario in load_scenario_file(path):
+            assert scenario.name not in found, f"{scenario.name} defined twice"
+            found[scenario.name] = path
+    return found
+
+
+def outcomes(junit: Path) -> Outcomes:
+    """Scenario name → (passed | failed | error | skipped | xfailed, message) from JUnit XML."""
+    result: Outcomes = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        outcome, message = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome, message = child.tag, child.get("message") or ""
+                if child.tag == "failure":
+                    outcome = "failed"
+                elif child.tag == "skipped" and message.startswith("OUTSIDE-GUARANTEE"):
+                    outcome = "xfailed"
+        # the test case is named "scenario[CR-4,...]": the scenario name is the key
+        result[case.get("name", "").partition("[")[0]] = (outcome, message)
+    return result
+
+
+def run_suite(tmp_path: Path, target: str, only: tuple[str, ...] = ()) -> Outcomes:
+    junit = tmp_path / "junit.xml"
+    command = [
+        sys.executable, "-m", "pytest", "--shadowcheck",
+        "--shadowcheck-target", target,
+        "--shadowcheck-target-plugin", "broken_target",
+        "--shadowcheck-scenarios", str(SUITE),
+        f"--junitxml={junit}", "-o", "junit_family=xunit2",
+        "-p", "no:cacheprovider", "-q", "-rfE",
+    ]  # fmt: skip
+    if only:
+        command += ["-k", " or ".join(only)]
+    path = [str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+    proc = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280
+    )
+    assert junit.exists(), f"the child pytest wrote no JUnit XML:\n{proc.stdout}\n{proc.stderr}"
+    found = outcomes(junit)
+    missing = set(only) - set(found)
+    assert not missing, f"scenarios not run: {sorted(missing)}\n{proc.stdout[-3000:]}"
+    return found
+
+
+def test_reference_passes_every_scenario(tmp_path: Path) -> None:
+    found = run_suite(tmp_path, "reference")
+    assert set(found) == set(suite_scenarios())
+    bad = {name: o for name, o in found.items() if o[0] not in ("passed", "xfailed")}
+    assert not bad, f"the reference MTA does not pass: {bad}"
+
+
+@pytest.mark.parametrize("variant", all_variants(), ids=lambda v: v.name)
+def test_broken_variant_fails_its_scenarios(tmp_path: Path, variant: Variant) -> None:
+    found = run_suite(tmp_path, f"broken:{variant.name}", variant.fails)
+    survived = {name: found[name] for name in variant.fails if found[name][0] != "failed"}
+    assert not survived, (
+        f"variant {variant.name!r} ({variant.breaks}) should fail these scenarios, "
+        f"but got {survived}"
+    )
+
+
+def test_every_scenario_can_fail() -> None:
+    scenarios = suite_scenarios()
+    claimed = {name for v in all_variants() for name in v.fails}
+    unknown = claimed - set(scenarios)
+    assert not unknown, f"variants name scenarios that do not exist: {sorted(unknown)}"
+    unbroken = sorted(set(scenarios) - claimed)
+    assert not unbroken, f"no broken variant fails these scenarios (a defect): {unbroken}"
+
+
+def test_variant_names_are_unique() -> None:
+    names = [v.name for v in all_variants()]
+    assert len(names) == len(set(names))
