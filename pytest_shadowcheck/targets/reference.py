@@ -30,7 +30,7 @@ from ..hookspecs import hookimpl
 from ..scenario import CAPABILITIES
 from .base import ClusterPlan, NodeHandle, Target, TargetError
 
-__all__ = ["ReferenceTarget"]
+__all__ = ["ReferenceTarget", "cluster_document"]
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 5.0
@@ -53,6 +53,34 @@ atexit.register(_kill_leftovers)
 def _addr(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     return host or "127.0.0.1", int(port)
+
+
+def cluster_document(plan: ClusterPlan) -> dict[str, Any]:
+    """The cluster file (docs/contracts.md section 1) for ``plan``: peers and next hops
+    are the harness proxies. Also used by the docker target's templates."""
+    topo = plan.topology
+    nodes: dict[str, Any] = {}
+    for name, spec in topo.nodes.items():
+        entry: dict[str, Any] = {"site": spec.site, "dag": spec.dag}
+        if spec.profile:
+            entry["profile"] = spec.profile
+        entry["peers"] = dict(plan.peers.get(name, {}))
+        entry["next_hops"] = dict(plan.next_hops.get(name, {}))
+        nodes[name] = entry
+    cluster: dict[str, Any] = {
+        "boundary": topo.boundary,
+        "secret": plan.secret,
+        "profile": topo.profile,
+        "nodes": nodes,
+        "directory": topo.directory or {},
+        "settings": dict(plan.settings),
+    }
+    if topo.clock == "virtual":
+        cluster["clock"] = {
+            "mode": "virtual",
+            "start": plan.clock_start or "2026-01-01T00:00:00Z",
+        }
+    return cluster
 
 
 class ReferenceTarget(Target):
@@ -84,37 +112,12 @@ class ReferenceTarget(Target):
 
     # -- lifecycle ---------------------------------------------------------------
 
-    def _cluster_yaml(self, plan: ClusterPlan) -> dict[str, Any]:
-        topo = plan.topology
-        nodes: dict[str, Any] = {}
-        for name, spec in topo.nodes.items():
-            entry: dict[str, Any] = {"site": spec.site, "dag": spec.dag}
-            if spec.profile:
-                entry["profile"] = spec.profile
-            entry["peers"] = dict(plan.peers.get(name, {}))
-            entry["next_hops"] = dict(plan.next_hops.get(name, {}))
-            nodes[name] = entry
-        cluster: dict[str, Any] = {
-            "boundary": topo.boundary,
-            "secret": plan.secret,
-            "profile": topo.profile,
-            "nodes": nodes,
-            "directory": topo.directory or {},
-            "settings": dict(plan.settings),
-        }
-        if topo.clock == "virtual":
-            cluster["clock"] = {
-                "mode": "virtual",
-                "start": plan.clock_start or "2026-01-01T00:00:00Z",
-            }
-        return cluster
-
     async def start(self, plan: ClusterPlan) -> dict[str, NodeHandle]:
         self.plan = plan
         plan.workdir.mkdir(parents=True, exist_ok=True)
         self.config_path = plan.workdir / "cluster.yaml"
         self.config_path.write_text(
-            yaml.safe_dump(self._cluster_yaml(plan), sort_keys=False), encoding="utf-8"
+            yaml.safe_dump(cluster_document(plan), sort_keys=False), encoding="utf-8"
         )
         started = await asyncio.gather(
             *(self._start_node(name) for name in plan.topology.nodes), return_exceptions=True
