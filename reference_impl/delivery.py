@@ -290,7 +290,12 @@ class _Session:
         )
         try:
             await link.open()
-            keep = node.settings.ShadowRedundancyEnabled and link.advert is not None
+            # CR-9: tracking never crosses a boundary; the next one makes its own copy.
+            keep = (
+                node.settings.ShadowRedundancyEnabled
+                and link.advert is not None
+                and node.same_boundary(route.node)
+            )
             reply = await link.relay(message.sender, fork.recipients, message.content, keep)
             if keep and link.advert is not None:
                 queue_id = reply.split()[1] if len(reply.split()) > 1 else new_id()

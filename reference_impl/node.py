@@ -116,6 +116,15 @@ class Node:
             and hmac.compare_digest(password, self.cluster.secret.encode())
         )
 
+    def same_boundary(self, other: str) -> bool:
+        """Whether ``other`` is in this node's boundary: its DAG, or its AD site outside a DAG."""
+        peer = self.cluster.nodes.get(other)
+        if peer is None or other == self.name:
+            return False
+        if self.config.dag is not None:
+            return peer.dag == self.config.dag
+        return peer.dag is None and peer.site == self.config.site
+
     def shadow_advertisement(self) -> str | None:
         if not self.settings.ShadowRedundancyEnabled:
             return None

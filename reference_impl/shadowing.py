@@ -52,11 +52,7 @@ class Shadowing:
 
     def candidates(self) -> list[NodeConfig]:
         """Nodes of this node's boundary: its DAG, or its AD site outside a DAG."""
-        me = self.node.config
-        others = [n for n in self.node.cluster.nodes.values() if n.name != me.name]
-        if me.dag is not None:
-            return [n for n in others if n.dag == me.dag]
-        return [n for n in others if n.dag is None and n.site == me.site]
+        return [n for n in self.node.cluster.nodes.values() if self.node.same_boundary(n.name)]
 
     def attempt_plan(self) -> list[str]:
         """CR-7: the sequence of shadow attempts, by site and preference."""

@@ -245,6 +245,31 @@ def test_leaving_the_boundary_ends_tracking(
     wait_until(lambda: cluster.safety_net("mbx2", "shadow"))
 
 
+def test_relay_into_another_dag_restarts_tracking_there(
+    cluster_factory: Factory, sink: Sink
+) -> None:
+    """CR-9: dag1 relays to a node of dag2 without XSHADOW and keeps no shadow of the
+    relay; dag2's node makes its own copy inside dag2 before it acknowledges."""
+    sink.deferred["*"] = "451 4.3.0 hold it"  # dag2 cannot deliver: m stays in dag2
+    spec = two_nodes(sink)
+    to_dag2 = {"remote.test": {"node": "mbx3"}}
+    spec["nodes"] = {
+        "mbx1": {"site": "site-a", "dag": "dag1", "next_hops": to_dag2},
+        "mbx2": {"site": "site-a", "dag": "dag1", "next_hops": to_dag2},
+        "mbx3": {"site": "site-b", "dag": "dag2"},
+        "mbx4": {"site": "site-b", "dag": "dag2"},
+    }
+    spec["next_hops"]["remote.test"] = sink.address
+    cluster = cluster_factory(spec)
+    code, _, message_id = cluster.send("mbx1", ["carol@remote.test"])
+    assert code == 250
+    wait_until(lambda: [m for m in cluster.active("mbx3") if m["message_id"] == message_id])
+    assert [s["message_id"] for s in cluster.shadows("mbx4")] == [message_id]
+    wait_until(lambda: cluster.shadows("mbx2") == [])  # dag1's copy released
+    assert cluster.shadows("mbx1") == []  # nothing tracked across the boundary
+    assert cluster.shadows("mbx3") == []
+
+
 def test_one_shadow_queue_per_next_hop_released_when_all_forks_are_done(
     cluster_factory: Factory, sink: Sink, sink2: Sink
 ) -> None:
