@@ -15,6 +15,8 @@ per link), and can break the link on demand (``fault`` events):
 - :meth:`FaultProxy.slow_accept` - wait before connecting upstream.
 - :meth:`FaultProxy.slow_greeting` - hold the server's first bytes.
 - :meth:`FaultProxy.drop_after` - forward N more bytes, then close the connection.
+- :meth:`FaultProxy.stall_after_data` - hold the server's replies once the client sent
+  a message's content: the client waits for its 250 and times out.
 - :meth:`FaultProxy.heal` - clear every fault.
 
 Lines are parsed only for recording; forwarding works on whole chunks.
@@ -74,6 +76,9 @@ class FaultProxy:
         self._slow_accept = 0.0
         self._slow_greeting = 0.0
         self._drop_after: dict[str, int] = {}
+        self._stall_after_data = False
+        self._unstalled = asyncio.Event()
+        self._unstalled.set()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -195,12 +200,27 @@ class FaultProxy:
                 conn.budget[d] = nbytes
         self._record_fault("drop_after", nbytes is not None, nbytes=nbytes, flow=direction)
 
+    def stall_after_data(self, on: bool = True) -> None:
+        """Once the client has sent a message's content (the final dot) on a
+        connection, hold everything the server says on it from then on: the
+        client never gets its reply to the content and times out (a sender's
+        session timing out after the server accepted). ``stall_after_data(False)``
+        releases the held replies."""
+        self._stall_after_data = on
+        if on:
+            self._unstalled.clear()
+        else:
+            self._unstalled.set()
+        self._record_fault("stall_after_data", on)
+
     def heal(self) -> None:
-        """Clear every fault (held blackhole traffic flows again)."""
+        """Clear every fault (held blackhole and stalled traffic flows again)."""
         cleared = sorted(self.active_faults())
         self._cut = False
         self._blackholed = False
         self._flowing.set()
+        self._stall_after_data = False
+        self._unstalled.set()
         self._delays = {"c2s": 0.0, "s2c": 0.0}
         self._slow_accept = 0.0
         self._slow_greeting = 0.0
@@ -216,6 +236,8 @@ class FaultProxy:
             faults["cut"] = True
         if self._blackholed:
             faults["blackhole"] = True
+        if self._stall_after_data:
+            faults["stall_after_data"] = True
         for d, seconds in self._delays.items():
             if seconds:
                 faults[f"delay_{d}"] = seconds
@@ -332,6 +354,8 @@ class _Connection:
             # Fast path: no fault active means no awaits besides drain.
             if proxy._blackholed:
                 await proxy._flowing.wait()
+            if direction == "s2c" and proxy._stall_after_data and recorder.contents:
+                await proxy._unstalled.wait()
             if direction == "s2c" and not self.greeted:
                 self.greeted = True
                 if proxy._slow_greeting:
@@ -430,6 +454,8 @@ class _SmtpRecorder:
         self._auth_in_progress = False
         self._starttls_requested = False
         self._opaque = False
+        #: complete message contents the client sent (DATA bodies)
+        self.contents = 0
 
     def feed(self, direction: str, chunk: bytes) -> None:
         if self._opaque:
@@ -568,6 +594,7 @@ class _SmtpRecorder:
 
     def _record_data(self, complete: bool) -> None:
         self._in_data = False
+        self.contents += complete
         # Size is the content without the terminating ".\r\n".
         size = max(self._data_size - 3, 0) if complete else self._data_size
         head = bytes(self._data_head)

@@ -234,6 +234,35 @@ def test_blackhole_holds_traffic_until_healed(run: Run, history: History) -> Non
     assert heal.data["cleared"] == ["blackhole"]
 
 
+def test_stall_after_data_holds_the_reply_to_the_content(run: Run, history: History) -> None:
+    async def scenario() -> None:
+        sink = MailSink("corp.test", history)
+        proxy = await open_proxy(history, await sink.start())
+        proxy.stall_after_data()
+        reader, writer = await asyncio.open_connection(*proxy.address)
+        await read_reply(reader)
+        # Everything before the content flows as usual ...
+        assert (await command(reader, writer, "EHLO mbx1.test"))[0].startswith("250")
+        assert (await command(reader, writer, "MAIL FROM:<a@ext.test>"))[0].startswith("250")
+        assert (await command(reader, writer, "RCPT TO:<alice@corp.test>"))[0].startswith("250")
+        assert (await command(reader, writer, "DATA"))[0].startswith("354")
+        writer.write(MESSAGE + b".\r\n")
+        # ... the server accepts the content, but its 250 is held.
+        assert await eventually(lambda: sink.count("<m1@ext.test>") == 1)
+        with pytest.raises(TimeoutError):
+            await read_reply(reader, timeout=0.4)
+        proxy.heal()
+        assert (await read_reply(reader))[0].startswith("250")
+        writer.close()
+        await proxy.stop()
+        await sink.stop()
+
+    run(scenario())
+    assert faults(history) == [("stall_after_data", True), ("heal", False)]
+    server = lines(history, "s2c", conn=1)
+    assert server[-1].startswith("250")  # recorded when it was finally forwarded
+
+
 @pytest.mark.parametrize(("direction", "minimum"), [("c2s", 0.3), ("s2c", 0.3), ("both", 0.6)])
 def test_delay_holds_each_direction(run: Run, direction: str, minimum: float) -> None:
     history = History()
