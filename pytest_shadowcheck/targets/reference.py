@@ -98,6 +98,9 @@ class ReferenceTarget(Target):
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.handles: dict[str, NodeHandle] = {}
         self.paused: set[str] = set()
+        # the cluster's virtual time, as the last clock move reported it: a node
+        # (re)started later starts there, so a new queue database is dated right (SN-8)
+        self.virtual_now: float | None = None
 
     def version(self) -> str:
         try:
@@ -114,6 +117,7 @@ class ReferenceTarget(Target):
 
     async def start(self, plan: ClusterPlan) -> dict[str, NodeHandle]:
         self.plan = plan
+        self.virtual_now = None
         plan.workdir.mkdir(parents=True, exist_ok=True)
         self.config_path = plan.workdir / "cluster.yaml"
         self.config_path.write_text(
@@ -143,6 +147,8 @@ class ReferenceTarget(Target):
             "--name", node,
             "--data", str(self._data_dir(node)),
         ]  # fmt: skip
+        if self.virtual_now is not None:
+            command += ["--clock-start", repr(self.virtual_now)]
         log = self._log_path(node).open("ab")
         try:
             proc = subprocess.Popen(
@@ -259,6 +265,12 @@ class ReferenceTarget(Target):
             await self.kill(node)
         shutil.rmtree(self._data_dir(node), ignore_errors=True)
         return await self._start_node(node)
+
+    async def advance_clock(self, node: str, seconds: float) -> Any:
+        answer = await super().advance_clock(node, seconds)
+        if isinstance(answer, dict) and isinstance(answer.get("now"), (int, float)):
+            self.virtual_now = max(self.virtual_now or 0.0, float(answer["now"]))
+        return answer
 
 
 @hookimpl
