@@ -26,6 +26,7 @@ from .network import FaultProxy, MailSink
 from .network.client import RecordingClient, SendResult, make_message
 from .progress import Progress
 from .scenario import Scenario, Step, parse_duration
+from .session_step import run_session, session_label
 from .targets.base import ClusterPlan, NodeHandle, Target, TargetError
 from .verdict import CheckResult, Status, Verdict
 
@@ -174,6 +175,12 @@ class Run:
                 state = None
         return state
 
+    def register_message(self, ref: str, message_id: str, via: str) -> Message:
+        """A message the scenario sends (a send step, or a session step's content)."""
+        msg = Message(ref, message_id, via, self.history.now(), list(self.scenario.topology.nodes))
+        self.messages[ref] = msg
+        return msg
+
     # -- lifecycle ---------------------------------------------------------------
 
     async def setup(self) -> None:
@@ -253,6 +260,8 @@ class Run:
             if not isinstance(arg, dict)
             else f"{kind} " + " ".join(f"{k}={v}" for k, v in arg.items())
         )
+        if kind == "session":
+            label = session_label(arg)
         self.history.record("step", text=label, line=step.where.line)
         if kind == "send":
             await self._send(arg)
@@ -317,6 +326,8 @@ class Run:
             verdict.add(await run_check(self, inner))
         elif kind == "note":
             self.history.record("note", text=str(arg))
+        elif kind == "session":
+            await run_session(self, step, verdict)
 
     async def _send(self, arg: dict[str, Any]) -> None:
         ref, via = arg["id"], arg["via"]
@@ -332,8 +343,7 @@ class Run:
         )
         proxy = self.proxies[f"client->{via}"]
         client = RecordingClient(self.history, link=f"client->{via}")
-        msg = Message(ref, message_id, via, self.history.now(), list(self.scenario.topology.nodes))
-        self.messages[ref] = msg
+        msg = self.register_message(ref, message_id, via)
         timeout = arg.get("timeout", SEND_TIMEOUT)
         coro = client.send(*proxy.address, sender, list(arg["to"]), raw, timeout=timeout)
 

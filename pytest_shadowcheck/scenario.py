@@ -714,10 +714,39 @@ class _Context:
             self.node(arg["node"], [*p, "node"])
         elif kind == "sink":
             self.sink(arg["name"], [*p, "name"])
+        elif kind == "session":
+            self.session(arg, p)
         elif kind == "check":
             check = self.check(raw[kind], p)
             arg = {"kind": check.kind, **check.arg}
         return Step(kind, arg, self.at(doc_path))
+
+    def session(self, arg: dict[str, Any], doc_path: list[Any]) -> None:
+        """Check a session step and normalise its items to {send|message, reply?}."""
+        self.node(arg["via"], [*doc_path, "via"])
+        if "timeout" in arg:
+            arg["timeout"] = self.duration(arg["timeout"], [*doc_path, "timeout"])
+        items = []
+        for i, item in enumerate(arg["say"]):
+            item = {"send": item} if isinstance(item, str) else item
+            at = [*doc_path, "say", i]
+            if "message" in item:
+                if item["message"] in self.sent:
+                    raise ScenarioError(
+                        f"duplicate message id {item['message']!r}",
+                        self.at([*at, "message"]),
+                        "unique ids",
+                    )
+                self.sent.append(item["message"])
+            if "reply" in item:
+                try:
+                    re.compile(item["reply"])
+                except re.error as exc:
+                    raise ScenarioError(
+                        f"bad regular expression: {exc}", self.at([*at, "reply"]), "a Python regex"
+                    ) from None
+            items.append({**item, "where": str(self.at(at))})
+        arg["say"] = items
 
     def matcher(self, arg: dict[str, Any], doc_path: list[Any]) -> None:
         if "link" in arg:

@@ -1,0 +1,130 @@
+"""The ``session`` step: a raw SMTP conversation the harness itself holds with a node.
+
+Used to play a stranger (XS-3: an anonymous or unauthorised client trying the
+shadow verbs) or any client that must say exact lines. The session goes
+through the ``client->NODE`` proxy, so its lines are in the history like any
+other. Each item is sent as given (CRLF added) and one reply is read; an item
+with ``reply`` adds a check that the reply matches that regular expression.
+An item ``{message: ID}`` sends a generated message's content and the final
+dot, and registers ``ID`` as a message of the scenario, so every expectation
+(reply, delivered, queue...) and the no-loss invariant apply to it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from .network.client import RawReply, RecordingClient, Reply, SendResult, make_message
+from .network.smtp_text import dot_stuff, mask_auth_line, parse_enhanced_code
+from .verdict import CheckResult, Status, Verdict
+
+if TYPE_CHECKING:
+    from .engine import Run
+    from .scenario import Step
+
+__all__ = ["run_session", "session_label"]
+
+DEFAULT_REPLY_TIMEOUT = 5.0
+
+
+def _describe(reply: RawReply | None) -> str:
+    if reply is None:
+        return "nothing: the session ended before this line was sent"
+    if reply.outcome == "reply":
+        return " | ".join(reply.lines)
+    partial = f" (partial: {' | '.join(reply.lines)})" if reply.lines else ""
+    return f"no reply: {reply.outcome}{partial}"
+
+
+def _reply_text(reply: RawReply) -> str:
+    """The reply as the regular expressions see it: its lines, joined by newlines."""
+    return "\n".join(reply.lines)
+
+
+def session_label(arg: dict[str, Any]) -> str:
+    """The step as the history shows it: where to, and what is said (credentials masked)."""
+    said = [
+        f"<message {item['message']}>" if "message" in item else mask_auth_line(item["send"])
+        for item in arg["say"]
+    ]
+    return f"session via={arg['via']}: " + " / ".join(said)
+
+
+async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
+    arg: dict[str, Any] = step.arg
+    via = arg["via"]
+    link = f"client->{via}"
+    timeout = arg.get("timeout", DEFAULT_REPLY_TIMEOUT)
+    items: list[dict[str, Any]] = arg["say"]
+    payloads: list[bytes] = []
+    for item in items:
+        if "message" in item:
+            ref = item["message"]
+            message_id = f"<{ref}.{run.token}@shadowcheck.test>"
+            raw = make_message(
+                message_id,
+                subject=f"shadowcheck {run.scenario.name} {ref} (raw session)",
+                body=f"scenario {run.scenario.name}, message {ref}\n",
+            )
+            run.register_message(ref, message_id, via)
+            payloads.append(dot_stuff(raw) + b".\r\n")
+        else:
+            payloads.append(item["send"].encode() + b"\r\n")
+    client = RecordingClient(run.history, link=link)
+    host, port = run.proxies[link].address
+    replies = await client.raw_session(host, port, payloads, read_timeout=timeout)
+    # replies[0] is the greeting; then one reply per item sent, fewer if the server hung up
+    answers: list[RawReply | None] = [*replies[1:], *[None] * len(items)][: len(items)]
+    for item, answer in zip(items, answers, strict=True):
+        shown = f"message {item['message']}" if "message" in item else mask_auth_line(item["send"])
+        if "message" in item:
+            _settle_message(run, item["message"], answer)
+        if "reply" not in item:
+            continue
+        ok = (
+            answer is not None
+            and answer.outcome == "reply"
+            and re.search(item["reply"], _reply_text(answer)) is not None
+        )
+        around = answer.t if answer is not None else run.history.now()
+        verdict.add(
+            CheckResult(
+                f"session reply to {shown}",
+                Status.PASS if ok else Status.FAIL,
+                f"{via} answers {shown} with a reply matching /{item['reply']}/",
+                _describe(answer),
+                where=item.get("where", str(step.where)),
+                excerpt=run.excerpt(around, [link]),
+            )
+        )
+
+
+def _settle_message(run: Run, ref: str, answer: RawReply | None) -> None:
+    """Record what the sender was told about a message sent in a raw session."""
+    message = run.messages[ref]
+    if answer is None or answer.outcome != "reply" or answer.code is None:
+        message.result = SendResult(
+            accepted=False,
+            code=None,
+            enhanced=None,
+            text="",
+            replies=[],
+            error=_describe(answer),
+            message_id=message.message_id,
+            last_command="EOD",
+        )
+        return
+    text = "\n".join(line[4:] for line in answer.lines)
+    reply = Reply("EOD", answer.code, parse_enhanced_code(text), text, answer.t)
+    message.result = SendResult(
+        accepted=answer.code == 250,
+        code=answer.code,
+        enhanced=reply.enhanced,
+        text=text,
+        replies=[reply],
+        error=None,
+        message_id=message.message_id,
+        last_command="EOD",
+        deciding_reply=reply,
+    )
