@@ -85,8 +85,11 @@ class Shadowing:
         self._rotation += 1
         settings = self.node.settings
         link = state.shadow_link
+        if state.shadow_idle is not None:
+            state.shadow_idle.cancel()  # busy again
         if isinstance(link, PeerLink) and link.is_open:
             if await self._try_copy(link, message, next_hops):
+                self._close_when_idle(state, link)
                 return link.peer
             await link.close()
             state.shadow_link = None
@@ -112,9 +115,23 @@ class Shadowing:
             if await self._try_copy(link, message, next_hops, attempt):
                 # CR-2: this session belongs to the sender's session and ends with it.
                 state.shadow_link = link
+                self._close_when_idle(state, link)
                 return peer
             await link.close()
         return None
+
+    def _close_when_idle(self, state: PeerState, link: PeerLink) -> None:
+        """TO-2: the session to the shadow is an outbound one; idle past the Send
+        connector's limit (the sender sends nothing more), it is closed."""
+
+        def close() -> None:
+            if state.shadow_link is link:
+                state.shadow_link = None
+                self.node.background(link.close())
+
+        loop = asyncio.get_running_loop()
+        timeout = self.node.settings.SendConnectionInactivityTimeout
+        state.shadow_idle = loop.call_later(timeout, close)
 
     async def _try_copy(
         self, link: PeerLink, message: Message, next_hops: list[str], attempt: int = 0

@@ -43,6 +43,7 @@ class PeerState:
     sender_keeps_shadow: bool = False  # XSHADOW handshake: the sending hop is the shadow
     pending_copy: dict[str, Any] | None = None  # XSHADOWCOPY for the next transaction
     shadow_link: Any = None  # this session's own session to its shadow (CR-2)
+    shadow_idle: asyncio.TimerHandle | None = None  # closes shadow_link when idle (TO-2)
 
 
 class NodeSMTP(SMTP):
@@ -78,9 +79,11 @@ class NodeSMTP(SMTP):
     def connection_lost(self, error: Exception | None) -> None:
         if self._session_limit is not None:
             self._session_limit.cancel()
+        if self.peer_state.shadow_idle is not None:
+            self.peer_state.shadow_idle.cancel()
         link = self.peer_state.shadow_link
         if link is not None:
-            # The shadow session lives exactly as long as the sender's session.
+            # The shadow session lives at most as long as the sender's session.
             self.peer_state.shadow_link = None
             self.node.background(link.close())
         super().connection_lost(error)

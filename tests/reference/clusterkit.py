@@ -9,6 +9,7 @@ thread, and the client speaks SMTP over loopback sockets.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -401,6 +402,50 @@ class Blackhole:
         self.sock.close()
         for conn in self.conns:
             conn.close()
+
+
+class Relay:
+    """A TCP forwarder to ``target`` that notes when each connection ended (a
+    peer link the test can watch)."""
+
+    def __init__(self, target: str) -> None:
+        host, _, port = target.rpartition(":")
+        self.target = (host, int(port))
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.opened: list[float] = []
+        self.ended: list[float] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            self.opened.append(time.monotonic())
+            server = socket.create_connection(self.target)
+            done = threading.Event()
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b, done), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, done: threading.Event) -> None:
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        if not done.is_set():
+            done.set()
+            self.ended.append(time.monotonic())
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def closed_port() -> str:

@@ -5,12 +5,22 @@ Multi-process clusters on loopback; the sink stands for the mailbox server.
 
 from __future__ import annotations
 
+import smtplib
 import socket
 import threading
 import time
 from collections.abc import Callable
 
-from clusterkit import Blackhole, Cluster, Sink, closed_port, two_nodes, wait_until
+from clusterkit import (
+    Blackhole,
+    Cluster,
+    Relay,
+    Sink,
+    closed_port,
+    make_message,
+    two_nodes,
+    wait_until,
+)
 
 Factory = Callable[..., Cluster]
 
@@ -347,3 +357,22 @@ def test_idle_outbound_session_is_closed(cluster_factory: Factory, sink: Sink) -
     assert not sink.quits or sink.quits[-1] < delivered.at  # the session stays open at first
     quit_at = wait_until(lambda: [q for q in sink.quits if q > delivered.at])[0]
     assert quit_at - delivered.at >= 0.9
+
+
+def test_idle_shadow_session_is_closed(cluster_factory: Factory, sink: Sink) -> None:
+    """TO-2: the sender stays connected but silent after its message; the primary's
+    session to the shadow is outbound, so it ends after SendConnectionInactivityTimeout."""
+    cluster = cluster_factory(two_nodes(sink, SendConnectionInactivityTimeout=0.5))
+    relay = Relay(str(cluster.nodes["mbx2"].info["smtp"]))
+    try:
+        cluster.api("mbx1", "PUT", "/topology/peers", {"mbx2": relay.address})
+        client = smtplib.SMTP(*cluster.nodes["mbx1"].smtp, timeout=10)
+        client.ehlo("client.test")
+        client.sendmail("a@ext.test", ["alice@corp.test"], make_message())
+        acknowledged = time.monotonic()
+        assert len(relay.opened) == 1
+        ended = wait_until(lambda: relay.ended, timeout=5)[0]
+        assert 0.4 <= ended - acknowledged < 2.0
+        client.quit()  # the sender was there all along
+    finally:
+        relay.close()
