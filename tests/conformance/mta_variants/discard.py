@@ -1,7 +1,213 @@
-"""Broken variants for the discard scenarios (see the package docstring)."""
+"""Broken variants for discarding shadow copies (DI-1 .. DI-7)."""
 
 from __future__ import annotations
 
+import contextvars
+from typing import Any
+
 from . import Variant
 
-VARIANTS: list[Variant] = []
+
+def _never_queries_discards() -> None:
+    # Sessions to the primary go on (the queue database ID is still read from
+    # EHLO), but XQDISCARD is never sent.
+    from reference_impl.peer_link import PeerLink
+
+    async def query_discards(self: PeerLink) -> list[str]:
+        if self.on_discards is not None and self.advert is not None:
+            await self.on_discards(self.peer, self.advert.db_id, [])
+        return []
+
+    PeerLink.query_discards = query_discards  # type: ignore[method-assign]
+
+
+def _queries_only_in_heartbeats() -> None:
+    # XQDISCARD only in the sessions opened for the purpose, not in the others
+    # (a heartbeat runs in its own task, so a context variable tells them apart).
+    from reference_impl.peer_link import PeerLink
+    from reference_impl.shadowing import Shadowing
+
+    in_heartbeat: contextvars.ContextVar[bool] = contextvars.ContextVar("heartbeat", default=False)
+    original_open = PeerLink.open
+    original_heartbeat = Shadowing.heartbeat
+
+    async def heartbeat(self: Shadowing, primary: str) -> None:
+        token = in_heartbeat.set(True)
+        try:
+            await original_heartbeat(self, primary)
+        finally:
+            in_heartbeat.reset(token)
+
+    async def open_link(self: PeerLink) -> None:
+        if in_heartbeat.get():
+            await original_open(self)
+            return
+
+        async def no_query() -> list[str]:
+            if self.on_discards is not None and self.advert is not None:
+                await self.on_discards(self.peer, self.advert.db_id, [])
+            return []
+
+        setattr(self, "query_discards", no_query)  # noqa: B010 - shadows the method
+        try:
+            await original_open(self)
+        finally:
+            delattr(self, "query_discards")
+
+    PeerLink.open = open_link  # type: ignore[method-assign]
+    Shadowing.heartbeat = heartbeat  # type: ignore[method-assign]
+
+
+def _records_discard_on_receipt() -> None:
+    # The discard status is written as soon as the message is queued, before
+    # any next hop has acknowledged it.
+    from reference_impl.node import Node
+
+    original = Node.enqueue
+
+    def enqueue(self: Node, message: Any, plan: Any, *, categorise: bool = True) -> None:
+        original(self, message, plan, categorise=categorise)
+        now = self.clock.now()
+        with self.db.transaction() as c:
+            for shadow in (message.shadow_node, message.shadow_hop):
+                if shadow:
+                    c.execute(
+                        "INSERT OR IGNORE INTO discard_events VALUES (?, ?, ?, ?, NULL)",
+                        (shadow, message.id, message.message_id, now),
+                    )
+
+    Node.enqueue = enqueue  # type: ignore[method-assign]
+
+
+def _shadow_deletes_discarded_copies() -> None:
+    # A 2013 shadow drops a discarded copy instead of keeping it in its Shadow Safety Net.
+    from reference_impl.shadowing import Shadowing
+
+    def safety_net_entry(self: Shadowing, shadow: dict[str, Any]) -> None:
+        return None
+
+    Shadowing._safety_net_entry = safety_net_entry  # type: ignore[method-assign]
+
+
+def _hands_out_every_notification() -> None:
+    # XQDISCARD answers with the pending notifications of every shadow, not only the querier's.
+    from reference_impl.queue_db import QueueDB
+
+    def take_discards(self: QueueDB, shadow_node: str, now: float, limit: int = 1000) -> list[str]:
+        with self.transaction(durable=False) as c:
+            rows = c.execute(
+                "SELECT message FROM discard_events WHERE handed_out_at IS NULL "
+                "ORDER BY created_at LIMIT ?",
+                (limit,),
+            ).fetchall()
+            ids = [str(r[0]) for r in rows]
+            c.executemany(
+                "UPDATE discard_events SET handed_out_at = ? WHERE message = ?",
+                [(now, m) for m in ids],
+            )
+        return ids
+
+    QueueDB.take_discards = take_discards  # type: ignore[method-assign]
+
+
+def _forgets_discards_on_restart() -> None:
+    # Discard notifications do not outlive the process.
+    from reference_impl.queue_db import QueueDB
+
+    original = QueueDB.__init__
+
+    def __init__(self: QueueDB, path: Any, now: float) -> None:
+        original(self, path, now)
+        with self.transaction() as c:
+            c.execute("DELETE FROM discard_events")
+
+    QueueDB.__init__ = __init__  # type: ignore[method-assign]
+
+
+def _discard_events_never_expire() -> None:
+    from reference_impl.queue_db import QueueDB
+
+    def expire_discards(self: QueueDB, older_than: float) -> int:
+        return 0
+
+    QueueDB.expire_discards = expire_discards  # type: ignore[method-assign]
+
+
+def _discards_sender_shadow_on_receipt() -> None:
+    # Multi-hop: the sending hop is told to discard as soon as this node has the
+    # message, before this node has relayed it onward.
+    from reference_impl.node import Node
+
+    original = Node.enqueue
+
+    def enqueue(self: Node, message: Any, plan: Any, *, categorise: bool = True) -> None:
+        original(self, message, plan, categorise=categorise)
+        if message.shadow_hop:
+            with self.db.transaction() as c:
+                c.execute(
+                    "INSERT OR IGNORE INTO discard_events VALUES (?, ?, ?, ?, NULL)",
+                    (message.shadow_hop, message.id, message.message_id, self.clock.now()),
+                )
+
+    Node.enqueue = enqueue  # type: ignore[method-assign]
+
+
+VARIANTS: list[Variant] = [
+    Variant(
+        name="never-queries-discards",
+        breaks="a shadow never sends XQDISCARD, so it never learns a copy may go",
+        fails=(
+            "di1_di4_discard_once_next_hop_acknowledged",
+            "di2_discard_query_in_every_session",
+            "di3_notifications_only_for_the_querying_shadow",
+            "di5_discard_status_survives_primary_restart",
+        ),
+        apply=_never_queries_discards,
+    ),
+    Variant(
+        name="queries-discards-only-in-heartbeats",
+        breaks="a shadow asks for discard status in its heartbeat sessions only, "
+        "not in the other sessions it opens to the primary",
+        fails=("di2_discard_query_in_every_session",),
+        apply=_queries_only_in_heartbeats,
+    ),
+    Variant(
+        name="discards-before-next-hop-ack",
+        breaks="records the discard status when the message is queued, before the next "
+        "hop has acknowledged it",
+        fails=("di1_di4_discard_once_next_hop_acknowledged",),
+        apply=_records_discard_on_receipt,
+    ),
+    Variant(
+        name="shadow-deletes-discarded-copies",
+        breaks="a 2013 shadow deletes a discarded copy instead of moving it to its "
+        "Shadow Safety Net",
+        fails=("di1_di4_discard_once_next_hop_acknowledged",),
+        apply=_shadow_deletes_discarded_copies,
+    ),
+    Variant(
+        name="hands-out-every-notification",
+        breaks="answers XQDISCARD with the notifications of every shadow, not only the querier's",
+        fails=("di3_notifications_only_for_the_querying_shadow",),
+        apply=_hands_out_every_notification,
+    ),
+    Variant(
+        name="forgets-discards-on-restart",
+        breaks="keeps discard notifications only as long as the process lives",
+        fails=("di5_discard_status_survives_primary_restart",),
+        apply=_forgets_discards_on_restart,
+    ),
+    Variant(
+        name="discard-events-never-expire",
+        breaks="keeps discard events no shadow asked for past ShadowMessageAutoDiscardInterval",
+        fails=("di6_unqueried_discard_events_expire",),
+        apply=_discard_events_never_expire,
+    ),
+    Variant(
+        name="multi-hop-discards-on-receipt",
+        breaks="tells the sending hop to discard as soon as the message arrives, before "
+        "relaying it onward",
+        fails=("di7_multi_hop_shadow_kept_until_next_node_relayed",),
+        apply=_discards_sender_shadow_on_receipt,
+    ),
+]
