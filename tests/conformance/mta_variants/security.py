@@ -3,7 +3,7 @@ next hops without shadow redundancy (XS-2 .. XS-6)."""
 
 from __future__ import annotations
 
-from . import Variant
+from . import Variant, force_settings
 
 
 def _accepts_xshadow_from_anyone() -> None:
@@ -46,6 +46,67 @@ def _accepts_xqdiscard_from_anyone() -> None:
     NodeSMTP.smtp_XQDISCARD = smtp_XQDISCARD  # type: ignore[method-assign]
 
 
+def _xshadow_to_any_hop() -> None:
+    # Issues XSHADOW to every next node, whether or not it advertised it.
+    from reference_impl.peer_link import PeerLink
+
+    original = PeerLink.relay
+
+    async def relay(
+        self: PeerLink, sender: str, recipients: list[str], content: bytes, keep_shadow: bool
+    ) -> str:
+        return await original(self, sender, recipients, content, True)
+
+    PeerLink.relay = relay  # type: ignore[method-assign]
+
+
+def _acknowledges_at_once() -> None:
+    # No delayed acknowledgement: a 2010 node answers 250 as soon as it queued the message.
+    force_settings(MaxAcknowledgementDelay=0.0)
+
+
+def _redelivers_to_delivered_hops() -> None:
+    # A hop that has the message is not marked delivered while another hop is
+    # pending, so it gets the message again at every retry.
+    from reference_impl.delivery import Delivery
+    from reference_impl.queue_db import Fork, Message
+
+    original = Delivery._finish_fork
+
+    def finish_fork(self: Delivery, message: Message, fork: Fork, state: str, error: str) -> None:
+        others = [f for f in self.node.db.forks_of(message.id) if f.domain != fork.domain]
+        if state == "delivered" and any(f.state == "pending" for f in others):
+            self._retry(message, fork, "delivered, not marked")
+            return
+        original(self, message, fork, state, error)
+
+    Delivery._finish_fork = finish_fork  # type: ignore[method-assign]
+
+
+def _no_discard_exchange_at_session_end() -> None:
+    # A 2010 node skips the discard exchange after relaying a message; it still
+    # asks at the start of a session (DI-2).
+    from reference_impl.peer_link import PeerLink
+
+    original_relay = PeerLink.relay
+    original_query = PeerLink.query_discards
+
+    async def relay(
+        self: PeerLink, sender: str, recipients: list[str], content: bytes, keep_shadow: bool
+    ) -> str:
+        reply = await original_relay(self, sender, recipients, content, keep_shadow)
+        setattr(self, "relayed", True)  # noqa: B010 - a mark on this session only
+        return reply
+
+    async def query_discards(self: PeerLink) -> list[str]:
+        if getattr(self, "relayed", False):
+            return []
+        return await original_query(self)
+
+    PeerLink.relay = relay  # type: ignore[method-assign]
+    PeerLink.query_discards = query_discards  # type: ignore[method-assign]
+
+
 VARIANTS: list[Variant] = [
     Variant(
         name="accepts-xshadow-from-anyone",
@@ -60,5 +121,31 @@ VARIANTS: list[Variant] = [
         "discard notification, which the real shadow then never gets",
         fails=("xs3_stranger_cannot_query_discards",),
         apply=_accepts_xqdiscard_from_anyone,
+    ),
+    Variant(
+        name="xshadow-to-any-hop",
+        breaks="issues XSHADOW to a next node that did not advertise it",
+        fails=("xs2_xshadow_only_where_advertised",),
+        apply=_xshadow_to_any_hop,
+    ),
+    Variant(
+        name="acknowledges-without-delay",
+        breaks="a 2010 node answers 250 at once, without waiting for the next hop or "
+        "MaxAcknowledgementDelay",
+        fails=("xs4_delayed_acknowledgement",),
+        apply=_acknowledges_at_once,
+    ),
+    Variant(
+        name="redelivers-to-delivered-hops",
+        breaks="does not mark a next hop delivered while another is pending, and delivers "
+        "to it again at every retry",
+        fails=("xs5_next_hop_without_shadow_redundancy",),
+        apply=_redelivers_to_delivered_hops,
+    ),
+    Variant(
+        name="no-discard-exchange-at-session-end",
+        breaks="a 2010 node does not end its relay sessions with the discard exchange",
+        fails=("xs6_discard_exchange_at_end_of_session",),
+        apply=_no_discard_exchange_at_session_end,
     ),
 ]
