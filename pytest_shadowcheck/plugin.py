@@ -175,12 +175,13 @@ def get_state(config: pytest.Config) -> ShadowcheckState:
 
 def target_manager(config: pytest.Config) -> pluggy.PluginManager:
     """The ``shadowcheck`` plugin manager: built-in targets, entry points, named modules."""
-    from .targets import external, reference
+    from .targets import docker, external, reference
 
     manager = pluggy.PluginManager(hookspecs.PROJECT)
     manager.add_hookspecs(hookspecs)
     manager.register(reference, "shadowcheck-reference")
     manager.register(external, "shadowcheck-external")
+    manager.register(docker, "shadowcheck-docker")
     manager.load_setuptools_entrypoints(TARGET_ENTRY_POINT_GROUP)
     modules = list(config.getini("shadowcheck_target_plugins"))
     modules += config.getoption("shadowcheck_target_plugin") or []
