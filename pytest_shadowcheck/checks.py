@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .history import Event
+from .network.smtp_text import header_section
 from .targets.base import TargetError
 from .verdict import CheckResult, Status
 
@@ -145,6 +146,12 @@ async def check_delivered(run: Run, step: Step) -> CheckResult:
         ok = not missing
         expected += f" to {', '.join(arg['recipients'])}"
     observed = _describe_deliveries(found)
+    if "headers" in arg:
+        wanted, wrong = _check_headers(found, arg["headers"])
+        expected += f", every copy with {wanted}"
+        if wrong:
+            ok = False
+            observed += "; " + "; ".join(wrong)
     if not found:
         others = _deliveries(run, ref)
         if others and (sink or by):
@@ -159,6 +166,37 @@ async def check_delivered(run: Run, step: Step) -> CheckResult:
         observed,
         run.excerpt(around, msg.links(all_nodes=True)),
     )
+
+
+def _header_lines(raw: bytes) -> list[str]:
+    """The header lines of a delivered copy, unfolded (``Name: value``)."""
+    text = header_section(raw).decode("utf-8", "replace")
+    lines: list[str] = []
+    for line in text.splitlines():
+        if line[:1] in (" ", "\t") and lines:
+            lines[-1] += " " + line.strip()
+        elif line:
+            lines.append(line)
+    return lines
+
+
+def _check_headers(found: list[Any], rule: dict[str, str]) -> tuple[str, list[str]]:
+    """(what is wanted, what each copy got wrong) for ``headers: {contains?, absent?}``."""
+    wanted = []
+    if "contains" in rule:
+        wanted.append(f"a header line matching /{rule['contains']}/")
+    if "absent" in rule:
+        wanted.append(f"no header line matching /{rule['absent']}/")
+    wrong = []
+    for sink, delivery in found:
+        lines = _header_lines(delivery.raw)
+        copy = f"the copy {delivery.helo} delivered to {sink} at +{delivery.t:.2f}s"
+        if "contains" in rule and not any(re.search(rule["contains"], x) for x in lines):
+            wrong.append(f"{copy} has no header line /{rule['contains']}/")
+        hits = [x for x in lines if "absent" in rule and re.search(rule["absent"], x)]
+        if hits:
+            wrong.append(f"{copy} has {hits[0]!r}")
+    return " and ".join(wanted), wrong
 
 
 async def check_not_delivered(run: Run, step: Step) -> CheckResult:
@@ -310,6 +348,19 @@ async def check_timing(run: Run, step: Step) -> CheckResult:
 async def check_lines(run: Run, step: Step) -> CheckResult:
     arg = step.arg
     link, direction = arg["link"], arg.get("direction")
+    if "within" in arg and "contains" in arg:
+        # wait for the wanted line first (e.g. the reply that ends an attempt)
+        wanted = re.compile(arg["contains"])
+
+        async def seen() -> bool:
+            return any(
+                wanted.search(str(e.data.get("text", "")))
+                for e in run.history.events(kind="line", link=link)
+                if not direction or e.direction == direction
+            )
+
+        run.progress.waiting(arg["within"], f"for /{arg['contains']}/ on {link}")
+        await _poll(seen, arg["within"])
     lines = [
         e
         for e in run.history.events(kind="line", link=link)
@@ -341,7 +392,9 @@ async def check_lines(run: Run, step: Step) -> CheckResult:
         step,
         f"lines on {link}",
         ok,
-        " and ".join(expected) + f" on {link}",
+        " and ".join(expected)
+        + f" on {link}"
+        + (f" (waiting up to {arg['within']:g}s)" if "within" in arg else ""),
         "; ".join(observed),
         run.excerpt(around, [link]),
     )

@@ -1,0 +1,56 @@
+"""Two check options, on the reference target (one real node, a real sink):
+``delivered.headers`` (regexes over the header lines of the delivered copies) and
+``lines.within`` (wait for the ``contains`` line before judging)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SCENARIOS = """\
+defaults:
+  topology: single-node
+  settings: {RejectMessageOnShadowFailure: false}
+scenarios:
+  - name: stamp_present
+    behaviours: [SN-11]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      # no wait for the delivery: within must wait for the sink's reply to DATA
+      - check: {lines: {link: mbx1->mailbox, direction: s2c, contains: "queued as delivered",
+                        within: 10s}}
+    expect:
+      - delivered: {message: m1, by: mbx1, within: 0s,
+                    headers: {contains: "^X-Categorized-By: mbx1;", absent: "^X-Never:"}}
+  - name: stamp_forbidden
+    behaviours: [SN-11]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - check: {lines: {link: mbx1->mailbox, contains: "^NEVER SENT", within: 300ms}}
+    expect:
+      - delivered: {message: m1, within: 10s, headers: {absent: "^X-Categorized-By: mbx1"}}
+"""
+
+
+def test_headers_and_lines_within(pytester: pytest.Pytester) -> None:
+    path = pytester.path / "library" / "checks.yaml"
+    path.parent.mkdir()
+    path.write_text(SCENARIOS, encoding="utf-8")
+    result = pytester.runpytest_subprocess(
+        "--shadowcheck", "-p", "no:randomly", "-p", "no:cacheprovider", "library", timeout=120
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "*[[]FAIL[]] lines on mbx1->mailbox*",
+            "*expected: a line matching /^NEVER SENT/ on mbx1->mailbox (waiting up to 0.3s)",
+            "*[[]FAIL[]] delivered m1*",
+            "*expected: m1 delivered within 10s, exactly once, every copy with no header line"
+            " matching /^X-Categorized-By: mbx1/",
+            "*observed: delivered 1x: *; the copy mbx1 delivered to mailbox at *"
+            " has 'X-Categorized-By: mbx1; *'",
+        ]
+    )
+    assert "Traceback" not in out
