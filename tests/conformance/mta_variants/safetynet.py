@@ -1,8 +1,11 @@
-"""Broken variants for Safety Net (SN)."""
+"""Broken variants for Safety Net (SN): hold, expiry, and resubmission."""
 
 from __future__ import annotations
 
-from . import Variant
+import math
+from typing import Any
+
+from . import Variant, force_settings
 
 
 def _safety_net_never_expires() -> None:
@@ -14,11 +17,216 @@ def _safety_net_never_expires() -> None:
     QueueDB.expire_safety_net = expire_safety_net  # type: ignore[method-assign]
 
 
+def _shadow_drops_discarded_copy() -> None:
+    # On a discard notification the shadow deletes its copy, as if it had no
+    # Shadow Safety Net (SN-2).
+    from reference_impl.shadowing import Shadowing
+
+    def safety_net_entry(self: Shadowing, shadow: dict[str, Any]) -> dict[str, Any] | None:
+        return None
+
+    Shadowing._safety_net_entry = safety_net_entry  # type: ignore[method-assign]
+
+
+def _unacknowledged_shadow_expires_early() -> None:
+    # Drops a copy nobody acknowledged after SafetyNetHoldTime alone, forgetting
+    # MessageExpirationTimeout (SN-4).
+    from reference_impl.safety_net import SafetyNet
+
+    original = SafetyNet.sweep
+
+    def sweep(self: SafetyNet) -> dict[str, int]:
+        swept = original(self)
+        older_than = self.node.clock.now() - self.node.settings.SafetyNetHoldTime
+        swept["shadows"] += self.node.db.expire_shadows(older_than)
+        return swept
+
+    SafetyNet.sweep = sweep  # type: ignore[method-assign]
+
+
+def _resubmits_outside_window() -> None:
+    # Every Safety Net lookup ignores the request's time window (SN-5).
+    from reference_impl.queue_db import QueueDB
+
+    original = QueueDB.safety_net
+
+    def safety_net(
+        self: QueueDB,
+        kind: str,
+        start: float | None = None,
+        end: float | None = None,
+        primary: str | None = None,
+    ) -> list[dict[str, Any]]:
+        return original(self, kind, None, None, primary)
+
+    QueueDB.safety_net = safety_net  # type: ignore[method-assign]
+
+
+def _never_flags_replay_lag() -> None:
+    from reference_impl.settings import Settings
+
+    def warnings(self: Settings) -> list[dict[str, str]]:
+        return []
+
+    Settings.warnings = warnings  # type: ignore[method-assign]
+
+
+def _broadcasts_at_once() -> None:
+    # Gives up on an unanswering Primary Safety Net at once instead of after 12 h (SN-7).
+    force_settings(PrimarySafetyNetUnavailableTimeout=0.0)
+
+
+def _never_broadcasts() -> None:
+    # Waits for an unanswering Primary Safety Net forever (SN-7).
+    force_settings(PrimarySafetyNetUnavailableTimeout=math.inf)
+
+
+def _ignores_queue_db_creation() -> None:
+    # The primary claims its queue database always existed: it never broadcasts the
+    # part of a window before the database was recreated (SN-8).
+    from reference_impl.queue_db import QueueDB
+
+    QueueDB.created_at = property(lambda self: 0.0)  # type: ignore[assignment,method-assign]
+
+
+def _dsn_on_resubmission() -> None:
+    # A resubmitted copy that fails for good is reported to its sender (SN-9).
+    from reference_impl.node import Node
+
+    original = Node.enqueue
+
+    def enqueue(self: Node, message: Any, plan: Any, *, categorise: bool = True) -> None:
+        if message.origin == "resubmitted":
+            message.no_dsn = False
+        original(self, message, plan, categorise=categorise)
+
+    Node.enqueue = enqueue  # type: ignore[method-assign]
+
+
+def _shadow_keeps_stale_expansion() -> None:
+    # The Shadow Safety Net keeps the group as it was expanded when the copy was
+    # discarded, not the original envelope recipients (SN-10).
+    from reference_impl.shadowing import Shadowing
+
+    original = Shadowing._safety_net_entry
+
+    def safety_net_entry(self: Shadowing, shadow: dict[str, Any]) -> dict[str, Any] | None:
+        entry = original(self, shadow)
+        if entry is not None:
+            entry["recipients"] = self.node.directory.expand(shadow["recipients"])
+        return entry
+
+    Shadowing._safety_net_entry = safety_net_entry  # type: ignore[method-assign]
+
+
+def _resubmits_uncategorised() -> None:
+    # A Shadow Safety Net copy is resubmitted without going through categorisation (SN-11).
+    from reference_impl.safety_net import SafetyNet
+
+    original = SafetyNet._resubmit
+
+    def resubmit(
+        self: SafetyNet, entry: dict[str, Any], recipients: list[str], *, categorise: bool
+    ) -> bool:
+        return original(self, entry, recipients, categorise=False)
+
+    SafetyNet._resubmit = resubmit  # type: ignore[method-assign]
+
+
+def _resubmits_crossed_boundary() -> None:
+    # Forgets that a message left the boundary: resubmits it like any other (SN-12).
+    from reference_impl.queue_db import QueueDB
+
+    original = QueueDB.safety_net
+
+    def safety_net(self: QueueDB, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        entries = original(self, *args, **kwargs)
+        for entry in entries:
+            entry["crossed_boundary"] = False
+        return entries
+
+    QueueDB.safety_net = safety_net  # type: ignore[method-assign]
+
+
 VARIANTS: list[Variant] = [
     Variant(
         name="safety-net-never-expires",
         breaks="keeps messages in Safety Net past SafetyNetHoldTime",
-        fails=("sn1_sn3_primary_safety_net_hold_time",),
+        fails=("sn1_sn3_primary_safety_net_hold_time", "sn2_sn3_shadow_safety_net_hold_time"),
         apply=_safety_net_never_expires,
+    ),
+    Variant(
+        name="shadow-drops-discarded-copy",
+        breaks="deletes a discarded shadow copy instead of keeping it in its Shadow Safety Net",
+        fails=(
+            "sn2_sn3_shadow_safety_net_hold_time",
+            "sn8_partial_window_after_queue_db_recreated",
+        ),
+        apply=_shadow_drops_discarded_copy,
+    ),
+    Variant(
+        name="unacknowledged-shadow-expires-early",
+        breaks="drops an unacknowledged shadow copy after SafetyNetHoldTime, "
+        "not SafetyNetHoldTime + MessageExpirationTimeout",
+        fails=("sn4_unacknowledged_shadow_expires_after_hold_plus_expiration",),
+        apply=_unacknowledged_shadow_expires_early,
+    ),
+    Variant(
+        name="resubmits-outside-window",
+        breaks="resubmits Safety Net messages of the database from outside the requested window",
+        fails=("sn5_resubmission_by_database_and_window",),
+        apply=_resubmits_outside_window,
+    ),
+    Variant(
+        name="never-flags-replay-lag",
+        breaks="accepts ReplayLagTime > SafetyNetHoldTime without a configuration warning",
+        fails=("sn6_replay_lag_beyond_hold_time_flagged",),
+        apply=_never_flags_replay_lag,
+    ),
+    Variant(
+        name="broadcasts-before-12h",
+        breaks="broadcasts a resubmission request as soon as the Primary Safety Net "
+        "does not answer, not after 12 hours",
+        fails=("sn7_shadow_answers_after_12h_primary_unavailable",),
+        apply=_broadcasts_at_once,
+    ),
+    Variant(
+        name="never-broadcasts",
+        breaks="waits forever for a Primary Safety Net that does not answer",
+        fails=(
+            "sn7_shadow_answers_after_12h_primary_unavailable",
+            "sn10_sn11_shadow_copy_expanded_and_categorised_afresh",
+        ),
+        apply=_never_broadcasts,
+    ),
+    Variant(
+        name="ignores-queue-db-creation",
+        breaks="a recreated primary answers for the whole window and broadcasts nothing",
+        fails=("sn8_partial_window_after_queue_db_recreated",),
+        apply=_ignores_queue_db_creation,
+    ),
+    Variant(
+        name="dsn-on-resubmission",
+        breaks="sends a DSN when a resubmitted copy fails",
+        fails=("sn9_resubmission_sends_no_dsn",),
+        apply=_dsn_on_resubmission,
+    ),
+    Variant(
+        name="shadow-keeps-stale-expansion",
+        breaks="the Shadow Safety Net keeps the group's expansion, not the original recipients",
+        fails=("sn10_sn11_shadow_copy_expanded_and_categorised_afresh",),
+        apply=_shadow_keeps_stale_expansion,
+    ),
+    Variant(
+        name="resubmits-uncategorised",
+        breaks="resubmits a Shadow Safety Net copy without categorising it",
+        fails=("sn10_sn11_shadow_copy_expanded_and_categorised_afresh",),
+        apply=_resubmits_uncategorised,
+    ),
+    Variant(
+        name="resubmits-crossed-boundary",
+        breaks="resubmits messages that already left the boundary",
+        fails=("sn12_message_that_left_the_boundary_never_resubmitted",),
+        apply=_resubmits_crossed_boundary,
     ),
 ]
