@@ -58,6 +58,18 @@ def _queries_only_in_heartbeats() -> None:
     Shadowing.heartbeat = heartbeat  # type: ignore[method-assign]
 
 
+def _heartbeats_too_rarely() -> None:
+    # The heartbeat comes every two ShadowHeartbeatFrequency periods, not every one.
+    from reference_impl.shadowing import Shadowing
+
+    async def heartbeat_loop(self: Shadowing, primary: str) -> None:
+        while self.node.db.has_shadows(primary):
+            await self.node.clock.sleep(2 * self.node.settings.ShadowHeartbeatFrequency)
+            await self.heartbeat(primary)
+
+    Shadowing._heartbeat_loop = heartbeat_loop  # type: ignore[method-assign]
+
+
 def _records_discard_on_receipt() -> None:
     # The discard status is written as soon as the message is queued, before
     # any next hop has acknowledged it.
@@ -159,6 +171,7 @@ VARIANTS: list[Variant] = [
         fails=(
             "di1_di4_discard_once_next_hop_acknowledged",
             "di2_discard_query_in_every_session",
+            "di2_heartbeat_within_shadow_heartbeat_frequency",
             "di3_notifications_only_for_the_querying_shadow",
             "di5_discard_status_survives_primary_restart",
         ),
@@ -170,6 +183,12 @@ VARIANTS: list[Variant] = [
         "not in the other sessions it opens to the primary",
         fails=("di2_discard_query_in_every_session",),
         apply=_queries_only_in_heartbeats,
+    ),
+    Variant(
+        name="heartbeats-too-rarely",
+        breaks="a shadow asks for discard status every two ShadowHeartbeatFrequency periods",
+        fails=("di2_heartbeat_within_shadow_heartbeat_frequency",),
+        apply=_heartbeats_too_rarely,
     ),
     Variant(
         name="discards-before-next-hop-ack",
