@@ -351,7 +351,8 @@ class DockerTarget(Target):
             out = base / path.lstrip("/")
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(content)
-        (self.plan.workdir / node / "command").write_text(" ".join(rendered.command) + "\n")
+        base.mkdir(parents=True, exist_ok=True)
+        (base.parent / "command").write_text(" ".join(rendered.command) + "\n")
 
     def _labels(self, node: str) -> dict[str, str]:
         return {

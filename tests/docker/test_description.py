@@ -1,0 +1,133 @@
+"""Target descriptions: checked at load time with file:line errors, rendered per node.
+
+No Docker engine needed: these read the YAML and fill the Jinja2 templates.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from dockerkit import TARGETS, write_description
+
+from pytest_shadowcheck.scenario import load_scenario_file
+from pytest_shadowcheck.targets.base import ClusterPlan
+from pytest_shadowcheck.targets.docker_description import (
+    DescriptionError,
+    NodePorts,
+    load_description,
+    render_node,
+)
+
+SCENARIO = """
+defaults:
+  topology: two-node-dag
+  settings: {TransientFailureRetryInterval: 0.5s, MessageExpirationTimeout: 2d}
+scenarios:
+  - name: two_nodes
+    title: two nodes
+    behaviours: [CR-5]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+"""
+
+
+def plan_for(tmp_path: Path) -> ClusterPlan:
+    path = tmp_path / "two.yaml"
+    path.write_text(SCENARIO.lstrip())
+    (scenario,) = load_scenario_file(path)
+    return ClusterPlan(
+        topology=scenario.topology,
+        settings=dict(scenario.settings),
+        peers={"mbx1": {"mbx2": "127.0.0.1:41002"}, "mbx2": {"mbx1": "127.0.0.1:41001"}},
+        next_hops={
+            "mbx1": {"corp.test": {"address": "127.0.0.1:41100", "kind": "mailbox"}},
+            "mbx2": {"corp.test": {"address": "127.0.0.1:41200", "kind": "mailbox"}},
+        },
+        workdir=tmp_path / "work",
+    )
+
+
+PORTS = {"mbx1": NodePorts(smtp=42001, control=42011), "mbx2": NodePorts(smtp=42002)}
+
+
+def test_postfix_description_renders_relay_to_the_harness_proxies(tmp_path: Path) -> None:
+    description = load_description(TARGETS / "postfix.yaml")
+    assert description.capabilities == {"kill", "pause", "restart", "wipe_queue_db"}
+    node = render_node(description, plan_for(tmp_path), "mbx1", PORTS, "run-1")
+    main_cf = node.files["/etc/postfix/main.cf"][0].decode()
+    master_cf = node.files["/etc/postfix/master.cf"][0].decode()
+    assert "myhostname = mbx1.shadowcheck.test" in main_cf
+    assert "relay_domains = corp.test" in main_cf
+    assert "transport_maps = inline:{ corp.test=smtp:[127.0.0.1]:41100 }" in main_cf
+    # timers in whole seconds: 0.5s cannot be expressed, it becomes 1s
+    assert "minimal_backoff_time = 1s" in main_cf
+    assert "maximal_queue_lifetime = 172800s" in main_cf
+    assert master_cf.splitlines()[2] == "127.0.0.1:42001 inet n - n - - smtpd"
+    assert node.command == ["postfix", "start-fg"]
+
+
+def test_reference_description_writes_the_cluster_file(tmp_path: Path) -> None:
+    description = load_description(TARGETS / "reference.yaml")
+    assert {"control_api", "virtual_clock", "set_settings", "wipe_queue_db"} <= (
+        description.capabilities
+    )
+    plan = plan_for(tmp_path)
+    node = render_node(description, plan, "mbx2", PORTS, "run-1")
+    cluster = yaml.safe_load(node.files["/etc/shadowcheck/cluster.yaml"][0])
+    assert cluster["nodes"]["mbx1"]["smtp"] == "127.0.0.1:42001"
+    assert cluster["nodes"]["mbx1"]["control"] == "127.0.0.1:42011"
+    assert cluster["nodes"]["mbx2"]["peers"] == {"mbx1": "127.0.0.1:41001"}
+    assert "--name=mbx2" in node.command
+    assert not any(arg.startswith("--clock-start") for arg in node.command)
+    again = render_node(description, plan, "mbx2", PORTS, "run-1", virtual_now=1767225600.5)
+    assert "--clock-start=1767225600.5" in again.command
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "message"),
+    [
+        ("image: x\nvolumes: [a]\n", 2, "unknown key 'volumes'"),
+        ("name: x\ncommand: [run]\n", 1, "'image' is required"),
+        ("image: x\ncapabilities: [kill, teleport]\n", 2, "unknown capability 'teleport'"),
+        (
+            "image: x\nfiles:\n  /etc/a.conf: |\n    one\n    {% if node %}\n    two\n",
+            5,
+            "template /etc/a.conf: Unexpected end of template",
+        ),
+        ("image: x\nfiles:\n  etc/a.conf: text\n", 3, "the path must be absolute"),
+        ("image: x\nready: {smtp_banner: false}\n", 2, "'ready' needs at least one check"),
+        ("image: x\nqueue_dir: spool\n", 2, "'queue_dir' must be an absolute path"),
+    ],
+    ids=["unknown-key", "no-image", "capability", "template-syntax", "relative", "ready", "queue"],
+)
+def test_a_bad_description_names_file_and_line(
+    tmp_path: Path, body: str, line: int, message: str
+) -> None:
+    path = write_description(tmp_path, body)
+    with pytest.raises(DescriptionError) as caught:
+        load_description(path)
+    text = str(caught.value)
+    assert text.startswith(f"{path}:{line}: "), text
+    assert message in text
+    assert f"> {line} |" in text  # the offending line is shown
+
+
+def test_a_template_error_while_rendering_names_the_template_line(tmp_path: Path) -> None:
+    path = write_description(
+        tmp_path,
+        """
+        image: x
+        files:
+          /etc/a.conf: |
+            first = {{ node }}
+            second = {{ settings.NoSuchSetting }}
+        """,
+    )
+    description = load_description(path)
+    with pytest.raises(DescriptionError) as caught:
+        render_node(description, plan_for(tmp_path), "mbx1", PORTS, "run-1")
+    text = str(caught.value)
+    assert text.startswith(f"{path}:5: cannot render for node mbx1:"), text
+    assert "NoSuchSetting" in text

@@ -1,0 +1,263 @@
+"""The docker target on a real engine: clear errors, no leaked containers, real MTAs.
+
+Every test starts real containers (host networking, loopback ports) from the
+locally built images; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dockerkit import ROOT, TARGETS, leftovers, write_description
+
+from pytest_shadowcheck.engine import run_scenario
+from pytest_shadowcheck.scenario import load_scenario_file
+from pytest_shadowcheck.targets.base import TargetError
+from pytest_shadowcheck.targets.docker import (
+    LABEL_OWNER,
+    LABEL_RUN,
+    DockerTarget,
+    owner_label,
+    reap_leftovers,
+)
+from pytest_shadowcheck.verdict import Status
+
+pytestmark = pytest.mark.docker
+
+POSTFIX = "shadowcheck/postfix:3.7"
+
+
+def never_ready(tmp_path: Path, command: str, timeout: str = "2s") -> Path:
+    return write_description(
+        tmp_path,
+        f"""
+        name: never-ready
+        image: {POSTFIX}
+        queue_dir: /var/spool/postfix
+        command: {command}
+        ready: {{smtp_banner: true, timeout: {timeout}}}
+        """,
+    )
+
+
+def test_an_image_that_does_not_exist_is_a_clear_error(
+    engine: Any, tmp_path: Path, pytester: pytest.Pytester
+) -> None:
+    path = write_description(
+        tmp_path,
+        """
+        # a vendor's description naming an image nobody built
+        name: nothing
+        image: shadowcheck/no-such-mta:0.0
+        command: [run-it]
+        """,
+    )
+    with pytest.raises(TargetError) as caught:
+        DockerTarget(str(path))
+    message = str(caught.value)
+    assert f"{path}:3:" in message
+    assert "'shadowcheck/no-such-mta:0.0' is not in the local Docker engine" in message
+    assert "docker build -t / docker load / docker tag" in message
+
+    # the same through pytest: a usage error before anything runs
+    result = pytester.runpytest_subprocess(
+        "--shadowcheck", f"--shadowcheck-target=docker:{path}", "-p", "no:cacheprovider"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*'shadowcheck/no-such-mta:0.0' is not in the local Docker*"])
+
+
+@pytest.mark.usefixtures("images")
+def test_a_recipe_image_names_its_build_command(engine: Any, tmp_path: Path) -> None:
+    path = write_description(
+        tmp_path,
+        """
+        image: shadowcheck/postfix:not-built
+        recipe: postfix
+        """,
+    )
+    with pytest.raises(TargetError, match=r"python -m pytest_shadowcheck.images build postfix"):
+        DockerTarget(str(path))
+
+
+@pytest.mark.usefixtures("images")
+@pytest.mark.parametrize(
+    ("command", "observed"),
+    [
+        ("[sleep, '600']", "was not ready within 2s: no SMTP service on 127.0.0.1:"),
+        ("[sh, -c, 'echo no config here >&2; exit 3']", "exited with code 3 before it was ready"),
+    ],
+    ids=["never-listens", "exits-at-once"],
+)
+def test_a_node_that_never_becomes_ready_fails_clearly_and_leaves_nothing(
+    engine: Any, tmp_path: Path, scenario_file: Path, tidy: list[str], command: str, observed: str
+) -> None:
+    run_id = f"test-{uuid.uuid4().hex[:8]}"
+    tidy.append(run_id)
+    target = DockerTarget(str(never_ready(tmp_path, command)), run_id=run_id)
+    (scenario,) = load_scenario_file(scenario_file)
+    workdir = tmp_path / "work"
+    verdict = run_scenario(scenario, target, workdir=workdir)
+
+    assert verdict.status == Status.FAIL
+    failure = verdict.failures[0]
+    assert failure.name == "start the nodes"
+    assert "node mbx1 (shadowcheck/postfix:3.7)" in failure.observed
+    assert observed in failure.observed
+    if "exit" in command:
+        assert "no config here" in failure.observed  # the container's own words
+    assert leftovers(engine, run_id) == []
+    log = (workdir / "mbx1.log").read_text()
+    assert "--- container shadowcheck-" in log  # the log outlived the container
+
+
+REAPER_CHILD = """
+import sys, time
+from pathlib import Path
+from pytest_shadowcheck.engine import run_scenario
+from pytest_shadowcheck.scenario import load_scenario_file
+from pytest_shadowcheck.targets.docker import DockerTarget
+
+description, scenario_file, run_id, workdir = sys.argv[1:]
+(scenario,) = load_scenario_file(Path(scenario_file))
+run_scenario(scenario, DockerTarget(description, run_id=run_id), workdir=Path(workdir))
+"""
+
+WAITING_SCENARIO = """
+defaults: {topology: two-node-dag, timeout: 300s}
+scenarios:
+  - name: sits_there
+    title: two nodes that stay up until the harness is killed
+    behaviours: [CR-5]
+    steps:
+      - wait: 240s
+"""
+
+
+@pytest.mark.usefixtures("images")
+def test_the_reaper_removes_what_a_killed_run_left_and_spares_live_owners(
+    engine: Any, tmp_path: Path, tidy: list[str]
+) -> None:
+    dead_run = f"test-dead-{uuid.uuid4().hex[:8]}"
+    live_run = f"test-live-{uuid.uuid4().hex[:8]}"
+    tidy += [dead_run, live_run]
+    scenario = tmp_path / "wait.yaml"
+    scenario.write_text(WAITING_SCENARIO.lstrip())
+    child = subprocess.Popen(
+        [sys.executable, "-c", REAPER_CHILD, str(TARGETS / "postfix.yaml"), str(scenario),
+         dead_run, str(tmp_path / "work")],
+        cwd=ROOT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        running: list[Any] = []
+        while time.monotonic() < deadline and len(running) < 2:
+            running = engine.containers.list(filters={"label": f"{LABEL_RUN}={dead_run}"})
+            assert child.poll() is None, "the child run ended before its nodes were up"
+            time.sleep(0.2)
+        assert len(running) == 2, leftovers(engine, dead_run)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)  # a crash: no teardown, no atexit
+        child.wait(10)
+    left = leftovers(engine, dead_run)
+    assert len(left) == 4, left  # two containers and two queue volumes outlived the run
+
+    # a container of a live owner (this test process) must survive the reaper
+    mine = engine.containers.create(
+        POSTFIX, ["sleep", "60"], labels={LABEL_OWNER: owner_label(), LABEL_RUN: live_run}
+    )
+    removed = reap_leftovers(engine)
+    assert sorted(left) == sorted(n for n in removed if n in left)
+    assert leftovers(engine, dead_run) == []
+    assert leftovers(engine, live_run) == [mine.name]
+
+
+DURABILITY_SCENARIO = """
+defaults:
+  topology: single-node
+  settings: {TransientFailureRetryInterval: 1s}
+  timeout: 90s
+scenarios:
+  - name: acknowledged_message_survives_kill_and_restart
+    title: a 250-acknowledged message in the queue survives kill -9 and a restart on the same queue
+    behaviours: [PR-3]
+    steps:
+      - sink: {name: mailbox, reply: "451 4.3.0 mailbox busy, try later"}
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - wait: 1s
+      - kill: mbx1
+      - restart: mbx1
+      - sink: {name: mailbox, reply: accept}
+    expect:
+      - reply: {message: m1, code: 250}
+      - delivered: {message: m1, to: mailbox, by: mbx1, within: 20s}
+  - name: acknowledged_message_gone_with_a_wiped_queue
+    title: the same message is gone when the queue is wiped instead (the only copy)
+    behaviours: [PR-3]
+    steps:
+      - sink: {name: mailbox, reply: "451 4.3.0 mailbox busy, try later"}
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - wait: 1s
+      - wipe: mbx1
+      - sink: {name: mailbox, reply: accept}
+    expect:
+      - not_delivered: {message: m1, for: 6s}
+"""
+
+
+@pytest.mark.usefixtures("images")
+def test_postfix_keeps_an_acknowledged_message_across_kill_and_restart(
+    engine: Any, tmp_path: Path, tidy: list[str]
+) -> None:
+    run_id = f"test-{uuid.uuid4().hex[:8]}"
+    tidy.append(run_id)
+    path = tmp_path / "durability.yaml"
+    path.write_text(DURABILITY_SCENARIO.lstrip())
+    kept, wiped = load_scenario_file(path)
+    target = DockerTarget(str(TARGETS / "postfix.yaml"), run_id=run_id)
+    assert target.version().startswith("Postfix 3.7.")
+
+    verdict = run_scenario(kept, target, workdir=tmp_path / "kept")
+    assert verdict.status == Status.PASS, verdict.failures
+    log = (tmp_path / "kept" / "mbx1.log").read_text()
+    assert "status=deferred" in log and "status=sent" in log  # queued, then delivered
+    assert log.count("--- container ") == 2  # killed container, then the restarted one
+
+    verdict = run_scenario(wiped, target, workdir=tmp_path / "wiped")
+    assert verdict.status == Status.OUTSIDE_GUARANTEE, verdict.failures
+    loss = next(c for c in verdict.checks if c.name == "no loss of m1")
+    assert "mbx1 had its queue database wiped" in loss.observed
+    assert leftovers(engine, run_id) == []
+
+
+@pytest.mark.usefixtures("images")
+def test_bundled_scenarios_pass_on_the_reference_image(
+    engine: Any, pytester: pytest.Pytester
+) -> None:
+    report = pytester.path / "cert"
+    result = pytester.runpytest_subprocess(
+        "--shadowcheck",
+        f"--shadowcheck-target=docker:{TARGETS / 'reference.yaml'}",
+        f"--shadowcheck-report={report}",
+        # a kill, a restart, a wipe, a pause and a virtual clock between them
+        "-m", "PR-2 or PR-3 or DI-5 or SN-1",
+        "-p", "no:cacheprovider", "-p", "no:randomly",
+        timeout=280,
+    )  # fmt: skip
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) >= 3, result.stdout.str()[-3000:]
+    assert not outcomes.get("failed") and not outcomes.get("skipped"), result.stdout.str()[-5000:]
+    data = json.loads((report / "certification.json").read_text())
+    assert "image shadowcheck/reference:local" in data["target_version"]
+    for behaviour in ("PR-2", "PR-3", "DI-5", "SN-1"):
+        status = next(b["status"] for b in data["behaviours"] if b["id"] == behaviour)
+        assert status == "PASS", (behaviour, status)
