@@ -247,11 +247,9 @@ def find_event(run: Run, matcher: dict[str, Any]) -> tuple[float, str] | None:
     direction = matcher.get("direction")
     conns: dict[Any, float] | None = None
     if "message" in matcher:
-        wanted = run.messages[matcher["message"]].message_id
-        conns = {}
-        for event in events:
-            if event.kind == "data" and event.data.get("message_id") == wanted:
-                conns.setdefault(event.conn, event.t)
+        conns = _conns_with_content(events, run.messages[matcher["message"]].message_id)
+    if "closed" in matcher:
+        return _find_close(events, link, matcher["closed"], conns)
     for event in events:
         if event.kind != "line":
             continue
@@ -265,6 +263,32 @@ def find_event(run: Run, matcher: dict[str, Any]) -> tuple[float, str] | None:
     return None
 
 
+def _conns_with_content(events: list[Event], message_id: str) -> dict[Any, float]:
+    """Connection number -> when it carried the content of ``message_id``."""
+    conns: dict[Any, float] = {}
+    for event in events:
+        if event.kind == "data" and event.data.get("message_id") == message_id:
+            conns.setdefault(event.conn, event.t)
+    return conns
+
+
+def _find_close(
+    events: list[Event], link: str, by: str, conns: dict[Any, float] | None
+) -> tuple[float, str] | None:
+    """The first close of a proxied connection on ``link`` (by ``server``, ``client`` or
+    ``any`` side), only of the connections in ``conns`` if given."""
+    for event in events:
+        # the proxy's own record; the harness client notes its closes too (side=...)
+        if event.kind != "close" or "side" in event.data:
+            continue
+        if conns is not None and event.conn not in conns:
+            continue
+        reason = str(event.data.get("reason", ""))
+        if by == "any" or reason.startswith(by):
+            return event.t, f"{link} #{event.conn} closed ({reason})"
+    return None
+
+
 def _matcher_text(matcher: dict[str, Any]) -> str:
     if "reply" in matcher:
         return f"the sender's reply for {matcher['reply']}"
@@ -272,7 +296,11 @@ def _matcher_text(matcher: dict[str, Any]) -> str:
         return f"delivery of {matcher['delivered']}"
     if "step" in matcher:
         return f"step /{matcher['step']}/"
-    text = f"/{matcher.get('line', '.*')}/ on {matcher['link']}"
+    if "closed" in matcher:
+        who = "" if matcher["closed"] == "any" else f" by the {matcher['closed']}"
+        text = f"a connection on {matcher['link']} closed{who}"
+    else:
+        text = f"/{matcher.get('line', '.*')}/ on {matcher['link']}"
     if "message" in matcher:
         text += f" after the content of {matcher['message']}"
     return text
@@ -400,6 +428,44 @@ async def check_lines(run: Run, step: Step) -> CheckResult:
     )
 
 
+async def check_connections(run: Run, step: Step) -> CheckResult:
+    """How many connections were opened on a link (in a window, carrying a message)."""
+    arg = step.arg
+    link = arg["link"]
+    opened = run.history.events(kind="connect", link=link)
+    wanted = [
+        f"{word} {arg[key]}"
+        for key, word in (("count", "exactly"), ("at_least", "at least"), ("at_most", "at most"))
+        if key in arg
+    ]
+    expected = f"{' and '.join(wanted)} connection(s) opened on {link}"
+    if "message" in arg:
+        data = run.history.events(kind="data", link=link)
+        conns = _conns_with_content(data, run.messages[arg["message"]].message_id)
+        opened = [e for e in opened if e.conn in conns]
+        expected += f" carrying the content of {arg['message']}"
+    window: dict[str, tuple[float, str] | None] = {}
+    for key, word in (("from", "after"), ("to", "before")):
+        if key in arg:
+            window[key] = find_event(run, arg[key])
+            expected += f", {word} {_matcher_text(arg[key])}"
+    missing = [_matcher_text(arg[key]) for key, found in window.items() if found is None]
+    if missing:
+        observed = "the window never happened: " + "; ".join(missing)
+        excerpt = run.excerpt(run.history.now(), [link])
+        return _result(step, f"connections on {link}", False, expected, observed, excerpt)
+    start, end = window.get("from"), window.get("to")
+    opened = [e for e in opened if (not start or e.t >= start[0]) and (not end or e.t <= end[0])]
+    n = len(opened)
+    ok = n == arg.get("count", n) and n >= arg.get("at_least", n) and n <= arg.get("at_most", n)
+    observed = f"{n} opened"
+    if opened:
+        observed += ": " + ", ".join(f"#{e.conn} at +{e.t:.3f}s" for e in opened)
+    around = opened[-1].t if opened else (end[0] if end else run.history.now())
+    excerpt = run.excerpt(around, [link])
+    return _result(step, f"connections on {link}", ok, expected, observed, excerpt)
+
+
 # --------------------------------------------------------------------------- control API
 
 
@@ -490,6 +556,7 @@ CHECKERS: dict[str, Callable[[Run, Step], Awaitable[CheckResult]]] = {
     "order": check_order,
     "timing": check_timing,
     "lines": check_lines,
+    "connections": check_connections,
     "queue": check_queue,
     "config_warning": check_config_warning,
 }

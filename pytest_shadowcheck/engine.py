@@ -374,6 +374,8 @@ class Run:
             proxy.slow_greeting(arg["seconds"])
         elif kind == "drop_after":
             proxy.drop_after(arg["bytes"], direction or "c2s")
+        elif kind == "stall_after_data":
+            proxy.stall_after_data(True)
 
     async def _wait(self, arg: Any) -> None:
         if not isinstance(arg, dict):

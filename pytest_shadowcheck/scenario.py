@@ -660,6 +660,20 @@ class _Context:
     def duration(self, value: Any, doc_path: list[Any], timers: bool = False) -> float:
         return parse_duration(value, self.at(doc_path), self.settings if timers else None)
 
+    def count(self, value: Any, doc_path: list[Any]) -> int:
+        """A whole number, or the name of a whole-number setting of the scenario."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        setting = self.settings.get(value)
+        if isinstance(setting, int) and not isinstance(setting, bool):
+            return setting
+        hint = "" if setting is None else f" (it is {setting!r}, not a whole number)"
+        raise ScenarioError(
+            f"{value!r} is not a whole-number setting of this scenario{hint}",
+            self.at(doc_path),
+            "a number, or a setting the scenario sets, e.g. MaxRetriesForLocalSiteShadow",
+        )
+
     def step(self, raw: Any, doc_path: list[Any]) -> Step:
         kind = next(iter(raw))
         arg = _plain(raw[kind])
@@ -724,8 +738,15 @@ class _Context:
     def session(self, arg: dict[str, Any], doc_path: list[Any]) -> None:
         """Check a session step and normalise its items to {send|message, reply?}."""
         self.node(arg["via"], [*doc_path, "via"])
-        if "timeout" in arg:
-            arg["timeout"] = self.duration(arg["timeout"], [*doc_path, "timeout"])
+        for key in ("timeout", "idle", "keepalive"):
+            if key in arg:
+                arg[key] = self.duration(arg[key], [*doc_path, key], timers=True)
+        if "keepalive" in arg and "idle" not in arg:
+            raise ScenarioError(
+                "keepalive needs idle: how long to keep the session open",
+                self.at([*doc_path, "keepalive"]),
+                "e.g. {idle: ReceiveConnectionTimeout + 2s, keepalive: 300ms}",
+            )
         items = []
         for i, item in enumerate(arg["say"]):
             item = {"send": item} if isinstance(item, str) else item
@@ -763,6 +784,13 @@ class _Context:
                 raise ScenarioError(
                     f"bad regular expression: {exc}", self.at([*doc_path, "line"]), "a Python regex"
                 ) from None
+        if "closed" in arg and ("link" not in arg or "line" in arg or "direction" in arg):
+            raise ScenarioError(
+                "'closed' matches the close of a connection on a link: it needs link, "
+                "and takes no line or direction",
+                self.at([*doc_path, "closed"]),
+                "e.g. {link: mbx1->mailbox, closed: any, message: m1}",
+            )
         if not {"link", "reply", "delivered", "step"} & set(arg):
             raise ScenarioError(
                 "an event matcher needs link, reply, delivered or step",
@@ -786,8 +814,15 @@ class _Context:
             self.sink(arg["to"], [*p, "to"])
         if kind == "delivered" and "by" in arg:
             self.node(arg["by"], [*p, "by"])
-        if kind == "lines":
+        if kind in ("lines", "connections"):
             self.link(arg["link"], [*p, "link"])
+        if kind == "connections":
+            for key in ("count", "at_least", "at_most"):
+                if key in arg:
+                    arg[key] = self.count(arg[key], [*p, key])
+            for key in ("from", "to"):
+                if key in arg:
+                    self.matcher(arg[key], [*p, key])
         for key in ("within", "for", "at_least", "at_most", "tolerance"):
             if key in arg:
                 arg[key] = self.duration(arg[key], [*p, key], timers=True)

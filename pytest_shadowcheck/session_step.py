@@ -8,6 +8,12 @@ with ``reply`` adds a check that the reply matches that regular expression.
 An item ``{message: ID}`` sends a generated message's content and the final
 dot, and registers ``ID`` as a message of the scenario, so every expectation
 (reply, delivered, queue...) and the no-loss invariant apply to it.
+
+With ``idle`` the session then stays open up to that long, waiting for the
+node to close it (TO-1: ConnectionInactivityTimeout); with ``keepalive`` it
+sends NOOP that often meanwhile, so it is never idle and only the absolute
+ConnectionTimeout can end it. The node's close is a ``close`` event on
+``client->NODE``: match it with ``{link: client->NODE, closed: server}``.
 """
 
 from __future__ import annotations
@@ -73,7 +79,14 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
             payloads.append(item["send"].encode() + b"\r\n")
     client = RecordingClient(run.history, link=link)
     host, port = run.proxies[link].address
-    replies = await client.raw_session(host, port, payloads, read_timeout=timeout)
+    replies = await client.raw_session(
+        host,
+        port,
+        payloads,
+        read_timeout=timeout,
+        linger=arg.get("idle", 0.0),
+        keepalive=arg.get("keepalive"),
+    )
     # replies[0] is the greeting; then one reply per item sent, fewer if the server hung up
     answers: list[RawReply | None] = [*replies[1:], *[None] * len(items)][: len(items)]
     for item, answer in zip(items, answers, strict=True):

@@ -365,12 +365,21 @@ class RecordingClient:
         port: int,
         lines: list[bytes],
         read_timeout: float = 5.0,
+        *,
+        linger: float = 0.0,
+        keepalive: float | None = None,
     ) -> list[RawReply]:
         """Connect, read the greeting, then send each element of ``lines`` exactly
         as given (include the CRLF yourself; send a whole DATA body as one
         element) and read one reply after each. Returns the greeting followed by
-        one :class:`RawReply` per element sent; stops early when the server
-        closes. A refused connection gives a single "closed" RawReply.
+        one :class:`RawReply` per element sent (then anything said while
+        lingering); stops early when the server closes. A refused connection
+        gives a single "closed" RawReply.
+
+        ``linger``: afterwards, stay connected up to that many seconds waiting
+        for the server to close the session (e.g. an inactivity limit, TO-1),
+        silent, or sending NOOP every ``keepalive`` seconds (a session that is
+        never idle, which only an absolute limit ends).
         """
         conn = self._next_conn()
         try:
@@ -383,6 +392,8 @@ class RecordingClient:
                 if session.closed:
                     break
                 await session.exchange(line, read_timeout)
+            if linger and not session.closed:
+                await session.linger(linger, keepalive, read_timeout)
         finally:
             session.close("client finished")
         return session.replies
@@ -566,6 +577,22 @@ class _RawSession:
                 self.replies.remove(reply)
                 return None
         return self.closed_at
+
+    async def linger(self, seconds: float, keepalive: float | None, read_timeout: float) -> None:
+        """Stay connected up to ``seconds`` or until the server closes; with
+        ``keepalive``, send NOOP every that many seconds meanwhile."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while not self.closed:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            if keepalive is None:
+                await self.wait_for_close(remaining)
+                return
+            await self.wait_for_close(min(keepalive, remaining))
+            if not self.closed and loop.time() < deadline:
+                await self.exchange(b"NOOP\r\n", min(read_timeout, remaining))
 
     def _server_closed(self, reason: str) -> float:
         if not self.closed:

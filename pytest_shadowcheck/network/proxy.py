@@ -332,6 +332,8 @@ class _Connection:
             for task in pumps:
                 task.cancel()
             await asyncio.gather(*pumps, return_exceptions=True)
+        # the close happened now, when one side ended, not once both are shut down
+        self.record_close()
         await self._close_gracefully()
 
     async def _pump(
@@ -411,23 +413,27 @@ class _Connection:
         if task is not None and task is not asyncio.current_task() and not task.done():
             task.cancel()
 
-    def finish(self) -> None:
-        """Record the close event, once, and make sure both sockets are closed."""
+    def record_close(self) -> None:
+        """Record the close event (after any partial line), once."""
         if self.closed_recorded:
             return
         self.closed_recorded = True
         if self.recorder is not None:
             self.recorder.flush()
-        for writer in (self.client_writer, self.server_writer):
-            if writer is not None and not writer.is_closing():
-                with contextlib.suppress(Exception):
-                    writer.transport.abort()
         self.proxy.history.record(
             "close",
             link=self.proxy.link,
             conn=self.number,
             reason=self.close_reason or "closed",
         )
+
+    def finish(self) -> None:
+        """Record the close event, once, and make sure both sockets are closed."""
+        self.record_close()
+        for writer in (self.client_writer, self.server_writer):
+            if writer is not None and not writer.is_closing():
+                with contextlib.suppress(Exception):
+                    writer.transport.abort()
 
 
 class _SmtpRecorder:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any
 
 from . import Variant, force_settings
@@ -42,6 +43,152 @@ def _ignores_disabled() -> None:
     force_settings(ShadowRedundancyEnabled=True)
 
 
+def _placement(plan: Any) -> None:
+    """Replace Shadowing.attempt_plan by ``plan(shadowing, local, remote)``."""
+    from reference_impl.shadowing import Shadowing
+
+    def attempt_plan(self: Shadowing) -> list[str]:
+        me = self.node.config
+        members = self.candidates()
+        local = sorted(n.name for n in members if n.site == me.site)
+        remote = sorted(n.name for n in members if n.site != me.site)
+        return list(plan(self, local, remote))
+
+    Shadowing.attempt_plan = attempt_plan  # type: ignore[method-assign]
+
+
+def _tries(shadowing: Any, names: list[str], setting: str) -> list[str]:
+    return shadowing._cycle(names, getattr(shadowing.node.settings, setting))
+
+
+def _ignores_preference() -> None:
+    # Every node behaves as PreferRemote, whatever ShadowMessagePreferenceSetting says (CR-7).
+    def plan(shadowing: Any, local: list[str], remote: list[str]) -> list[str]:
+        return _tries(shadowing, remote, "MaxRetriesForRemoteSiteShadow") + _tries(
+            shadowing, local, "MaxRetriesForLocalSiteShadow"
+        )
+
+    _placement(plan)
+
+
+def _local_first() -> None:
+    # PreferRemote tries the local site first, the remote one only as a fallback (CR-7).
+    def plan(shadowing: Any, local: list[str], remote: list[str]) -> list[str]:
+        local_tries = _tries(shadowing, local, "MaxRetriesForLocalSiteShadow")
+        remote_tries = _tries(shadowing, remote, "MaxRetriesForRemoteSiteShadow")
+        preference = shadowing.node.settings.ShadowMessagePreferenceSetting
+        if shadowing.node.config.dag is None or preference == "LocalOnly":
+            return local_tries
+        if preference == "RemoteOnly" and remote:
+            return remote_tries
+        return local_tries + remote_tries
+
+    _placement(plan)
+
+
+def _preference_everywhere() -> None:
+    # The site preference is applied wherever it is set: outside a DAG the servers of
+    # every AD site are candidates, and RemoteOnly in a single-site DAG finds no
+    # shadow at all (CR-7: "local site only, whatever the preference").
+    from reference_impl.shadowing import Shadowing
+
+    def candidates(self: Shadowing) -> list[Any]:
+        me = self.node.config
+        nodes = self.node.cluster.nodes.values()
+        return [n for n in nodes if n.name != me.name and n.dag == me.dag]
+
+    def plan(shadowing: Any, local: list[str], remote: list[str]) -> list[str]:
+        local_tries = _tries(shadowing, local, "MaxRetriesForLocalSiteShadow")
+        remote_tries = _tries(shadowing, remote, "MaxRetriesForRemoteSiteShadow")
+        preference = shadowing.node.settings.ShadowMessagePreferenceSetting
+        if preference == "LocalOnly":
+            return local_tries
+        if preference == "RemoteOnly":
+            return remote_tries
+        return remote_tries + local_tries
+
+    Shadowing.candidates = candidates  # type: ignore[method-assign]
+    _placement(plan)
+
+
+def _one_attempt_per_site() -> None:
+    force_settings(MaxRetriesForRemoteSiteShadow=1, MaxRetriesForLocalSiteShadow=1)
+
+
+def _one_boundary_for_all() -> None:
+    # Every node of the organisation counts as a peer of the boundary: copies may go to
+    # another DAG, and a relay into another DAG keeps tracking the message (CR-9).
+    from reference_impl.node import Node
+
+    def same_boundary(self: Node, other: str) -> bool:
+        return other != self.name and other in self.cluster.nodes
+
+    Node.same_boundary = same_boundary  # type: ignore[method-assign]
+
+
+_SESSION: contextvars.ContextVar[Any] = contextvars.ContextVar("sender_session", default=None)
+
+
+def _processes_only_after_quit() -> None:
+    # A message is only handed to delivery once its sender said QUIT (so that a sender
+    # who never saw the 250 and will resend causes no duplicate): a sender that timed
+    # out after the copy was made loses its message (CR-8).
+    from reference_impl.delivery import Delivery
+    from reference_impl.smtp_in import NodeHandler, NodeSMTP
+
+    handle_data = NodeHandler.handle_DATA
+    submit = Delivery.submit
+    smtp_quit = NodeSMTP.smtp_QUIT
+
+    async def handle_DATA(self: NodeHandler, server: NodeSMTP, session: Any, envelope: Any) -> str:
+        if server.peer_state.peer_node is None:
+            _SESSION.set(server)
+        return await handle_data(self, server, session, envelope)
+
+    def deferred_submit(self: Delivery, message_id: str, domains: list[str]) -> None:
+        server = _SESSION.get()
+        if server is None:
+            submit(self, message_id, domains)
+            return
+        pending = server.__dict__.setdefault("_pending_submits", [])
+        pending.append((self, message_id, domains))
+
+    async def quit_and_submit(self: NodeSMTP, arg: str) -> None:
+        _SESSION.set(None)  # tasks started from here on belong to no sender
+        for delivery, message_id, domains in self.__dict__.pop("_pending_submits", []):
+            submit(delivery, message_id, domains)
+        await smtp_quit(self, arg)
+
+    NodeHandler.handle_DATA = handle_DATA  # type: ignore[method-assign]
+    Delivery.submit = deferred_submit  # type: ignore[method-assign]
+    NodeSMTP.smtp_QUIT = quit_and_submit  # type: ignore[method-assign]
+
+
+def _releases_copy_on_first_fork() -> None:
+    # The shadow is told to discard as soon as one next hop has the message (CR-10).
+    from reference_impl.delivery import Delivery
+
+    finish_fork = Delivery._finish_fork
+
+    def _finish_fork(self: Delivery, message: Any, fork: Any, state: str, error: str) -> None:
+        finish_fork(self, message, fork, state, error)
+        if state == "delivered" and message.shadow_node:
+            with self.node.db.transaction(durable=False) as c:
+                c.execute(
+                    "INSERT OR IGNORE INTO discard_events VALUES (?, ?, ?, ?, NULL)",
+                    (message.shadow_node, message.id, message.message_id, self.node.clock.now()),
+                )
+
+    Delivery._finish_fork = _finish_fork  # type: ignore[method-assign]
+
+
+def _forgets_dsn_fork() -> None:
+    # A message is retired (and its shadow discarded) without waiting for its DSN (CR-10).
+    from reference_impl.queue_db import QueueDB
+
+    QueueDB.children = lambda self, message_id: 0  # type: ignore[method-assign]
+
+
 VARIANTS: list[Variant] = [
     Variant(
         name="ack-before-shadow-copy",
@@ -52,13 +199,19 @@ VARIANTS: list[Variant] = [
     Variant(
         name="never-rejects-unredundant",
         breaks="accepts a message no copy could be made of, even when told to reject it",
-        fails=("cr4_single_node_rejects", "cr4_cut_link_rejects"),
+        fails=(
+            "cr4_single_node_rejects",
+            "cr4_cut_link_rejects",
+            "cr4_shadow_killed_rejects",
+            "cr4_retries_used_up_rejects",
+            "cr4_shadow_session_timeout_rejects",
+        ),
         apply=_claims_copy_on_failure,
     ),
     Variant(
         name="always-rejects-unredundant",
         breaks="rejects a message no copy could be made of, although told to accept it",
-        fails=("cr5_cut_link_accepts",),
+        fails=("cr5_cut_link_accepts", "to4_unacknowledged_copy_times_out_then_accepted"),
         apply=_always_rejects,
     ),
     Variant(
@@ -66,5 +219,62 @@ VARIANTS: list[Variant] = [
         breaks="keeps advertising XSHADOW and making copies with ShadowRedundancyEnabled=false",
         fails=("cr6_disabled_no_xshadow",),
         apply=_ignores_disabled,
+    ),
+    Variant(
+        name="shadow-placement-ignores-preference",
+        breaks="places the copy as PreferRemote would, whatever the preference setting says",
+        fails=("cr7_remote_only_never_uses_local_site", "cr7_local_only_never_uses_remote_site"),
+        apply=_ignores_preference,
+    ),
+    Variant(
+        name="shadow-placement-local-first",
+        breaks="PreferRemote tries the local site first and the remote one only as a fallback",
+        fails=("cr7_prefer_remote_tries_remote_site_then_local",),
+        apply=_local_first,
+    ),
+    Variant(
+        name="shadow-placement-preference-everywhere",
+        breaks="applies the site preference outside a DAG and in a single-site DAG too",
+        fails=(
+            "cr7_single_site_dag_remote_only_uses_local_site",
+            "cr7_outside_a_dag_local_site_whatever_the_preference",
+        ),
+        apply=_preference_everywhere,
+    ),
+    Variant(
+        name="one-shadow-attempt-per-site",
+        breaks="ignores MaxRetriesFor{Remote,Local}SiteShadow: one attempt per site, then gives up",
+        fails=(
+            "cr4_retries_used_up_rejects",
+            "cr7_prefer_remote_tries_remote_site_then_local",
+            "cr7_remote_only_never_uses_local_site",
+            "cr7_local_only_never_uses_remote_site",
+            "cr7_outside_a_dag_local_site_whatever_the_preference",
+        ),
+        apply=_one_attempt_per_site,
+    ),
+    Variant(
+        name="one-boundary-for-all-nodes",
+        breaks="treats every node as a peer of its boundary, across AD sites and DAGs",
+        fails=("cr9_crossing_into_another_dag_restarts_tracking",),
+        apply=_one_boundary_for_all,
+    ),
+    Variant(
+        name="processes-only-after-quit",
+        breaks="hands a message to delivery only once its sender said QUIT",
+        fails=("cr8_sender_timeout_after_copy_still_delivered",),
+        apply=_processes_only_after_quit,
+    ),
+    Variant(
+        name="releases-copy-on-first-fork",
+        breaks="tells the shadow to discard as soon as one next hop has the message",
+        fails=("cr10_copy_kept_until_every_next_hop_has_it",),
+        apply=_releases_copy_on_first_fork,
+    ),
+    Variant(
+        name="forgets-the-dsn-fork",
+        breaks="retires a message, releasing its shadow copy, before its DSN went out",
+        fails=("cr10_copy_kept_until_the_dsn_is_out",),
+        apply=_forgets_dsn_fork,
     ),
 ]
