@@ -103,6 +103,8 @@ class Run:
     #: (t, node, action) for kill / restart / wipe / pause / resume
     node_actions: list[tuple[float, str, str]] = field(default_factory=list)
     down: set[str] = field(default_factory=set)
+    #: frozen nodes: their control API cannot answer, so the engine does not call it
+    paused: set[str] = field(default_factory=set)
     virtual_now: float | None = None
 
     # -- helpers the checks use ------------------------------------------------
@@ -135,7 +137,7 @@ class Run:
             return None
         wanted = self.messages[ref].message_id
         for node in self.scenario.topology.nodes:
-            if node in self.down:
+            if node in self.down or node in self.paused:
                 continue
             for queue in ("active", "shadow"):
                 try:
@@ -251,7 +253,11 @@ class Run:
     # -- steps ---------------------------------------------------------------------
 
     def _running(self, nodes: list[str] | None = None) -> list[str]:
-        return [n for n in (nodes or list(self.scenario.topology.nodes)) if n not in self.down]
+        return [
+            n
+            for n in (nodes or list(self.scenario.topology.nodes))
+            if n not in self.down and n not in self.paused
+        ]
 
     async def do(self, step: Step, verdict: Verdict) -> None:
         kind, arg = step.kind, step.arg
@@ -277,10 +283,15 @@ class Run:
             self.node_actions.append((self.history.now(), arg, "kill"))
         elif kind == "pause":
             await self.target.pause(arg)
+            self.paused.add(arg)
             self.node_actions.append((self.history.now(), arg, "pause"))
         elif kind == "resume":
             await self.target.resume(arg)
+            self.paused.discard(arg)
             self.node_actions.append((self.history.now(), arg, "resume"))
+            if self.virtual_now is not None:
+                # advances skipped the frozen node: bring its clock level with the others
+                await self.target.control(arg, "POST", "/clock", {"set": self.virtual_now})
         elif kind in ("restart", "wipe"):
             self.node_actions.append((self.history.now(), arg, "kill"))
             handle = await (
@@ -288,7 +299,12 @@ class Run:
             )
             self.node_actions.append((self.history.now(), arg, kind))
             self.down.discard(arg)
+            self.paused.discard(arg)
             self._attach(arg, handle)
+            # when the node is back (the step's own event marks when it went down)
+            self.history.record(
+                "step", text=f"{arg} back after {kind}, queue database {handle.queue_db_id or '?'}"
+            )
             if self.virtual_now is not None:
                 await self.target.control(arg, "POST", "/clock", {"set": self.virtual_now})
         elif kind == "wait":
@@ -313,6 +329,14 @@ class Run:
                 if "recipient" in arg:
                     path = f"/directory/recipients/{arg['recipient']}"
                     await self.target.control(node, "PUT", path, {"database": arg.get("database")})
+        elif kind == "route":
+            for node in self._running(arg.get("nodes")):
+                if "sink" in arg:
+                    address = _hp(self.proxies[f"{node}->{arg['sink']}"].address)
+                    hop = {"address": address, "kind": arg.get("kind", "mailbox")}
+                else:
+                    hop = {"node": arg["node"]}
+                await self.target.set_next_hop(node, arg["domain"], hop)
         elif kind == "snapshot":
             answer = await self.target.control(arg["node"], "GET", QUEUE_PATHS[arg["queue"]])
             self.history.record("snapshot", node=arg["node"], queue=arg["queue"], answer=answer)

@@ -58,6 +58,7 @@ STEP_CAPABILITY = {
     "set_settings": "set_settings",
     "resubmit": "control_api",
     "directory": "control_api",
+    "route": "control_api",
     "snapshot": "control_api",
 }
 CHECK_CAPABILITY = {"queue": "control_api", "config_warning": "control_api"}
@@ -382,12 +383,13 @@ class Topology:
         return {**self.next_hops, **self.nodes[node].next_hops}
 
     def links(self) -> list[str]:
-        """Every link the harness proxies: client->N, N->M, N->SINK."""
+        """Every link the harness proxies: client->N, N->M, N->SINK.
+
+        Every node gets a link to every sink, not only to those its next hops
+        name: a ``route`` step may give it one at run time."""
         out = [f"client->{n}" for n in self.nodes]
         out += [f"{a}->{b}" for a in self.nodes for b in self.nodes if a != b]
-        for node in self.nodes:
-            sinks = sorted({hop.sink for hop in self.hops_of(node).values() if hop.sink})
-            out += [f"{node}->{sink}" for sink in sinks]
+        out += [f"{node}->{sink}" for node in self.nodes for sink in self.sinks()]
         return out
 
 
@@ -708,7 +710,7 @@ class _Context:
             self.node(arg, p)
         elif kind == "wait":
             if isinstance(arg, dict):
-                arg["timeout"] = self.duration(arg["timeout"], [*p, "timeout"])
+                arg["timeout"] = self.duration(arg["timeout"], [*p, "timeout"], timers=True)
                 for ref in ("delivered", "reply"):
                     if ref in arg:
                         self.message(arg[ref], [*p, ref])
@@ -726,6 +728,8 @@ class _Context:
                     arg["values"][key] = self.duration(value, [*p, "values", key])
         elif kind in ("resubmit", "snapshot"):
             self.node(arg["node"], [*p, "node"])
+        elif kind == "route":
+            self.route(arg, p)
         elif kind == "sink":
             self.sink(arg["name"], [*p, "name"])
         elif kind == "session":
@@ -768,6 +772,24 @@ class _Context:
                     ) from None
             items.append({**item, "where": str(self.at(at))})
         arg["say"] = items
+
+    def route(self, arg: dict[str, Any], doc_path: list[Any]) -> None:
+        if ("sink" in arg) == ("node" in arg):
+            raise ScenarioError(
+                "a route step needs exactly one of sink and node",
+                self.at(doc_path),
+                "{domain: D, sink: SINK} or {domain: D, node: NODE}",
+            )
+        if "sink" in arg:
+            self.sink(arg["sink"], [*doc_path, "sink"])
+        else:
+            self.node(arg["node"], [*doc_path, "node"])
+            if "kind" in arg:
+                raise ScenarioError(
+                    "kind applies to a route to a sink only", self.at([*doc_path, "kind"])
+                )
+        for i, node in enumerate(arg.get("nodes", [])):
+            self.node(node, [*doc_path, "nodes", i])
 
     def matcher(self, arg: dict[str, Any], doc_path: list[Any]) -> None:
         if "link" in arg:

@@ -154,6 +154,12 @@ class Target(abc.ABC):
         The default uses PUT /settings of the control API."""
         return await self.control(node, "PUT", "/settings", values)
 
+    async def set_next_hop(self, node: str, domain: str, hop: dict[str, Any]) -> Any:
+        """Capability ``control_api``: route ``domain`` to ``hop`` from now on (``{"address":
+        "host:port", "kind": ...}`` or ``{"node": other}``, as in ClusterPlan.next_hops).
+        The default uses PUT /topology/next_hops of the control API."""
+        return await self.control(node, "PUT", "/topology/next_hops", {domain: hop})
+
     async def advance_clock(self, node: str, seconds: float) -> Any:
         """Capability ``virtual_clock``: move the node's clock forward by ``seconds``.
         The default uses POST /clock of the control API."""

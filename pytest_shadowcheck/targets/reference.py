@@ -226,6 +226,8 @@ class ReferenceTarget(Target):
             self._reap(node)
         self.procs.clear()
         self.paused.clear()
+        # one target runs many scenarios: the next start must not hand back these nodes
+        self.handles.clear()
 
     # -- node actions --------------------------------------------------------------
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import Variant
+from . import Variant, force_settings
+
+PR1_SCENARIOS = (
+    "pr1_shadow_promotes_after_primary_killed",
+    "pr1_shadow_promotes_after_primary_paused",
+    "pr1_shadow_promotes_when_primary_cut_off",
+    "pr2_promotes_at_once_while_pr1_waits_out_resubmit_time_span",
+)
 
 
 def _shadow_drops_copies() -> None:
@@ -17,11 +24,131 @@ def _shadow_drops_copies() -> None:
     Shadowing.store_copy = store_copy  # type: ignore[method-assign,assignment]
 
 
+def _ignores_queue_database_id() -> None:
+    # The primary's DBID is read but never compared with the one the copies came from.
+    from reference_impl.queue_db import QueueDB
+
+    def stale_shadows(self: QueueDB, primary: str, db_id: str) -> list[dict[str, Any]]:
+        return []
+
+    QueueDB.stale_shadows = stale_shadows  # type: ignore[method-assign]
+
+
+def _promotes_on_first_failed_heartbeat() -> None:
+    # One unanswered heartbeat and the copies go: ShadowResubmitTimeSpan is never waited out.
+    force_settings(ShadowResubmitTimeSpan=0.0)
+
+
+def _heartbeat_waits_forever() -> None:
+    # Sessions to a primary get no time limit: a hung primary (port open, no greeting)
+    # blocks the heartbeat for good, so it never counts as unreachable.
+    from reference_impl import shadowing
+    from reference_impl.peer_link import PeerLink
+
+    class PatientLink(PeerLink):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.smtp.timeout = None
+
+    shadowing.PeerLink = PatientLink  # type: ignore[misc]
+
+
+def _restart_forgets_pending_deliveries() -> None:
+    # A restarted node keeps its queue database but never resumes what was pending in it.
+    from reference_impl.queue_db import QueueDB
+
+    def pending_forks(self: QueueDB) -> list[Any]:
+        return []
+
+    QueueDB.pending_forks = pending_forks  # type: ignore[method-assign]
+
+
+def _promotes_without_route() -> None:
+    # A copy with no route for its recipients is promoted anyway: it leaves the shadow
+    # queue for the active queue, where it retries "no route" instead of waiting as a shadow.
+    from reference_impl import messages
+    from reference_impl.node import Plan
+    from reference_impl.shadowing import Shadowing
+
+    original = Shadowing.promote
+
+    def promote(
+        self: Shadowing, primary: str, reason: str, shadows: list[dict[str, Any]] | None = None
+    ) -> int:
+        node = self.node
+        categorise = node.categorise
+
+        def routable_or_not(recipients: list[str]) -> tuple[Plan, list[str]]:
+            plan, unroutable = categorise(recipients)
+            for rcpt in unroutable:
+                plan.setdefault(messages.domain_of(rcpt), ([], []))[0].append(rcpt)
+            return plan, []
+
+        node.categorise = routable_or_not  # type: ignore[method-assign]
+        try:
+            return original(self, primary, reason, shadows)
+        finally:
+            del node.categorise
+
+    Shadowing.promote = promote  # type: ignore[method-assign]
+
+
+def _ignores_heartbeat_retry_count() -> None:
+    # 2010: the first heartbeat time-out already counts the primary as failed.
+    force_settings(ShadowHeartbeatRetryCount=1)
+
+
 VARIANTS: list[Variant] = [
     Variant(
         name="shadow-drops-copies",
         breaks="the shadow acknowledges every copy but stores none of them",
         fails=("pr1_shadow_promotes_after_primary_killed", "pr4_primary_and_shadow_fail_together"),
         apply=_shadow_drops_copies,
+    ),
+    Variant(
+        name="ignores-queue-database-id",
+        breaks="the shadow never notices that the primary came back with a new queue database",
+        fails=(
+            "pr2_new_queue_database_promotes_at_once",
+            "pr2_promotes_at_once_while_pr1_waits_out_resubmit_time_span",
+        ),
+        apply=_ignores_queue_database_id,
+    ),
+    Variant(
+        name="promotes-on-first-failed-heartbeat",
+        breaks="the shadow promotes at the first unanswered heartbeat, not after "
+        "ShadowResubmitTimeSpan",
+        fails=PR1_SCENARIOS,
+        apply=_promotes_on_first_failed_heartbeat,
+    ),
+    Variant(
+        name="heartbeat-waits-forever",
+        breaks="the shadow's sessions to a primary have no time limit, so a hung primary "
+        "never counts as unreachable",
+        fails=(
+            "pr1_shadow_promotes_after_primary_paused",
+            "pr6_heartbeat_retry_count_decides_failure",
+        ),
+        apply=_heartbeat_waits_forever,
+    ),
+    Variant(
+        name="restart-forgets-pending-deliveries",
+        breaks="a node restarted on its queue database never resumes the deliveries pending in it",
+        fails=("pr3_primary_back_with_same_database_delivers_again",),
+        apply=_restart_forgets_pending_deliveries,
+    ),
+    Variant(
+        name="promotes-without-route",
+        breaks="a shadow copy with no route is promoted into the active queue instead of "
+        "waiting in the shadow queue for a route",
+        fails=("pr5_copy_without_route_waits_for_one",),
+        apply=_promotes_without_route,
+    ),
+    Variant(
+        name="ignores-heartbeat-retry-count",
+        breaks="2010: the first heartbeat time-out counts the primary as failed, whatever "
+        "ShadowHeartbeatRetryCount says",
+        fails=("pr6_heartbeat_retry_count_decides_failure",),
+        apply=_ignores_heartbeat_retry_count,
     ),
 ]
