@@ -106,6 +106,10 @@ class Run:
     #: frozen nodes: their control API cannot answer, so the engine does not call it
     paused: set[str] = field(default_factory=set)
     virtual_now: float | None = None
+    #: configuration changed during the run (set_settings, directory), with the nodes
+    #: it was for (None: all): the organisation's configuration, not the node's state,
+    #: so a node that is restarted or wiped gets it again
+    changes: list[tuple[list[str] | None, tuple[Any, ...]]] = field(default_factory=list)
 
     # -- helpers the checks use ------------------------------------------------
 
@@ -307,6 +311,7 @@ class Run:
             )
             if self.virtual_now is not None:
                 await self.target.control(arg, "POST", "/clock", {"set": self.virtual_now})
+            await self._replay_changes(arg)
         elif kind == "wait":
             await self._wait(arg)
         elif kind == "advance":
@@ -320,15 +325,17 @@ class Run:
         elif kind == "resubmit":
             await self._resubmit(arg, step)
         elif kind == "directory":
-            for node in self._running():
-                if "group" in arg:
-                    path = f"/directory/groups/{arg['group']}"
-                    await self.target.control(
-                        node, "PUT", path, {"members": arg.get("members", [])}
-                    )
-                if "recipient" in arg:
-                    path = f"/directory/recipients/{arg['recipient']}"
-                    await self.target.control(node, "PUT", path, {"database": arg.get("database")})
+            calls: list[tuple[str, str, dict[str, Any]]] = []
+            if "group" in arg:
+                body = {"members": arg.get("members", [])}
+                calls.append(("PUT", f"/directory/groups/{arg['group']}", body))
+            if "recipient" in arg:
+                body = {"database": arg.get("database")}
+                calls.append(("PUT", f"/directory/recipients/{arg['recipient']}", body))
+            for call in calls:
+                self.changes.append((None, ("control", *call)))
+                for node in self._running():
+                    await self.target.control(node, *call)
         elif kind == "route":
             for node in self._running(arg.get("nodes")):
                 if "sink" in arg:
@@ -421,9 +428,20 @@ class Run:
             await asyncio.sleep(0.05)
         self.history.record("note", text=f"wait: {ref} not delivered within {timeout:g}s")
 
+    async def _replay_changes(self, node: str) -> None:
+        """Configuration changed earlier in the run, made again on a node that came back."""
+        for nodes, change in self.changes:
+            if nodes is not None and node not in nodes:
+                continue
+            if change[0] == "settings":
+                await self.target.set_settings(node, change[1])
+            else:
+                await self.target.control(node, *change[1:])
+
     async def _set_settings(self, step: Step, verdict: Verdict) -> None:
         arg = step.arg
         want = arg.get("result")
+        rejected = False
         for node in self._running(arg.get("nodes")):
             try:
                 answer = await self.target.set_settings(node, arg["values"])
@@ -432,6 +450,7 @@ class Run:
                 if want is None:
                     raise
                 outcome, detail = "rejected", str(exc)
+                rejected = True
             if want is not None:
                 verdict.add(
                     CheckResult(
@@ -442,6 +461,8 @@ class Run:
                         where=str(step.where),
                     )
                 )
+        if not rejected:
+            self.changes.append((arg.get("nodes"), ("settings", arg["values"])))
 
     async def _resubmit(self, arg: dict[str, Any], step: Step) -> None:
         node = arg["node"]
