@@ -106,7 +106,7 @@ class Run:
     #: frozen nodes: their control API cannot answer, so the engine does not call it
     paused: set[str] = field(default_factory=set)
     virtual_now: float | None = None
-    #: configuration changed during the run (set_settings, directory), with the nodes
+    #: configuration changed during the run (set_settings, directory, route), with the nodes
     #: it was for (None: all): the organisation's configuration, not the node's state,
     #: so a node that is restarted or wiped gets it again
     changes: list[tuple[list[str] | None, tuple[Any, ...]]] = field(default_factory=list)
@@ -337,13 +337,15 @@ class Run:
                 for node in self._running():
                     await self.target.control(node, *call)
         elif kind == "route":
-            for node in self._running(arg.get("nodes")):
+            for node in arg.get("nodes") or list(self.scenario.topology.nodes):
                 if "sink" in arg:
                     address = _hp(self.proxies[f"{node}->{arg['sink']}"].address)
                     hop = {"address": address, "kind": arg.get("kind", "mailbox")}
                 else:
                     hop = {"node": arg["node"]}
-                await self.target.set_next_hop(node, arg["domain"], hop)
+                self.changes.append(([node], ("next_hop", arg["domain"], hop)))
+                if node in self._running():
+                    await self.target.set_next_hop(node, arg["domain"], hop)
         elif kind == "snapshot":
             answer = await self.target.control(arg["node"], "GET", QUEUE_PATHS[arg["queue"]])
             self.history.record("snapshot", node=arg["node"], queue=arg["queue"], answer=answer)
@@ -435,6 +437,8 @@ class Run:
                 continue
             if change[0] == "settings":
                 await self.target.set_settings(node, change[1])
+            elif change[0] == "next_hop":
+                await self.target.set_next_hop(node, change[1], change[2])
             else:
                 await self.target.control(node, *change[1:])
 

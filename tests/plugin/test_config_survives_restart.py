@@ -1,4 +1,4 @@
-"""Settings and directory changes made by a scenario are configuration, not node
+"""Settings, directory and route changes made by a scenario are configuration, not node
 state: a node restarted or wiped later in the run still has them (the engine
 makes them again). Real reference nodes; the second scenario expects the
 opposite, to show the checks would see a node that forgot them."""
@@ -26,6 +26,17 @@ scenarios:
       - send: {id: m1, via: mbx1, to: [team@corp.test]}
     expect:
       - delivered: {message: m1, recipients: [alice@corp.test, bob@corp.test], within: 10s}
+  - name: route_kept_after_restart
+    behaviours: [PR-5]
+    topology:
+      nodes: {mbx1: {}}
+      next_hops: {corp.test: {sink: mailbox}, spare.test: {sink: spare}}
+    steps:
+      - route: {domain: corp.test, sink: spare}
+      - restart: mbx1
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+    expect:
+      - delivered: {message: m1, to: spare, within: 10s}
   - name: wrongly_expects_them_forgotten
     behaviours: [SN-6]
     steps:
@@ -42,7 +53,7 @@ def test_settings_and_directory_survive_restart_and_wipe(pytester: pytest.Pytest
     result = pytester.runpytest_subprocess(
         "--shadowcheck", "-p", "no:randomly", "-p", "no:cacheprovider", "library", timeout=120
     )
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
         [
             "*[[]FAIL[]] config warnings of mbx1*",
