@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ from .history import History
 from .network import FaultProxy, MailSink
 from .network.client import RecordingClient, SendResult, make_message
 from .progress import Progress
-from .scenario import Scenario, Step, parse_duration
+from .scenario import Scenario, Step, resolve_time
 from .session_step import run_session, session_label
 from .targets.base import ClusterPlan, NodeHandle, Target, TargetError
 from .verdict import CheckResult, Status, Verdict
@@ -474,8 +473,8 @@ class Run:
         now = float(clock["now"])
         body = {
             "database": arg["database"],
-            "start": _when(arg["start"], now, step),
-            "end": _when(arg["end"], now, step),
+            "start": resolve_time(arg["start"], now, step.where),
+            "end": resolve_time(arg["end"], now, step.where),
         }
         answer = await self.target.control(node, "POST", "/safetynet/resubmit", body)
         self.history.record("step", text=f"resubmit requested on {node}: {body} -> {answer}")
@@ -483,24 +482,6 @@ class Run:
 
 def _hp(address: tuple[str, int]) -> str:
     return f"{address[0]}:{address[1]}"
-
-
-def _when(value: Any, now: float, step: Step) -> float | str:
-    """Resubmission window bounds: epoch, ISO text, ``now``, ``-2h`` / ``+5m`` (node clock)."""
-    if isinstance(value, (int, float)):
-        return float(value)
-    text = str(value).strip()
-    if text == "now":
-        return now
-    if text[:1] in "+-":
-        seconds = parse_duration(text[1:], step.where)
-        return now + seconds if text[0] == "+" else now - seconds
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        raise ScenarioError(
-            f"bad time {text!r}", step.where, "now, -2h, +5m, epoch or ISO 8601"
-        ) from None
 
 
 async def _run(run: Run, verdict: Verdict, hooks: Any) -> None:

@@ -12,6 +12,7 @@ pointing at the file and line where it is.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from collections.abc import Iterator
@@ -35,6 +36,7 @@ __all__ = [
     "load_behaviours",
     "load_scenario_file",
     "parse_duration",
+    "resolve_time",
 ]
 
 CAPABILITIES = (
@@ -336,6 +338,28 @@ def parse_duration(value: Any, where: SourceRef, timers: dict[str, Any] | None =
     if total < 0:
         raise ScenarioError(f"bad duration {value!r}: negative", where, expected)
     return total
+
+
+def resolve_time(value: Any, now: float, where: SourceRef) -> float:
+    """A moment on a node's clock: epoch seconds, ``now``, ``-2h`` / ``+5m`` from
+    ``now``, or ISO 8601 (UTC when it has no offset)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip()
+    if text == "now":
+        return now
+    if text[:1] in ("+", "-"):
+        seconds = parse_duration(text[1:], where)
+        return now + seconds if text[0] == "+" else now - seconds
+    try:
+        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ScenarioError(
+            f"bad time {text!r}", where, "now, -2h, +5m, epoch seconds or ISO 8601"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment.timestamp()
 
 
 # --------------------------------------------------------------------------- model
@@ -728,6 +752,20 @@ class _Context:
                     arg["values"][key] = self.duration(value, [*p, "values", key])
         elif kind in ("resubmit", "snapshot"):
             self.node(arg["node"], [*p, "node"])
+            for key in ("start", "end") if kind == "resubmit" else ():
+                resolve_time(arg[key], 0.0, self.at([*p, key]))
+        elif kind == "directory":
+            group, recipient = "group" in arg, "recipient" in arg
+            if (
+                group == recipient
+                or ("members" in arg and not group)
+                or ("database" in arg and not recipient)
+            ):
+                raise ScenarioError(
+                    "a directory step changes one group or one recipient",
+                    self.at(p),
+                    "{group, members} or {recipient, database}",
+                )
         elif kind == "route":
             self.route(arg, p)
         elif kind == "sink":

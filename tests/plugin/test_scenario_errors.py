@@ -66,6 +66,18 @@ CASES = {
         "unknown topology 'nowhere'",
         "two-node-dag",
     ),
+    "directory_without_target": (
+        GOOD_HEAD + "      - directory: {members: [a@corp.test]}\n",
+        7,
+        "a directory step changes one group or one recipient",
+        "{group, members} or {recipient, database}",
+    ),
+    "bad_resubmit_time": (
+        GOOD_HEAD + "      - resubmit: {node: mbx1, database: DB1, start: yesterday, end: now}\n",
+        7,
+        "bad time 'yesterday'",
+        "now, -2h, +5m, epoch seconds or ISO 8601",
+    ),
     "message_not_sent": (
         GOOD_HEAD + "      - send: {id: m1, via: mbx1, to: [a@corp.test]}\n"
         "    expect:\n      - reply: {message: m2, code: 250}\n",
