@@ -230,7 +230,12 @@ def load_description(path: str | Path) -> Description:
         if isinstance(spec, dict):
             if set(spec) - {"template", "mode"} or "template" not in spec:
                 raise DescriptionError(f"file {target_path}: expected {{template, mode}}", where)
-            mode = int(str(spec.get("mode", "644")), 8)
+            try:
+                mode = int(str(spec.get("mode", "644")), 8)
+            except ValueError:
+                raise DescriptionError(
+                    f'file {target_path}: mode is octal text such as "600"', where
+                ) from None
             spec = spec["template"]
         if not isinstance(spec, str):
             raise DescriptionError(f"file {target_path}: the template must be text", where)
