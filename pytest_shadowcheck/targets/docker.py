@@ -84,6 +84,14 @@ def _owner_alive(label: str) -> bool:
     pid, _, start = rest.partition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return True  # another machine's engine user: not ours to judge
+    if start == "?":  # no /proc when it was labelled: the pid alone must do
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
     return _start_time(int(pid)) == start
 
 
