@@ -326,6 +326,7 @@ class DockerTarget(Target):
             _REAPED = True
         self.plan = plan
         self.virtual_now = None
+        self.ports, self.rendered = {}, {}  # one target runs many scenarios
         plan.workdir.mkdir(parents=True, exist_ok=True)
         self.token = secrets.token_hex(4)
         nodes = list(plan.topology.nodes)
