@@ -222,6 +222,8 @@ class DockerTarget(Target):
 
     def __init__(self, path: str, run_id: str | None = None) -> None:
         self.description: Description = load_description(path)
+        # "docker:postfix" in reasons: "target docker:postfix lacks capability control_api"
+        self.name = f"docker:{self.description.name}"
         self.capabilities = self.description.capabilities
         self.run_id = run_id or secrets.token_hex(8)
         self.client = docker_client()
