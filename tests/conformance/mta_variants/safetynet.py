@@ -133,6 +133,25 @@ def _resubmits_uncategorised() -> None:
     SafetyNet._resubmit = resubmit  # type: ignore[method-assign]
 
 
+def _copies_after_categorisation() -> None:
+    # The shadow copy is made of the primary's categorised content: it carries the
+    # primary's later change (SN-11).
+    from reference_impl import messages
+    from reference_impl.shadowing import Shadowing
+
+    original = Shadowing.make_copy
+
+    async def make_copy(self: Shadowing, message: Any, next_hops: list[str], state: Any) -> Any:
+        plain = message.content
+        message.content = messages.categorised(plain, self.node.name, self.node.clock.now())
+        try:
+            return await original(self, message, next_hops, state)
+        finally:
+            message.content = plain
+
+    Shadowing.make_copy = make_copy  # type: ignore[method-assign]
+
+
 def _resubmits_crossed_boundary() -> None:
     # Forgets that a message left the boundary: resubmits it like any other (SN-12).
     from reference_impl.queue_db import QueueDB
@@ -195,7 +214,7 @@ VARIANTS: list[Variant] = [
         breaks="waits forever for a Primary Safety Net that does not answer",
         fails=(
             "sn7_shadow_answers_after_12h_primary_unavailable",
-            "sn10_sn11_shadow_copy_expanded_and_categorised_afresh",
+            "sn10_shadow_copy_group_expanded_afresh",
         ),
         apply=_never_broadcasts,
     ),
@@ -214,14 +233,20 @@ VARIANTS: list[Variant] = [
     Variant(
         name="shadow-keeps-stale-expansion",
         breaks="the Shadow Safety Net keeps the group's expansion, not the original recipients",
-        fails=("sn10_sn11_shadow_copy_expanded_and_categorised_afresh",),
+        fails=("sn10_shadow_copy_group_expanded_afresh",),
         apply=_shadow_keeps_stale_expansion,
     ),
     Variant(
         name="resubmits-uncategorised",
         breaks="resubmits a Shadow Safety Net copy without categorising it",
-        fails=("sn10_sn11_shadow_copy_expanded_and_categorised_afresh",),
+        fails=("sn11_shadow_copy_categorised_afresh",),
         apply=_resubmits_uncategorised,
+    ),
+    Variant(
+        name="copies-after-categorisation",
+        breaks="makes the shadow copy of the primary's categorised content",
+        fails=("sn11_shadow_copy_categorised_afresh",),
+        apply=_copies_after_categorisation,
     ),
     Variant(
         name="resubmits-crossed-boundary",
