@@ -89,6 +89,29 @@ def _ignores_queue_db_creation() -> None:
     QueueDB.created_at = property(lambda self: 0.0)  # type: ignore[assignment,method-assign]
 
 
+def _broadcasts_whole_window() -> None:
+    # A recreated primary broadcasts the whole requested window, not only the part
+    # before its queue database existed (SN-8).
+    from reference_impl.safety_net import SafetyNet
+
+    primary = SafetyNet.resubmit_primary
+    broadcast = SafetyNet.broadcast
+    requested_end: dict[int, float] = {}
+
+    async def resubmit_primary(self: SafetyNet, database: str, start: float, end: float) -> str:
+        requested_end[id(self)] = end
+        return await primary(self, database, start, end)
+
+    async def wide_broadcast(
+        self: SafetyNet, primary_node: str, database: str, start: float, end: float
+    ) -> int:
+        end = max(end, requested_end.get(id(self), end))
+        return await broadcast(self, primary_node, database, start, end)
+
+    SafetyNet.resubmit_primary = resubmit_primary  # type: ignore[method-assign]
+    SafetyNet.broadcast = wide_broadcast  # type: ignore[method-assign]
+
+
 def _dsn_on_resubmission() -> None:
     # A resubmitted copy that fails for good is reported to its sender (SN-9).
     from reference_impl.node import Node
@@ -223,6 +246,13 @@ VARIANTS: list[Variant] = [
         breaks="a recreated primary answers for the whole window and broadcasts nothing",
         fails=("sn8_partial_window_after_queue_db_recreated",),
         apply=_ignores_queue_db_creation,
+    ),
+    Variant(
+        name="broadcasts-whole-window",
+        breaks="a recreated primary broadcasts the whole window, not only the part before "
+        "its queue database was created",
+        fails=("sn8_partial_window_after_queue_db_recreated",),
+        apply=_broadcasts_whole_window,
     ),
     Variant(
         name="dsn-on-resubmission",
