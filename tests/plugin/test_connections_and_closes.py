@@ -140,9 +140,7 @@ def test_a_session_lingers_for_the_server_close_or_keeps_busy(
     _run(pytester, LINGER, plain_smtp).assert_outcomes(passed=1)
 
 
-def test_a_close_that_never_came_fails(
-    pytester: pytest.Pytester, plain_smtp: ThreadedSink
-) -> None:
+def test_a_close_that_never_came_fails(pytester: pytest.Pytester, plain_smtp: ThreadedSink) -> None:
     result = _run(pytester, NEVER_CLOSED, plain_smtp)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
