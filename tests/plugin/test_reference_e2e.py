@@ -25,7 +25,9 @@ def bundled_scenarios() -> list[str]:
     return [s.name for path in sorted(LIBRARY.glob("*.yaml")) for s in load_scenario_file(path)]
 
 
+@pytest.mark.timeout(600)
 def test_bundled_library_passes_on_the_reference_target(pytester: pytest.Pytester) -> None:
+    """Against the reference every behaviour ID is PASS (PR-4: outside the guarantee)."""
     xml = pytester.path / "out.xml"
     report = pytester.path / "cert"
     result = pytester.runpytest_subprocess(
@@ -34,7 +36,9 @@ def test_bundled_library_passes_on_the_reference_target(pytester: pytest.Pyteste
         f"--shadowcheck-report={report}",
         "-p",
         "no:cacheprovider",
-        timeout=240,
+        "-n",
+        "2",
+        timeout=580,
     )
     out = result.stdout.str()
     # PR-4 loses a message on purpose: OUTSIDE-GUARANTEE, shown as xfail, never as a pass
@@ -43,7 +47,6 @@ def test_bundled_library_passes_on_the_reference_target(pytester: pytest.Pyteste
     assert outcomes.get("xfailed", 0) >= 1
     assert outcomes.get("passed", 0) + outcomes["xfailed"] == len(bundled_scenarios())
     assert "OUTSIDE-GUARANTEE" in out or "xfailed" in out
-    result.stdout.fnmatch_lines(["*[[]shadowcheck[]] *advancing the virtual clock*"])
 
     schema = etree.XMLSchema(etree.parse(str(junit_schema())))
     assert schema.validate(etree.parse(str(xml))), schema.error_log
@@ -60,6 +63,20 @@ def test_bundled_library_passes_on_the_reference_target(pytester: pytest.Pyteste
     status = {b["id"]: b["status"] for b in data["behaviours"]}
     assert set(status) == set(load_behaviours())
     assert status["PR-4"] == "OUTSIDE-GUARANTEE"
-    for bid in ("CR-1", "CR-2", "CR-3", "CR-4", "CR-5", "CR-6", "XS-1", "PR-1", "SN-1", "SN-3"):
-        assert status[bid] == "PASS", (bid, status[bid])
+    not_passed = {b: s for b, s in status.items() if s != "PASS" and b != "PR-4"}
+    assert not not_passed, not_passed
     assert data["target"] == "reference" and data["run_id"] == props["shadowcheck.run_id"]
+
+
+def test_progress_notes_name_what_the_harness_is_doing(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess(
+        "--shadowcheck",
+        f"--shadowcheck-scenarios={LIBRARY / 'safetynet.yaml'}",
+        "-k",
+        "sn1_sn3",
+        "-p",
+        "no:cacheprovider",
+        timeout=120,
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*[[]shadowcheck[]] *advancing the virtual clock*"])
