@@ -63,3 +63,12 @@ def test_missing_marker_is_an_error(project: Path) -> None:
     readme.write_text("# no markers\n", encoding="utf-8")
     with pytest.raises(ValueError, match="marker"):
         main([str(readme)])
+
+
+def test_project_readme_table_is_current() -> None:
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    hint = "run: python -m pytest_shadowcheck.catalogue README.md"
+    assert main([str(readme), "--check"]) == 0, hint
+    text = readme.read_text(encoding="utf-8")
+    table = text[text.index("behaviour-table:start") : text.index("behaviour-table:end")]
+    assert "**untested**" not in table
