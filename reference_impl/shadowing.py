@@ -286,7 +286,7 @@ class Shadowing:
             stale = node.db.stale_shadows(primary, db_id)
             if stale:
                 # PR-2: the primary lost its queue; what it held is only here now.
-                self.promote(primary, "primary queue database changed", stale)
+                self.promote(primary, "primary queue database changed", stale, primary_failed=False)
         self._contact(primary, now, db_id)
 
     def _contact(self, primary: str, now: float, db_id: str | None) -> None:
@@ -326,14 +326,22 @@ class Shadowing:
         }
 
     def promote(
-        self, primary: str, reason: str, shadows: list[dict[str, Any]] | None = None
+        self,
+        primary: str,
+        reason: str,
+        shadows: list[dict[str, Any]] | None = None,
+        *,
+        primary_failed: bool = True,
     ) -> int:
-        """PR-1/PR-2/PR-6: shadow copies become primary messages of this node."""
+        """PR-1/PR-2/PR-6: shadow copies become primary messages of this node.
+
+        ``primary_failed``: the primary is down (not back with a new queue
+        database), so a route through it is no alternative route (PR-5)."""
         node = self.node
         promoted = 0
         for shadow in shadows if shadows is not None else node.db.shadows(primary):
             plan, unroutable = node.categorise(shadow["recipients"])
-            if unroutable or not plan:
+            if unroutable or not plan or (primary_failed and self._routes_via(plan, primary)):
                 # PR-5: no alternative route; stay a shadow until one exists.
                 node.db.set_shadow_state(shadow["id"], "awaiting_route")
                 continue
@@ -353,6 +361,11 @@ class Shadowing:
             log.warning("promoted %d shadow messages of %s: %s", promoted, primary, reason)
             node.stats["promoted"] += promoted
         return promoted
+
+    def _routes_via(self, plan: dict[str, Any], peer: str) -> bool:
+        """Some next hop of ``plan`` is reached only through ``peer`` (2010: a relay chain)."""
+        routes = [self.node.route(domain) for domain in plan]
+        return any(r is not None and r.kind == "node" and r.node == peer for r in routes)
 
     def retry_awaiting_route(self) -> int:
         """Routes changed: promoted copies that waited for one go now (PR-5)."""

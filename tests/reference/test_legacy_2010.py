@@ -118,9 +118,44 @@ def test_heartbeat_retry_count_decides_failure(cluster_factory: Factory, sink: S
     code, _, message_id = cluster.send("chicago", ["paddy@dublin.test"])
     assert code == 250
     wait_until(lambda: cluster.shadows("chicago"))
+    # an alternative route, past New York: without one the copy stays a shadow (PR-5)
+    cluster.api("chicago", "PUT", "/topology/next_hops", {"dublin.test": {"node": "london"}})
     cluster.pause("newyork")
     paused_at = time.monotonic()
     wait_until(lambda: cluster.api("chicago", "GET", "/stats")["promoted"] == 1)
     assert time.monotonic() - paused_at >= 3 * 0.4
     promoted = [m for m in cluster.active("chicago") if m["origin"] == "promoted"]
     assert [m["message_id"] for m in promoted] == [message_id]
+
+
+def test_copy_with_no_route_but_the_failed_primary_waits_for_its_new_database(
+    cluster_factory: Factory, sink: Sink
+) -> None:
+    """PR-5 (2010): Chicago reaches Dublin only through New York, which holds the message
+    (Dublin defers). New York fails: the copy has no alternative route, so it stays a
+    shadow; New York back with a new queue database is that route, and the copy goes."""
+    sink.deferred["*"] = HOLD
+    spec = chain(
+        sink,
+        ShadowHeartbeatTimeoutInterval=0.4,
+        ShadowHeartbeatRetryCount=2,
+        ShadowResubmitTimeSpan=3600,
+    )
+    del spec["nodes"]["london"]
+    spec["nodes"]["newyork"]["next_hops"] = {"dublin.test": sink.address}
+    cluster = cluster_factory(spec)
+    code, _, message_id = cluster.send("chicago", ["paddy@dublin.test"])
+    assert code == 250
+    wait_until(lambda: cluster.shadows("chicago"))
+    cluster.kill("newyork")
+    waiting = wait_until(
+        lambda: [s for s in cluster.shadows("chicago") if s["state"] == "awaiting_route"]
+    )
+    assert [s["message_id"] for s in waiting] == [message_id]
+    assert cluster.active("chicago") == []
+    assert cluster.api("chicago", "GET", "/stats")["promoted"] == 0
+    del sink.deferred["*"]
+    cluster.restart("newyork", wipe=True)
+    delivered = wait_until(lambda: sink.of(message_id))
+    assert [r.helo for r in delivered] == ["newyork"]
+    assert cluster.api("chicago", "GET", "/stats")["promoted"] == 1
