@@ -3,8 +3,9 @@
 A *target* turns a scenario's topology and settings into running nodes of the
 system under test. Targets are plugins of the ``shadowcheck`` plugin manager:
 
-* built in: ``reference`` (the bundled MTA as local processes, the default)
-  and ``external`` (nodes already running; proxy faults only);
+* built in: ``reference`` (the bundled MTA as local processes, the default),
+  ``external`` (nodes already running; proxy faults only) and ``docker`` (an
+  MTA image as one container per node, from a target description);
 * third party: a module named in the ``shadowcheck.targets`` entry point group
   of its distribution, or given with ``--shadowcheck-target-plugin MODULE``.
 
@@ -16,12 +17,12 @@ A plugin module implements any of the hooks below, decorated with
 
     @hookimpl
     def shadowcheck_describe_targets():
-        return [("docker", "nodes as containers: docker:COMPOSE_DIR")]
+        return [("mymta", "MyMTA nodes: mymta:CLUSTER_DIR")]
 
     @hookimpl
     def shadowcheck_make_target(name, argument, options):
-        if name == "docker":
-            return DockerTarget(argument, options)
+        if name == "mymta":
+            return MyMtaTarget(argument, options)
         return None
 
 See ``docs/targets.md`` for the :class:`~pytest_shadowcheck.targets.base.Target`
@@ -63,7 +64,8 @@ def shadowcheck_make_target(
     """Create the target called ``name``, or return None if it is not yours.
 
     ``--shadowcheck-target NAME[:ARGUMENT]`` is split at the first colon:
-    ``docker:./compose`` gives ``name="docker"``, ``argument="./compose"``.
+    ``docker:targets/postfix.yaml`` gives ``name="docker"``,
+    ``argument="targets/postfix.yaml"``.
     ``options`` holds harness options a target may use (``workdir`` base,
     ``run_id``). The first non-None result wins. Creating a target must not
     start anything: nodes start per scenario in ``Target.start``.
