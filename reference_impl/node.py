@@ -193,13 +193,14 @@ class Node:
                     return REPLY_NOT_REDUNDANT
                 self.stats["accepted_without_shadow"] += 1
         self.enqueue(message, plan)
+        await self.db.flushed()
         if redundant and self.profile == "2010" and message.shadow_hop is None:
             # XS-4: a sender that cannot keep a shadow waits for the next hops.
             await self.delivery.wait_processed(message.id, self.settings.MaxAcknowledgementDelay)
         return f"250 2.6.0 {message.id} Queued mail for delivery"
 
     def enqueue(self, message: Message, plan: Plan, *, categorise: bool = True) -> None:
-        """Queue durably (the caller may acknowledge once this returns)."""
+        """Queue durably: on disk once ``db.flushed()`` returns (then it may be acknowledged)."""
         if categorise:
             message.content = messages.categorised(message.content, self.name, self.clock.now())
         self.db.enqueue(message, plan, self.clock.now())

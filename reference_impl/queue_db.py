@@ -1,10 +1,14 @@
 """The queue database: one SQLite file per node, durable before any 250.
 
-WAL with ``synchronous=FULL`` makes a commit reach the disk before the call
-returns, so the SMTP layer may acknowledge as soon as ``enqueue`` or
-``add_shadow`` has returned. Later bookkeeping (delivery progress, discard
-hand-outs, peer contact) commits with ``synchronous=NORMAL``: WAL keeps it
-safe when the process dies, and the next durable commit flushes it; only a
+Every commit runs on the event loop in WAL mode with ``synchronous=NORMAL``:
+its frames reach the operating system at once (a process that dies loses
+nothing) but not yet the disk. A *durable* commit (a queued message, a stored
+shadow copy) also takes a ticket from :class:`~.wal_sync.WalSync`, whose
+thread fsyncs the WAL for all the tickets issued meanwhile (group commit);
+the SMTP layer awaits :meth:`QueueDB.flushed` before its 250, so a message is
+on disk, as with ``synchronous=FULL``, before it is acknowledged, while the
+loop never waits for the disk. Later bookkeeping (delivery progress, discard
+hand-outs, peer contact) takes no ticket: the next flush carries it; only a
 power cut can undo it, which at worst delivers a message twice, never loses it.
 
 The file also carries the queue database ID: a node restarted on the same
@@ -31,6 +35,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .wal_sync import WalSync
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -157,33 +163,39 @@ class QueueDB:
         self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.conn.row_factory = sqlite3.Row
         self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")
+        # The fsyncs and checkpoints happen in WalSync's thread (module doc).
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.execute("PRAGMA wal_autocheckpoint=0")
         self.conn.execute("PRAGMA foreign_keys=ON")
         self.conn.executescript(SCHEMA)
+        self.wal = WalSync(path)
+        self._ticket = 0
         with self.transaction():
             if self.meta("queue_db_id") is None:
                 self.set_meta("queue_db_id", new_id())
                 self.set_meta("created_at", repr(now))
+        self.wal.wait(self._ticket)
 
     def close(self) -> None:
+        self.wal.close()
         self.conn.close()
 
     @contextmanager
     def transaction(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
-        """One transaction; ``durable=False`` skips the fsync (see the module doc)."""
-        if not durable:
-            self.conn.execute("PRAGMA synchronous=NORMAL")
+        """One transaction; a durable one is on disk once :meth:`flushed` returns."""
+        self.conn.execute("BEGIN IMMEDIATE")
         try:
-            self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self.conn
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                raise
-            self.conn.execute("COMMIT")
-        finally:
-            if not durable:
-                self.conn.execute("PRAGMA synchronous=FULL")
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+        if durable:
+            self._ticket = self.wal.ticket()
+
+    async def flushed(self) -> None:
+        """Return once every durable commit made so far is on disk (before a 250)."""
+        await self.wal.reached(self._ticket)
 
     def _bookkeeping(self, sql: str, args: tuple[Any, ...]) -> int:
         """One non-durable write statement; the number of rows it touched."""

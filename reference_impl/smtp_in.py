@@ -220,9 +220,11 @@ class NodeHandler:
         recipients = list(envelope.rcpt_tos)
         if copy is not None:
             assert state.peer_node is not None
-            return self.node.shadowing.store_copy(
+            reply = self.node.shadowing.store_copy(
                 state.peer_node, copy, sender, recipients, content
             )
+            await self.node.db.flushed()  # the copy is on disk before its 250
+            return reply
         # CR-8: once the shadow has the copy the message must be processed even
         # if the sender gives up waiting, so the work is shielded from the
         # session's cancellation.

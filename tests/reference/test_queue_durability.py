@@ -1,0 +1,114 @@
+"""Group commit of the queue database (wal_sync.py): no acknowledgement before the fsync.
+
+These run the real QueueDB on a real SQLite file. What they can prove from
+inside one process is the ordering: ``flushed()`` returns only after an
+fsync of the live WAL file that started after the commit, and concurrent
+commits share flushes. That the data then survives a kill -9 is proven by
+the cluster tests (test_promotion.py, test_kill_during_data_...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from pathlib import Path
+
+from reference_impl.queue_db import Message, QueueDB, new_id
+from reference_impl.wal_sync import WalSync
+
+
+def _message(n: int) -> Message:
+    return Message(
+        id=new_id(),
+        message_id=f"<m{n}@test>",
+        sender="s@outside.test",
+        recipients=["alice@corp.test"],
+        content=b"Message-ID: <m%d@test>\r\n\r\nbody\r\n" % n,
+        received_at=1000.0 + n,
+        origin="received",
+    )
+
+
+def test_flushed_returns_after_an_fsync_that_follows_the_commit(tmp_path: Path) -> None:
+    db = QueueDB(tmp_path / "queue.db", 1000.0)
+    try:
+        flushes_before = db.wal.flushes
+        message = _message(1)
+
+        async def receive() -> tuple[int, int]:
+            db.enqueue(message, {"corp.test": (["alice@corp.test"], [])}, 1000.0)
+            ticket = db._ticket
+            synced_at_commit = db.wal.synced
+            await db.flushed()
+            return ticket, synced_at_commit
+
+        ticket, synced_at_commit = asyncio.run(receive())
+        # The commit's ticket was not yet redeemed when it committed ...
+        assert synced_at_commit < ticket
+        # ... and is once flushed() returned, by an fsync of its own batch.
+        assert db.wal.synced >= ticket
+        assert db.wal.flushes > flushes_before
+        # The fsynced descriptor is the WAL SQLite writes (same inode).
+        assert db.wal._fd is not None
+        assert os.fstat(db.wal._fd).st_ino == os.stat(f"{tmp_path / 'queue.db'}-wal").st_ino
+        # And another connection reads the message.
+        other = sqlite3.connect(tmp_path / "queue.db")
+        assert other.execute("SELECT id FROM messages").fetchall() == [(message.id,)]
+        other.close()
+    finally:
+        db.close()
+
+
+def test_concurrent_commits_share_flushes(tmp_path: Path) -> None:
+    db = QueueDB(tmp_path / "queue.db", 1000.0)
+    sessions = 50
+    try:
+        flushes_before = db.wal.flushes
+
+        async def one(n: int) -> None:
+            db.enqueue(_message(n), {"corp.test": (["alice@corp.test"], [])}, 1000.0)
+            await db.flushed()
+
+        async def all_sessions() -> None:
+            await asyncio.gather(*(one(n) for n in range(sessions)))
+
+        asyncio.run(all_sessions())
+        flushes = db.wal.flushes - flushes_before
+        assert 1 <= flushes <= sessions // 2, flushes
+        assert len(db.messages()) == sessions
+    finally:
+        db.close()
+
+
+def test_bookkeeping_takes_no_ticket_but_rides_on_the_next_flush(tmp_path: Path) -> None:
+    db = QueueDB(tmp_path / "queue.db", 1000.0)
+    try:
+        message = _message(1)
+        db.enqueue(message, {"corp.test": (["alice@corp.test"], [])}, 1000.0)
+        durable_ticket = db._ticket
+        db.fork_done(message.id, "corp.test", "delivered", 1001.0, "")
+        assert db._ticket == durable_ticket
+        db.wal.wait(durable_ticket)
+        assert db.wal.synced >= durable_ticket
+    finally:
+        db.close()
+
+
+def test_a_replaced_wal_file_is_reopened_not_a_stale_one_flushed(tmp_path: Path) -> None:
+    path = tmp_path / "plain.db"
+    wal = Path(f"{path}-wal")
+    wal.write_bytes(b"first")
+    sync = WalSync(path)
+    try:
+        sync.wait(sync.ticket())
+        assert sync._fd is not None
+        first = os.fstat(sync._fd).st_ino
+        replacement = tmp_path / "replacement"
+        replacement.write_bytes(b"second")
+        os.replace(replacement, wal)
+        sync.wait(sync.ticket())
+        assert sync._fd is not None
+        assert os.fstat(sync._fd).st_ino == os.stat(wal).st_ino != first
+    finally:
+        sync.close()
