@@ -20,6 +20,8 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
+import uvloop
+
 from .config import ClusterConfig, ConfigError, load_cluster, parse_address, parse_time
 from .node import Node
 
@@ -65,7 +67,10 @@ def main(argv: list[str] | None = None) -> int:
                 )
             smtp = parse_address(args.smtp, "--smtp") if args.smtp else None
             control = parse_address(args.control, "--control") if args.control else None
-            asyncio.run(run_node(cluster, args.name, Path(args.data), smtp, control))
+            # uvloop: the same asyncio API at roughly half the transport overhead
+            # (benchmarks/bench_transport.py; the node is bound by its sockets).
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                runner.run(run_node(cluster, args.name, Path(args.data), smtp, control))
         else:
             return run_cluster(Path(args.config), Path(args.data), args.log_level)
     except ConfigError as exc:

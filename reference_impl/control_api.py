@@ -6,7 +6,6 @@ seconds. Errors are ``{"error": "..."}`` with a 4xx status.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -266,7 +265,8 @@ async def start_control(node: Node, host: str, port: int) -> tuple[web.AppRunner
     site = web.TCPSite(runner, host, port)
     await site.start()
     # aiohttp does not expose the bound port of an ephemeral site publicly.
-    server = site._server
-    assert isinstance(server, asyncio.Server)
-    sockname = server.sockets[0].getsockname()
+    # (uvloop's Server is not an asyncio.Server, but has the same ``sockets``.)
+    sockets = getattr(site._server, "sockets", None)
+    assert sockets, "the control API site is not listening"
+    sockname = sockets[0].getsockname()
     return runner, (sockname[0], sockname[1])
