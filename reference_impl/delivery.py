@@ -92,14 +92,17 @@ class Delivery:
         session = _Session(self.node)
         try:
             while True:
-                try:
-                    # TO-2: an idle outbound session is closed after the Send limit.
-                    message_id = await asyncio.wait_for(
-                        queue.get(), self.node.settings.SendConnectionInactivityTimeout
-                    )
-                except TimeoutError:
-                    await session.close()
-                    message_id = await queue.get()
+                if not queue.empty():
+                    message_id = queue.get_nowait()  # busy: no idle timer to arm
+                else:
+                    try:
+                        # TO-2: an idle outbound session is closed after the Send limit.
+                        message_id = await asyncio.wait_for(
+                            queue.get(), self.node.settings.SendConnectionInactivityTimeout
+                        )
+                    except TimeoutError:
+                        await session.close()
+                        message_id = await queue.get()
                 await self._attempt(session, message_id, domain)
         finally:
             await session.close()
@@ -131,10 +134,12 @@ class Delivery:
 
     def _finish_fork(self, message: Message, fork: Fork, state: str, error: str) -> None:
         node = self.node
-        node.db.fork_done(message.id, fork.domain, state, node.clock.now(), error)
+        # One commit for the fork and, when it was the last one, the retirement.
+        with node.db.transaction(durable=False):
+            node.db.fork_done(message.id, fork.domain, state, node.clock.now(), error)
+            self.message_progress(message.id)
         if state == "delivered":
             node.stats["delivered"] += 1
-        self.message_progress(message.id)
 
     # -- retiring ---------------------------------------------------------------------
 
@@ -151,8 +156,9 @@ class Delivery:
         }
         if failed and not message.no_dsn and message.sender:
             self._send_dsn(message, failed)
-        if node.db.children(message_id):
-            return  # CR-10: a DSN of this message is still on its way.
+        # CR-10: a DSN of this message is still on its way (only a failed fork makes one).
+        if any(f.state != "delivered" for f in forks) and node.db.children(message_id):
+            return
         now = node.clock.now()
         entries = []
         if message.keep_in_safety_net:
