@@ -53,10 +53,6 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
-    # aiosmtpd warns about its own use of a deprecated attribute on every AUTH.
-    logging.getLogger("mail.log").addFilter(
-        lambda record: "login_data is deprecated" not in record.getMessage()
-    )
     try:
         if args.command == "node":
             cluster = load_cluster(args.config)
