@@ -204,7 +204,9 @@ class Node:
         if categorise:
             message.content = messages.categorised(message.content, self.name, self.clock.now())
         self.db.enqueue(message, plan, self.clock.now())
-        self.delivery.submit(message.id, list(plan))
+        # Handed to delivery once on disk, as when every commit was fsynced in place.
+        domains = list(plan)
+        self.db.when_flushed(lambda: self.delivery.submit(message.id, domains))
 
     def answer_discard_query(self, shadow: str, limit: int) -> list[str]:
         """XQDISCARD reply lines: DBID, one DISCARD line per message, a count."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,6 +175,7 @@ class QueueDB:
         self.wal = WalSync(path)
         self._ticket = 0
         self._durable_inside = False
+        self._after_flush: list[Callable[[], None]] = []
         with self.transaction():
             if self.meta("queue_db_id") is None:
                 self.set_meta("queue_db_id", new_id())
@@ -203,14 +204,26 @@ class QueueDB:
             yield self.conn
         except BaseException:
             self.conn.execute("ROLLBACK")
+            self._after_flush.clear()
             raise
         self.conn.execute("COMMIT")
         if self._durable_inside:
             self._ticket = self.wal.ticket()
+        for callback in self._after_flush:
+            self.wal.call_when_reached(self._ticket, callback)
+        self._after_flush.clear()
 
     async def flushed(self) -> None:
         """Return once every durable commit made so far is on disk (before a 250)."""
         await self.wal.reached(self._ticket)
+
+    def when_flushed(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the event loop) once the last durable commit is on
+        disk; inside a transaction, once that transaction is (never if it rolls back)."""
+        if self.conn.in_transaction:
+            self._after_flush.append(callback)
+        else:
+            self.wal.call_when_reached(self._ticket, callback)
 
     def _bookkeeping(self, sql: str, args: tuple[Any, ...]) -> int:
         """One non-durable write statement; the number of rows it touched."""

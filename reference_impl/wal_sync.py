@@ -30,6 +30,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class WalSync:
         self._fd: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._callbacks: list[tuple[int, Callable[[], None]]] = []
         self._checkpointed_at = time.monotonic()
         self.flushes = 0  # fsyncs done (the group-commit ratio is tickets / flushes)
         self._thread = threading.Thread(target=self._run, name="wal-sync", daemon=True)
@@ -82,6 +84,20 @@ class WalSync:
             future = self._loop.create_future()
             self._waiters.append((ticket, future))
         await future
+
+    def call_when_reached(self, ticket: int, callback: Callable[[], None]) -> None:
+        """Run ``callback`` on the event loop once ``ticket`` is on disk, after the
+        tasks awaiting it have been woken (never, if the flush fails)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._error is not None:
+                log.error("not running %r: the queue database could not be flushed", callback)
+                return
+            if self._synced < ticket:
+                self._loop = loop
+                self._callbacks.append((ticket, callback))
+                return
+        loop.call_soon(callback)
 
     def wait(self, ticket: int) -> None:
         """Blocking :meth:`reached`, for callers without an event loop."""
@@ -125,7 +141,7 @@ class WalSync:
                     self._synced = target
                     self.flushes += 1
                 self._lock.notify_all()
-                loop, due = self._loop, bool(self._waiters)
+                loop, due = self._loop, bool(self._waiters or self._callbacks)
             if loop is not None and due:
                 # RuntimeError: the loop is closed, so nobody is waiting any more.
                 with contextlib.suppress(RuntimeError):
@@ -171,6 +187,8 @@ class WalSync:
             synced, error = self._synced, self._error
             due = [f for t, f in self._waiters if error is not None or t <= synced]
             self._waiters = [(t, f) for t, f in self._waiters if error is None and t > synced]
+            calls = [c for t, c in self._callbacks if error is None and t <= synced]
+            self._callbacks = [(t, c) for t, c in self._callbacks if error is None and t > synced]
         for future in due:
             if future.done():
                 continue
@@ -178,3 +196,6 @@ class WalSync:
                 future.set_exception(error)
             else:
                 future.set_result(None)
+        loop = asyncio.get_running_loop()
+        for callback in calls:
+            loop.call_soon(callback)  # after the tasks just woken

@@ -112,3 +112,33 @@ def test_a_replaced_wal_file_is_reopened_not_a_stale_one_flushed(tmp_path: Path)
         assert os.fstat(sync._fd).st_ino == os.stat(wal).st_ino != first
     finally:
         sync.close()
+
+
+def test_a_queued_message_is_handed_on_only_once_on_disk(tmp_path: Path) -> None:
+    db = QueueDB(tmp_path / "queue.db", 1000.0)
+    try:
+        handed: list[tuple[str, int]] = []
+
+        async def queue_two() -> None:
+            kept, dropped = _message(1), _message(2)
+            db.enqueue(kept, {"corp.test": (["alice@corp.test"], [])}, 1000.0)
+            db.when_flushed(lambda: handed.append((kept.id, db.wal.synced)))
+            ticket = db._ticket
+            # Inside a transaction that rolls back: never handed on.
+            try:
+                with db.transaction():
+                    db.enqueue(dropped, {"corp.test": (["alice@corp.test"], [])}, 1000.0)
+                    db.when_flushed(lambda: handed.append((dropped.id, db.wal.synced)))
+                    raise RuntimeError("rolled back")
+            except RuntimeError:
+                pass
+            assert handed == []  # not before the flush, even if it were instant
+            await db.flushed()
+            await asyncio.sleep(0)
+            assert [h[0] for h in handed] == [kept.id]
+            assert handed[0][1] >= ticket
+
+        asyncio.run(queue_two())
+        assert [m.id for m in db.messages()] == [handed[0][0]]
+    finally:
+        db.close()
