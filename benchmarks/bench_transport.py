@@ -38,7 +38,10 @@ The machine is shared, so its load changes while the script runs. With
 ``--rounds N`` every target runs N times, interleaved, each round in a
 rotated order; each run prints the 1-minute load average at its start, and
 the ratios are the median over rounds of (ours / Postfix) *within* a round
-(the same load for both), next to best against best.
+(the same load for both), next to best against best. Each run also shows
+the target's CPU time per message, over all its processes (both nodes;
+Postfix's master and every service it ran): the cost that does not depend
+on how much of the machine the other jobs left.
 
 Requirements (the script installs nothing): ``/usr/sbin/smtp-source``,
 ``/usr/sbin/smtp-sink``, ``/usr/sbin/postfix`` from Debian's ``postfix``
