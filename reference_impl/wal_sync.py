@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import sqlite3
@@ -53,7 +54,7 @@ class WalSync:
         self._fd: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._callbacks: list[tuple[int, Callable[[], None]]] = []
+        self._callbacks: list[tuple[int, Callable[[], None], contextvars.Context]] = []
         self._checkpointed_at = time.monotonic()
         self.flushes = 0  # fsyncs done (the group-commit ratio is tickets / flushes)
         self._thread = threading.Thread(target=self._run, name="wal-sync", daemon=True)
@@ -87,17 +88,19 @@ class WalSync:
 
     def call_when_reached(self, ticket: int, callback: Callable[[], None]) -> None:
         """Run ``callback`` on the event loop once ``ticket`` is on disk, after the
-        tasks awaiting it have been woken (never, if the flush fails)."""
+        tasks awaiting it have been woken (never, if the flush fails); in the
+        caller's context, as ``loop.call_soon`` would."""
         loop = asyncio.get_running_loop()
+        context = contextvars.copy_context()
         with self._lock:
             if self._error is not None:
                 log.error("not running %r: the queue database could not be flushed", callback)
                 return
             if self._synced < ticket:
                 self._loop = loop
-                self._callbacks.append((ticket, callback))
+                self._callbacks.append((ticket, callback, context))
                 return
-        loop.call_soon(callback)
+        loop.call_soon(callback, context=context)
 
     def wait(self, ticket: int) -> None:
         """Blocking :meth:`reached`, for callers without an event loop."""
@@ -187,8 +190,8 @@ class WalSync:
             synced, error = self._synced, self._error
             due = [f for t, f in self._waiters if error is not None or t <= synced]
             self._waiters = [(t, f) for t, f in self._waiters if error is None and t > synced]
-            calls = [c for t, c in self._callbacks if error is None and t <= synced]
-            self._callbacks = [(t, c) for t, c in self._callbacks if error is None and t > synced]
+            calls = [(c, x) for t, c, x in self._callbacks if error is None and t <= synced]
+            self._callbacks = [e for e in self._callbacks if error is None and e[0] > synced]
         for future in due:
             if future.done():
                 continue
@@ -197,5 +200,5 @@ class WalSync:
             else:
                 future.set_result(None)
         loop = asyncio.get_running_loop()
-        for callback in calls:
-            loop.call_soon(callback)  # after the tasks just woken
+        for callback, context in calls:
+            loop.call_soon(callback, context=context)  # after the tasks just woken

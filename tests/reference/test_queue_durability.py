@@ -10,12 +10,15 @@ the cluster tests (test_promotion.py, test_kill_during_data_...).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import sqlite3
 from pathlib import Path
 
 from reference_impl.queue_db import Message, QueueDB, new_id
 from reference_impl.wal_sync import WalSync
+
+SENDER: contextvars.ContextVar[str] = contextvars.ContextVar("SENDER", default="")
 
 
 def _message(n: int) -> Message:
@@ -117,18 +120,19 @@ def test_a_replaced_wal_file_is_reopened_not_a_stale_one_flushed(tmp_path: Path)
 def test_a_queued_message_is_handed_on_only_once_on_disk(tmp_path: Path) -> None:
     db = QueueDB(tmp_path / "queue.db", 1000.0)
     try:
-        handed: list[tuple[str, int]] = []
+        handed: list[tuple[str, int, str]] = []
 
         async def queue_two() -> None:
             kept, dropped = _message(1), _message(2)
             db.enqueue(kept, {"corp.test": (["alice@corp.test"], [])}, 1000.0)
-            db.when_flushed(lambda: handed.append((kept.id, db.wal.synced)))
+            SENDER.set("the session that queued it")  # the callback runs in this context
+            db.when_flushed(lambda: handed.append((kept.id, db.wal.synced, SENDER.get())))
             ticket = db._ticket
             # Inside a transaction that rolls back: never handed on.
             try:
                 with db.transaction():
                     db.enqueue(dropped, {"corp.test": (["alice@corp.test"], [])}, 1000.0)
-                    db.when_flushed(lambda: handed.append((dropped.id, db.wal.synced)))
+                    db.when_flushed(lambda: handed.append((dropped.id, 0, "")))
                     raise RuntimeError("rolled back")
             except RuntimeError:
                 pass
@@ -137,6 +141,7 @@ def test_a_queued_message_is_handed_on_only_once_on_disk(tmp_path: Path) -> None
             await asyncio.sleep(0)
             assert [h[0] for h in handed] == [kept.id]
             assert handed[0][1] >= ticket
+            assert handed[0][2] == "the session that queued it"
 
         asyncio.run(queue_two())
         assert [m.id for m in db.messages()] == [handed[0][0]]
