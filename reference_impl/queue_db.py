@@ -67,7 +67,6 @@ CREATE TABLE IF NOT EXISTS forks (
     PRIMARY KEY (message, domain)
 );
 CREATE INDEX IF NOT EXISTS forks_pending ON forks(state, next_attempt);
-CREATE INDEX IF NOT EXISTS messages_parent ON messages(parent);
 CREATE TABLE IF NOT EXISTS shadows (
     id TEXT PRIMARY KEY,
     primary_node TEXT NOT NULL,
