@@ -120,12 +120,16 @@ def test_heartbeat_retry_count_decides_failure(cluster_factory: Factory, sink: S
     wait_until(lambda: cluster.shadows("chicago"))
     # an alternative route, past New York: without one the copy stays a shadow (PR-5)
     cluster.api("chicago", "PUT", "/topology/next_hops", {"dublin.test": {"node": "london"}})
+    delivered_before = cluster.api("chicago", "GET", "/stats")["delivered"]
     cluster.pause("newyork")
     paused_at = time.monotonic()
     wait_until(lambda: cluster.api("chicago", "GET", "/stats")["promoted"] == 1)
     assert time.monotonic() - paused_at >= 3 * 0.4
-    promoted = [m for m in cluster.active("chicago") if m["origin"] == "promoted"]
-    assert [m["message_id"] for m in promoted] == [message_id]
+    assert cluster.shadows("chicago") == []
+    # the promoted copy goes on to London by the other route (it may already be gone
+    # from Chicago's active queue by the time we look, so count the hand-over)
+    wait_until(lambda: cluster.api("chicago", "GET", "/stats")["delivered"] == delivered_before + 1)
+    assert any(m["message_id"] == message_id for m in cluster.active("london"))
 
 
 def test_copy_with_no_route_but_the_failed_primary_waits_for_its_new_database(
