@@ -9,25 +9,25 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from reports import metrics
+from reports import aggregates, metrics
 from reports.dashboard import DashboardData, render
 from reports.outputs import csv_text, write_text
 from reports.progress import Progress
-from reports.table import CASES_SCHEMA, Ingest, ingest, read_cases, rejected_files
+from reports.table import Ingest, ingest, rejected_files
 
 __all__ = ["OUTPUT_COLUMNS", "BuildResult", "build"]
 
 # Column order of every CSV output; the first columns are the documented contract.
 OUTPUT_COLUMNS: dict[str, list[str]] = {
     "matrix.csv": ["target", "target_version", "behaviour", "runs", "passed", "failed",
-                   "skipped", "pass_rate", "errors"],
+                   "skipped", "pass_rate", "errors", "outside"],
     "flaky.csv": ["target", "target_version", "scenario", "runs", "flips", "flip_rate",
                   "last_flip_run", "last_flip_at", "reruns", "classname"],
     "regressions.csv": ["target", "target_version", "scenario", "behaviour", "previous_run",
                         "latest_run", "change", "previous_version", "previous_outcome",
                         "latest_outcome", "classname"],
     "latest_matrix.csv": ["behaviour", "target", "target_version", "run_id", "started_at",
-                          "status", "passed", "failed", "skipped", "pass_rate"],
+                          "status", "passed", "failed", "skipped", "pass_rate", "outside"],
     "trends.csv": ["target", "target_version", "run_id", "started_at", "passed", "failed",
                    "errors", "skipped", "pass_rate"],
     "durations.csv": ["target", "scenario", "classname", "date", "runs", "p50_s", "p95_s"],
@@ -45,15 +45,6 @@ class BuildResult:
 
 def _records(frame: DataFrame) -> list[dict[str, Any]]:
     return [row.asDict() for row in frame.collect()]
-
-
-def _cases_or_empty(spark: SparkSession, out: str) -> DataFrame:
-    try:
-        return read_cases(spark, out)
-    except Exception as exc:  # nothing usable ingested yet
-        if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
-            return spark.createDataFrame([], CASES_SCHEMA)
-        raise
 
 
 def build(
@@ -83,35 +74,31 @@ def build(
         f"added {done.rows_added} rows from {done.accepted} files; "
         f"{len(done.rejected)} rejected, {done.duplicates} duplicate content"
     )
-    # Parquet scans are cheap; only the scenario-level table, used four times, is cached.
-    cases = _cases_or_empty(spark, out)
-    scenarios = metrics.scenario_runs(cases).cache()
-    names = metrics.scenario_names(cases).cache()
-    behaviours = metrics.behaviour_runs(cases).cache()
-    frames = {
-        "matrix.csv": metrics.pass_matrix(behaviours),
-        "flaky.csv": metrics.flaky(scenarios, names),
-        "regressions.csv": metrics.regressions(scenarios, names),
-        "latest_matrix.csv": metrics.latest_matrix(behaviours, scenarios),
-        "trends.csv": metrics.trends(scenarios),
-        "durations.csv": metrics.durations(scenarios, names),
-    }
-    with progress.watch(spark.sparkContext, "computing metrics"):
-        scenarios.count()  # materialise the shared caches once, before the jobs race
-        names.count()
-        behaviours.count()
+    aggregates.update(spark, out, done.runs, progress)
+    state = aggregates.load(spark, out)
+    if state is None:
+        result.tables.update({name: [] for name in OUTPUT_COLUMNS})
+    else:
+        frames = {
+            "matrix.csv": metrics.pass_matrix(state),
+            "flaky.csv": metrics.flaky(state),
+            "regressions.csv": metrics.regressions(spark, out, state),
+            "latest_matrix.csv": metrics.latest_matrix(state),
+            "trends.csv": metrics.trends(state),
+            "durations.csv": metrics.durations(state),
+        }
         # Independent jobs submitted together: one's planning and code generation
         # overlaps another's tasks, which on two cores is most of the gain there is.
-        with ThreadPoolExecutor(max_workers=len(frames)) as pool:
+        with (
+            progress.watch(spark.sparkContext, "computing metrics"),
+            ThreadPoolExecutor(max_workers=len(frames)) as pool,
+        ):
             futures = {name: pool.submit(_records, frame) for name, frame in frames.items()}
             for name, future in futures.items():
                 result.tables[name] = future.result()
     result.rows = sum(r["passed"] + r["failed"] + r["errors"] + r["skipped"]
                       for r in result.tables["trends.csv"])
     result.runs = len(result.tables["trends.csv"])
-    scenarios.unpersist()
-    names.unpersist()
-    behaviours.unpersist()
 
     rejected = [{"file": f, "reason": r} for f, r in rejected_files(spark, out, done.rejected)]
     result.tables["rejected.csv"] = rejected

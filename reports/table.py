@@ -13,7 +13,7 @@ import hashlib
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from urllib.parse import urlparse
 
 from pyspark import Accumulator, AccumulatorParam
@@ -21,16 +21,18 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from reports.ingest import ROW_FIELDS, FileIdentity, parse_document
+from reports.ingest import EPOCH, ROW_FIELDS, FileIdentity, parse_document
 from reports.progress import Progress
 
 __all__ = [
     "CASES_SCHEMA",
     "Ingest",
+    "NewRun",
     "SourceFile",
     "discover",
     "ingest",
     "read_cases",
+    "read_partitions",
 ]
 
 PARSED_SCHEMA = T.StructType(
@@ -82,6 +84,8 @@ CASES_SCHEMA = T.StructType(
     + [T.StructField("date", T.DateType()), T.StructField("target", T.StringType())]
 )
 
+_DAY_US = 86_400_000_000  # rows' dates travel as days since the epoch (UTC)
+
 MANIFEST_SCHEMA = T.StructType(
     [
         T.StructField("source_file", T.StringType()),
@@ -105,6 +109,14 @@ class SourceFile:
 
 
 @dataclass
+class NewRun:
+    """A run that received rows in a build: its earliest start and its rows' dates."""
+
+    started_us: int
+    dates: set[date] = field(default_factory=set)
+
+
+@dataclass
 class Ingest:
     """What one build did to the table."""
 
@@ -115,6 +127,7 @@ class Ingest:
     duplicates: int = 0
     rows_added: int = 0
     rejected: list[tuple[str, str]] = field(default_factory=list)
+    runs: dict[tuple[str, str], NewRun] = field(default_factory=dict)  # runs that got rows
 
 
 def _has_scheme(path: str) -> bool:
@@ -256,17 +269,29 @@ def _digest_content(item: tuple[str, bytes]) -> tuple[str, str | None, str | Non
 def _summarised(
     documents: Iterator[tuple[FileIdentity, bytes | OSError]], summaries: Accumulator
 ) -> Iterator[tuple]:
-    """Good rows only; each file's verdict goes to the accumulator instead."""
-    verdicts: dict[str, tuple[str | None, int]] = {}
+    """Good rows only; each file's verdict goes to the accumulator instead.
+
+    A verdict is (reason or None, rows, runs): runs maps (target, run_id) to the
+    earliest start (microseconds) and the days of that run's rows in the file,
+    which is how the aggregates know what a build touched without another pass.
+    """
+    verdicts: dict[str, tuple[str | None, int, dict]] = {}
     for origin, content in documents:
         if isinstance(content, OSError):
-            verdicts[origin.path] = (f"unreadable: {content}", 0)
+            verdicts[origin.path] = (f"unreadable: {content}", 0, {})
             continue
         rows = list(parse_document(content, origin))
         reason = rows[0][-1]  # a rejection is always the only row
-        verdicts[origin.path] = (reason, 0) if reason is not None else (None, len(rows))
-        if reason is None:
-            yield from rows
+        if reason is not None:
+            verdicts[origin.path] = (reason, 0, {})
+            continue
+        runs: dict[tuple[str, str], list] = {}
+        for row in rows:
+            run = runs.setdefault((row[2], row[0]), [row[1], set()])
+            run[0] = min(run[0], row[1])
+            run[1].add(row[1] // _DAY_US)
+        verdicts[origin.path] = (None, len(rows), runs)
+        yield from rows
     summaries.add(verdicts)
 
 
@@ -375,7 +400,7 @@ def _ingest_batch(
         with progress.watch(spark.sparkContext, f"parsing {len(accepted)} files into cases/"):
             _append_cases(rows, f"{out}/cases")
     report.parsed += len(batch)
-    parsed: dict[str, tuple[str | None, int]] = summaries.value
+    parsed: dict[str, tuple[str | None, int, dict]] = summaries.value
     digest_of = {uri: sha1 for uri, sha1, _ in digests}
     manifest: list[tuple] = []
     for source in batch:
@@ -383,7 +408,11 @@ def _ingest_batch(
         sha1 = digest_of.get(source.uri)
         rows_added = 0
         if source.uri in parsed:
-            reason, rows_added = parsed[source.uri]
+            reason, rows_added, runs = parsed[source.uri]
+            for key, (started_us, days) in runs.items():
+                run = report.runs.setdefault(key, NewRun(started_us))
+                run.started_us = min(run.started_us, started_us)
+                run.dates |= {(EPOCH + timedelta(days=d)).date() for d in days}
         if reason is not None:
             report.rejected.append((source.uri, reason))
         elif rows_added:
@@ -401,13 +430,34 @@ def _append_cases(rows: DataFrame, path: str) -> None:
         .withColumn("date", F.to_date("started_at"))
         .select(*TABLE_COLUMNS, *PARTITION_COLUMNS)
     )
-    # One task per (date, target) so each partition directory gets one file, not one per task.
+    # One task per (date, target) so each partition directory gets one file, not one per
+    # task; the writer then sorts each task's rows by partition and keeps one file open.
     table = table.repartition(*PARTITION_COLUMNS)
     table.write.mode("append").partitionBy(*PARTITION_COLUMNS).parquet(path)
 
 
 def read_cases(spark: SparkSession, out: str) -> DataFrame:
     return spark.read.schema(CASES_SCHEMA).parquet(f"{out}/cases")
+
+
+def read_partitions(spark: SparkSession, out: str, dates: dict[str, set[date]]) -> DataFrame:
+    """The cases of some (target, date) partitions only, named directly.
+
+    Reading ``cases/`` and filtering would list every partition directory first,
+    seconds on a long history; an incremental build needs a handful of them.
+    """
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    escape = jvm.org.apache.spark.sql.catalyst.catalog.ExternalCatalogUtils.escapePathName
+    base = f"{out.rstrip('/')}/cases"
+    paths = [
+        f"{base}/date={day.isoformat()}/target={escape(target)}"
+        for target, days in sorted(dates.items())
+        for day in sorted(days)
+    ]
+    if not paths:
+        return spark.createDataFrame([], CASES_SCHEMA)
+    return spark.read.schema(CASES_SCHEMA).option("basePath", base).parquet(*paths)
 
 
 def rejected_files(spark: SparkSession, out: str, current: list[tuple[str, str]]) -> list[tuple]:

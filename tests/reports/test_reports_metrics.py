@@ -106,3 +106,32 @@ def test_latest_matrix_and_durations(history: Path) -> None:
         outcomes = [runs[i] for _, runs in ALPHA.values()]
         executed = [o for o in outcomes if o != S]
         assert float(row["pass_rate"]) == pytest.approx(executed.count(P) / len(executed), abs=1e-4)
+
+
+def test_outside_guarantee_is_its_own_status(spark, tmp_path: Path) -> None:
+    from reports_junit_helpers import DAY0, Case, write_junit
+
+    from reports.build import build
+
+    cases = [
+        Case("s.omega", "test_lost_together", "outside", behaviours="PR-4"),
+        Case("s.omega", "test_untestable", "skipped", behaviours="SN-7"),
+        Case("s.omega", "test_shadowed", "passed", behaviours="PR-4,CR-1"),
+        Case("s.omega", "test_both_lost", "outside", behaviours="PR-5"),
+    ]
+    write_junit(tmp_path / "in" / "o1.xml", run_id="o1", target="omega", version="1",
+                started=DAY0, cases=cases)
+    result = build(spark, [str(tmp_path / "in")], str(tmp_path / "out"))
+    latest = {r["behaviour"]: r for r in read_csv(tmp_path / "out" / "latest_matrix.csv")}
+    # PASS beats OUTSIDE-GUARANTEE beats a plain skip, as in the certification report
+    assert {b: (r["status"], r["outside"]) for b, r in latest.items()} == {
+        "PR-4": ("PASS", "1"), "CR-1": ("PASS", "0"),
+        "PR-5": ("OUTSIDE-GUARANTEE", "1"), "SN-7": ("SKIPPED", "0"),
+    }
+    matrix = {r["behaviour"]: r for r in read_csv(tmp_path / "out" / "matrix.csv")}
+    assert (matrix["PR-5"]["skipped"], matrix["PR-5"]["outside"], matrix["PR-5"]["pass_rate"]) == (
+        "1", "1", ""
+    )
+    page = (tmp_path / "out" / "dashboard.html").read_text()
+    assert "OUTSIDE-GUARANTEE" in page and "#ef6c00" in page
+    assert result.rows == 4

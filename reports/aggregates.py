@@ -1,0 +1,471 @@
+"""Derived tables kept next to ``cases/``, folded build by build: what the metrics read.
+
+``out/aggregates/``:
+
+* ``runs``: one row per run (target, run_id): version, start, date span of its rows,
+  scenario outcome counts (the trend line);
+* ``behaviour_runs``: outcome counts per run x behaviour (both matrices);
+* ``names``: per target x scenario hash (``sid``): classname, scenario, behaviours;
+* ``flaky_state``: per target x version x scenario, its executed history folded to
+  runs, flips, first and last run, last flip and reruns;
+* ``durations``: per target x scenario x day, p50 / p95.
+
+A build reads only the cases of the runs it touched (partition-pruned by target and
+date) and folds them in. Runs that arrive after everything a target already has are
+*appended*: the flaky history is extended from its last run, and only their days'
+durations are recomputed. Anything else (a run extended by a later file, a run older
+than the target's latest) *rebuilds* that target from its cases. Every table is small
+next to ``cases/`` and is rewritten whole: written beside, then swapped in.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from reports.progress import Progress
+from reports.table import NewRun, read_partitions
+
+__all__ = [
+    "OUTCOME_RANK",
+    "OUTSIDE_GUARANTEE",
+    "TABLES",
+    "State",
+    "keyed_cases",
+    "load",
+    "outcome_name",
+    "scenario_runs",
+    "update",
+]
+
+TABLES = ("runs", "behaviour_runs", "names", "flaky_state", "durations")
+
+# Worst outcome wins when a scenario appears more than once in a run.
+OUTCOME_RANK = {"skipped": 0, "passed": 1, "failed": 2, "error": 3}
+# pytest's xfail for a message lost outside what shadow redundancy promises: a
+# skipped result whose message starts so (the plugin's verdict, not a skip).
+OUTSIDE_GUARANTEE = "OUTSIDE-GUARANTEE:"
+_RUN_KEY = ["target", "run_id"]
+_FLAKY_KEY = ["target", "target_version", "sid"]
+
+
+@dataclass
+class State:
+    """The derived tables as read back after a build."""
+
+    runs: DataFrame
+    behaviour_runs: DataFrame
+    names: DataFrame
+    flaky_state: DataFrame
+    durations: DataFrame
+
+
+def _path(out: str, name: str) -> str:
+    return f"{out.rstrip('/')}/aggregates/{name}"
+
+
+def _hadoop_fs(spark: SparkSession, path: str):  # type: ignore[no-untyped-def]
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    return hpath, hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+
+def _exists(spark: SparkSession, path: str) -> bool:
+    hpath, fs = _hadoop_fs(spark, path)
+    return bool(fs.exists(hpath))
+
+
+def _read(spark: SparkSession, out: str, name: str) -> DataFrame | None:
+    path = _path(out, name)
+    if not _exists(spark, path):
+        return None
+    return spark.read.parquet(path)
+
+
+def _outcome_rank() -> Column:
+    return F.coalesce(
+        *[F.when(F.col("outcome") == name, F.lit(value)) for name, value in OUTCOME_RANK.items()]
+    ).cast("byte")
+
+
+def outcome_name(rank: str) -> Column:
+    """A ``worst`` rank back to its outcome name."""
+    return F.coalesce(
+        *[F.when(F.col(rank) == value, F.lit(name)) for name, value in OUTCOME_RANK.items()]
+    )
+
+
+def _count_where(condition: Column) -> Column:
+    return F.sum(F.when(condition, 1).otherwise(0)).cast("long")
+
+
+def keyed_cases(cases: DataFrame, *extra: str) -> DataFrame:
+    """The columns the aggregates need, scenarios keyed by a 64-bit hash ``sid``.
+
+    Shuffling and sorting a long instead of two long strings; names are joined back
+    from ``names`` at the end.
+    """
+    outside = (F.col("outcome") == "skipped") & F.col("message").startswith(OUTSIDE_GUARANTEE)
+    return cases.select(
+        "target", "run_id", "target_version", "started_at", "date",
+        F.xxhash64("classname", "scenario").alias("sid"), "classname", "scenario",
+        "behaviour", "outcome", F.coalesce(outside, F.lit(False)).alias("outside"),
+        "duration_s", "reruns", *extra,
+    )
+
+
+def scenario_runs(keyed: DataFrame) -> DataFrame:
+    """One row per run x scenario: worst outcome (as a rank), longest duration, reruns."""
+    return keyed.groupBy(*_RUN_KEY, "sid").agg(
+        F.max("target_version").alias("target_version"),
+        F.max(_outcome_rank()).alias("worst"),
+        F.max("duration_s").alias("duration_s"),
+        F.max("reruns").alias("reruns"),
+    )
+
+
+def _run_rows(keyed: DataFrame, scenarios: DataFrame) -> DataFrame:
+    per_run = keyed.groupBy(*_RUN_KEY).agg(
+        F.max("target_version").alias("target_version"),
+        F.min("started_at").alias("started_at"),
+        F.min("date").alias("first_date"),
+        F.max("date").alias("last_date"),
+    )
+    worst = F.col("worst")
+    counts = scenarios.groupBy(*_RUN_KEY).agg(
+        _count_where(worst == OUTCOME_RANK["passed"]).alias("passed"),
+        _count_where(worst == OUTCOME_RANK["failed"]).alias("failed"),
+        _count_where(worst == OUTCOME_RANK["error"]).alias("errors"),
+        _count_where(worst == OUTCOME_RANK["skipped"]).alias("skipped"),
+    )
+    return per_run.join(counts, _RUN_KEY).withColumn(
+        "started_us", F.unix_micros("started_at")
+    )
+
+
+def _behaviour_rows(keyed: DataFrame) -> DataFrame:
+    outcome = F.col("outcome")
+    return (
+        keyed.where(F.col("behaviour").isNotNull())
+        .groupBy("target", "target_version", "run_id", "behaviour")
+        .agg(
+            _count_where(outcome == "passed").alias("passed"),
+            _count_where(outcome == "failed").alias("failed"),
+            _count_where(outcome == "error").alias("errors"),
+            _count_where(outcome == "skipped").alias("skipped"),
+            _count_where(F.col("outside")).alias("outside"),
+        )
+    )
+
+
+def _name_rows(keyed: DataFrame) -> DataFrame:
+    # distinct first: collect_set over a million rows falls back to sorting.
+    return (
+        keyed.select("target", "sid", "classname", "scenario", "behaviour")
+        .distinct()
+        .groupBy("target", "sid")
+        .agg(
+            F.first("classname").alias("classname"),
+            F.first("scenario").alias("scenario"),
+            F.collect_set("behaviour").alias("behaviours"),
+        )
+    )
+
+
+def _merge_names(frames: Iterable[DataFrame]) -> DataFrame:
+    union = None
+    for frame in frames:
+        union = frame if union is None else union.unionByName(frame)
+    assert union is not None
+    return union.groupBy("target", "sid").agg(
+        F.first("classname").alias("classname"),
+        F.first("scenario").alias("scenario"),
+        F.array_sort(F.array_distinct(F.flatten(F.collect_list("behaviours")))).alias(
+            "behaviours"
+        ),
+    )
+
+
+def _flaky_segment(scenarios: DataFrame) -> DataFrame:
+    """The executed history of each target x version x scenario in these runs, folded.
+
+    Sorted inside each group (an array per scenario) rather than by a window, which
+    would sort the whole input.
+    """
+    history = (
+        scenarios.where(F.col("worst") > OUTCOME_RANK["skipped"])
+        .groupBy(*_FLAKY_KEY)
+        .agg(
+            F.array_sort(
+                F.collect_list(
+                    F.struct(
+                        "started_us", "run_id",
+                        (F.col("worst") == OUTCOME_RANK["passed"]).alias("ok"),
+                    )
+                )
+            ).alias("h"),
+            F.sum("reruns").cast("long").alias("reruns"),
+        )
+    )
+    flips = F.expr(
+        "filter(transform(sequence(1, greatest(size(h) - 1, 1)), "
+        "i -> if(i < size(h) and h[i].ok != h[i - 1].ok, h[i], null)), x -> x is not null)"
+    )
+    folded = history.withColumn("f", flips)
+    first, last, flip = F.col("h")[0], F.element_at("h", -1), F.try_element_at("f", F.lit(-1))
+    return folded.select(
+        *_FLAKY_KEY,
+        F.size("h").cast("long").alias("runs"),
+        F.size("f").cast("long").alias("flips"),
+        "reruns",
+        first["started_us"].alias("first_us"), first["run_id"].alias("first_run"),
+        first["ok"].alias("first_ok"),
+        last["started_us"].alias("last_us"), last["run_id"].alias("last_run"),
+        last["ok"].alias("last_ok"),
+        flip["started_us"].alias("flip_us"), flip["run_id"].alias("flip_run"),
+    )
+
+
+def _merge_flaky(old: DataFrame, new: DataFrame) -> DataFrame:
+    """Old history followed by a segment whose runs all come after it (a monoid fold)."""
+    o, n = old.alias("o"), new.alias("n")
+    joined = o.join(n, _FLAKY_KEY, "full_outer")
+    has_old, has_new = F.col("o.runs").isNotNull(), F.col("n.runs").isNotNull()
+    edge = has_old & has_new & (F.col("o.last_ok") != F.col("n.first_ok"))
+
+    def pick(column: str, prefer_new: bool) -> Column:
+        first, second = ("n", "o") if prefer_new else ("o", "n")
+        take_first = has_new if prefer_new else has_old
+        return F.when(take_first, F.col(f"{first}.{column}")).otherwise(
+            F.col(f"{second}.{column}")
+        ).alias(column)
+
+    def flip(column: str, from_first: str) -> Column:
+        return (
+            F.when(F.col(f"n.{column}").isNotNull(), F.col(f"n.{column}"))
+            .when(edge, F.col(f"n.{from_first}"))
+            .otherwise(F.col(f"o.{column}"))
+            .alias(column)
+        )
+
+    def total(column: str) -> Column:
+        return (
+            F.coalesce(F.col(f"o.{column}"), F.lit(0)) + F.coalesce(F.col(f"n.{column}"), F.lit(0))
+        )
+
+    return joined.select(
+        *_FLAKY_KEY,
+        total("runs").cast("long").alias("runs"),
+        (total("flips") + edge.cast("long")).cast("long").alias("flips"),
+        total("reruns").cast("long").alias("reruns"),
+        pick("first_us", False), pick("first_run", False), pick("first_ok", False),
+        pick("last_us", True), pick("last_run", True), pick("last_ok", True),
+        flip("flip_us", "first_us"), flip("flip_run", "first_run"),
+    )
+
+
+def _duration_rows(scenarios: DataFrame) -> DataFrame:
+    """p50 / p95 (nearest rank) per target x scenario x day of the run."""
+
+    def rank(q: float) -> Column:
+        return F.element_at("t", F.greatest(F.ceil(F.size("t") * q).cast("int"), F.lit(1)))
+
+    return (
+        scenarios.groupBy("target", "sid", "day")
+        .agg(F.array_sort(F.collect_list("duration_s")).alias("t"))
+        .select(
+            "target", "sid", F.col("day").alias("date"), F.size("t").cast("long").alias("runs"),
+            rank(0.5).alias("p50_s"), rank(0.95).alias("p95_s"),
+        )
+    )
+
+
+def _day(started_us: int) -> date:
+    return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=started_us)).date()
+
+
+@dataclass
+class _Plan:
+    """Which runs to read, which to fold into the flaky history, which days to recompute."""
+
+    rebuild: set[str] = field(default_factory=set)
+    selected: list[tuple[str, str, bool]] = field(default_factory=list)  # target, run, new
+    dates: dict[str, set[date]] = field(default_factory=lambda: defaultdict(set))
+    days: list[tuple[str, date]] = field(default_factory=list)
+
+
+def _plan(old_runs: list, new_runs: dict[tuple[str, str], NewRun]) -> _Plan:
+    plan = _Plan()
+    old_by_target: dict[str, list] = defaultdict(list)
+    for row in old_runs:
+        old_by_target[row.target].append(row)
+    new_by_target: dict[str, dict[str, NewRun]] = defaultdict(dict)
+    for (target, run_id), run in new_runs.items():
+        new_by_target[target][run_id] = run
+    for target, runs in new_by_target.items():
+        olds = old_by_target.get(target, [])
+        latest = max(((r.started_us, r.run_id) for r in olds), default=None)
+        appends = latest is None or all(
+            (run.started_us, run_id) > latest and run_id not in {r.run_id for r in olds}
+            for run_id, run in runs.items()
+        )
+        days: set[date] = {_day(run.started_us) for run in runs.values()}
+        for run_id, run in runs.items():
+            plan.selected.append((target, run_id, True))
+            plan.dates[target] |= run.dates
+        if not appends:
+            plan.rebuild.add(target)
+        new_ids = set(runs)
+        for row in olds:
+            if row.run_id in new_ids:
+                continue
+            run_day = _day(row.started_us)
+            if appends and run_day not in days:
+                continue
+            # Rebuild: every old run is read and re-folded; append: same-day runs only,
+            # for that day's durations.
+            plan.selected.append((target, row.run_id, not appends))
+            span = row.first_date
+            while span <= row.last_date:
+                plan.dates[target].add(span)
+                span += timedelta(days=1)
+            days.add(run_day)
+        plan.days += [(target, day) for day in sorted(days)]
+    return plan
+
+
+_SELECTED = T.StructType(
+    [
+        T.StructField("target", T.StringType()),
+        T.StructField("run_id", T.StringType()),
+        T.StructField("segment", T.BooleanType()),
+    ]
+)
+_DAYS = T.StructType([T.StructField("target", T.StringType()), T.StructField("day", T.DateType())])
+
+
+def update(
+    spark: SparkSession,
+    out: str,
+    new_runs: dict[tuple[str, str], NewRun],
+    progress: Progress | None = None,
+) -> None:
+    """Fold the cases of ``new_runs`` (already appended to ``out/cases``) into the tables."""
+    progress = progress or Progress(enabled=False)
+    if not new_runs:
+        return
+    old = {name: _read(spark, out, name) for name in TABLES}
+    old_runs = old["runs"].select(
+        "target", "run_id", "started_us", "first_date", "last_date"
+    ).collect() if old["runs"] is not None else []
+    plan = _plan(old_runs, new_runs)
+    if plan.rebuild:
+        progress.say(f"rebuilding the aggregates of {', '.join(sorted(plan.rebuild))}")
+
+    selected = F.broadcast(spark.createDataFrame(plan.selected, _SELECTED))
+    cases = read_partitions(spark, out, plan.dates).join(selected.drop("segment"), _RUN_KEY)
+    keyed = keyed_cases(cases).cache()
+    try:
+        _fold(spark, out, old, plan, keyed, selected, progress)
+    finally:
+        keyed.unpersist()
+
+
+def _fold(
+    spark: SparkSession,
+    out: str,
+    old: dict[str, DataFrame | None],
+    plan: _Plan,
+    keyed: DataFrame,
+    selected: DataFrame,
+    progress: Progress,
+) -> None:
+    # The run x scenario table is the costly aggregation: computed once, used four times.
+    scenarios = scenario_runs(keyed).cache()
+    runs_new = _run_rows(keyed, scenarios).cache()
+    timed = scenarios.join(
+        F.broadcast(runs_new.select(*_RUN_KEY, "started_us", "started_at")), _RUN_KEY
+    ).join(selected, _RUN_KEY)
+    try:
+        selected_runs = runs_new.select(*_RUN_KEY)
+        rebuild = sorted(plan.rebuild)
+        keep = ~F.col("target").isin(rebuild) if rebuild else F.lit(True)
+
+        def replace_runs(frame: DataFrame | None, fresh: DataFrame) -> DataFrame:
+            if frame is None:
+                return fresh
+            kept = frame.where(keep).join(F.broadcast(selected_runs), _RUN_KEY, "left_anti")
+            return kept.unionByName(fresh)
+
+        tables: dict[str, DataFrame] = {
+            "runs": replace_runs(old["runs"], runs_new),
+            "behaviour_runs": replace_runs(old["behaviour_runs"], _behaviour_rows(keyed)),
+        }
+        names_new = _name_rows(keyed)
+        tables["names"] = (
+            names_new if old["names"] is None
+            else _merge_names([old["names"].where(keep), names_new])
+        )
+        segment = _flaky_segment(timed.where("segment"))
+        tables["flaky_state"] = (
+            segment if old["flaky_state"] is None
+            else _merge_flaky(old["flaky_state"].where(keep), segment)
+        )
+        days = F.broadcast(spark.createDataFrame(plan.days, _DAYS))
+        dated = timed.withColumn("day", F.to_date("started_at"))
+        durations_new = _duration_rows(dated.join(days, ["target", "day"], "left_semi"))
+        if old["durations"] is None:
+            tables["durations"] = durations_new
+        else:
+            kept = old["durations"].where(keep).join(
+                days.withColumnRenamed("day", "date"), ["target", "date"], "left_anti"
+            )
+            tables["durations"] = kept.unionByName(durations_new)
+        with progress.watch(spark.sparkContext, "folding the new runs into aggregates/"):
+            _write_all(spark, out, tables)
+    finally:
+        scenarios.unpersist()
+        runs_new.unpersist()
+
+
+def _write_all(spark: SparkSession, out: str, tables: dict[str, DataFrame]) -> None:
+    """Write every table beside the old one, then swap them in (old ones deleted last)."""
+    tag = uuid.uuid4().hex[:8]
+    staged = {name: f"{_path(out, name)}.next-{tag}" for name in tables}
+
+    def write(name: str) -> None:
+        # One file per table: they are small, and one file reads faster than many.
+        tables[name].coalesce(1).write.parquet(staged[name])
+
+    # Independent jobs submitted together overlap one's planning with another's tasks.
+    with ThreadPoolExecutor(max_workers=len(tables)) as pool:
+        for done in [pool.submit(write, name) for name in tables]:
+            done.result()
+    for name, path in staged.items():
+        final, fs = _hadoop_fs(spark, _path(out, name))
+        source, _ = _hadoop_fs(spark, path)
+        retired, _ = _hadoop_fs(spark, f"{_path(out, name)}.old-{tag}")
+        if fs.exists(final):
+            fs.rename(final, retired)
+        if not fs.rename(source, final):
+            raise OSError(f"cannot move {path} to {_path(out, name)}")
+        fs.delete(retired, True)
+
+
+def load(spark: SparkSession, out: str) -> State | None:
+    """The tables after the last build, or None before any row was ingested."""
+    frames = {name: _read(spark, out, name) for name in TABLES}
+    if any(frame is None for frame in frames.values()):
+        return None
+    return State(**frames)  # type: ignore[arg-type]
+
+

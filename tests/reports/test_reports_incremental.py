@@ -1,0 +1,135 @@
+"""Incremental builds on real Spark: folding runs build by build gives what one build gives.
+
+Each test ingests the same JUnit files in two ways, in several builds into one
+``--out`` and in a single build into another, and compares every CSV output.
+"""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from reports_junit_helpers import DAY0, Case, write_history, write_junit
+
+from reports.build import build
+
+pytestmark = pytest.mark.spark
+
+RESULTS = [
+    "matrix.csv", "flaky.csv", "regressions.csv", "latest_matrix.csv", "trends.csv",
+    "durations.csv", "rejected.csv",
+]
+
+
+def results(out: Path) -> dict[str, list[tuple[str, ...]]]:
+    """Every CSV output as sorted rows (ties may come out in either order)."""
+    found = {}
+    for name in RESULTS:
+        with (out / name).open(newline="") as handle:
+            rows = list(csv.reader(handle))
+        found[name] = [tuple(rows[0]), *sorted(tuple(r) for r in rows[1:])]
+    return found
+
+
+def split_history(root: Path, first: list[str]) -> tuple[Path, Path]:
+    """The history files in two directories: the names in ``first`` and the rest."""
+    write_history(root / "all")
+    a, b = root / "a", root / "b"
+    a.mkdir()
+    b.mkdir()
+    for path in sorted((root / "all").iterdir()):
+        shutil.copy2(path, (a if path.name in first else b) / path.name)
+    return a, b
+
+
+def test_builds_in_order_equal_one_build(spark, tmp_path: Path) -> None:
+    early = [f"alpha-{i}.xml" for i in range(3)] + [f"beta-{i}.xml" for i in range(2)]
+    a, b = split_history(tmp_path, early)
+    build(spark, [str(a)], str(tmp_path / "two"))
+    second = build(spark, [str(a), str(b)], str(tmp_path / "two"))
+    assert (second.ingest.parsed, second.ingest.skipped_known) == (6, 5)
+    build(spark, [str(a), str(b)], str(tmp_path / "one"))
+    assert results(tmp_path / "two") == results(tmp_path / "one")
+    # the history's known answers survive the fold
+    flaky = {(r[0], r[1], r[2]): r for r in results(tmp_path / "two")["flaky.csv"][1:]}
+    assert flaky[("alpha", "1.0", "test_flappy")][4] == "5"  # flips
+
+
+def test_an_older_run_arriving_late_rebuilds_its_target(spark, tmp_path: Path) -> None:
+    late = [f"alpha-{i}.xml" for i in (3, 4, 5)] + [f"beta-{i}.xml" for i in (0, 1, 2, 3, 4)]
+    newer, older = split_history(tmp_path, late)
+    build(spark, [str(newer)], str(tmp_path / "two"))
+    build(spark, [str(older)], str(tmp_path / "two"))
+    build(spark, [str(newer), str(older)], str(tmp_path / "one"))
+    assert results(tmp_path / "two") == results(tmp_path / "one")
+
+
+def test_one_run_in_two_files_over_two_builds(spark, tmp_path: Path) -> None:
+    """A run extended by a later file: worst outcome wins, durations see both days' runs."""
+
+    def run(path: Path, run_id: str, hours: int, cases: list[Case]) -> Path:
+        return write_junit(path, run_id=run_id, target="gamma", version="1.0",
+                           started=DAY0 + timedelta(hours=hours), cases=cases)
+
+    def case(name: str, outcome: str, time: float) -> Case:
+        return Case("scenarios.gamma", name, outcome, time=time, behaviours="CR-1")
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    run(first / "g1.xml", "g1", 0, [case("test_a", "passed", 1.0), case("test_b", "passed", 1.0)])
+    run(first / "g2-shard1.xml", "g2", 2, [case("test_a", "passed", 2.0)])
+    # same day as g1 and g2, so that day's durations must be recomputed with all three
+    run(second / "g2-shard2.xml", "g2", 3, [case("test_a", "failed", 3.0),
+                                           case("test_b", "failed", 3.0)])
+    run(second / "g3.xml", "g3", 4, [case("test_a", "passed", 4.0), case("test_b", "passed", 4.0)])
+
+    build(spark, [str(first)], str(tmp_path / "two"))
+    build(spark, [str(first), str(second)], str(tmp_path / "two"))
+    build(spark, [str(first), str(second)], str(tmp_path / "one"))
+    assert results(tmp_path / "two") == results(tmp_path / "one")
+
+    found = results(tmp_path / "two")
+    trends = {r[2]: r for r in found["trends.csv"][1:]}
+    assert (trends["g2"][4], trends["g2"][5]) == ("0", "2")  # passed, failed: worst wins
+    durations = {r[1]: r for r in found["durations.csv"][1:]}
+    assert durations["test_a"][4:] == ("3", "3.0", "4.0")  # runs, p50, p95 of 1, 3, 4
+    flaky = {r[2]: r for r in found["flaky.csv"][1:]}
+    assert (flaky["test_a"][4], flaky["test_a"][6]) == ("2", "g3")  # P F P, last flip g3
+
+
+def test_reingesting_leaves_the_aggregates_alone(spark, tmp_path: Path) -> None:
+    write_history(tmp_path / "in")
+    out = tmp_path / "out"
+    build(spark, [str(tmp_path / "in")], str(out))
+    before = results(out)
+    tables = sorted(p.name for p in (out / "aggregates").iterdir())
+    assert tables == ["behaviour_runs", "durations", "flaky_state", "names", "runs"]
+
+    again = build(spark, [str(tmp_path / "in")], str(out))
+    assert (again.ingest.parsed, again.ingest.rows_added, again.ingest.runs) == (0, 0, {})
+    copy = tmp_path / "in" / "copy-of-alpha-5.xml"
+    copy.write_bytes((tmp_path / "in" / "alpha-5.xml").read_bytes())
+    duplicate = build(spark, [str(tmp_path / "in")], str(out))
+    assert (duplicate.ingest.duplicates, duplicate.ingest.rows_added) == (1, 0)
+    assert results(out) == before
+
+
+def test_a_later_run_on_the_same_day_appends_and_redoes_that_day(spark, tmp_path: Path) -> None:
+    def run(path: Path, run_id: str, hours: int, time: float, outcome: str) -> None:
+        write_junit(path, run_id=run_id, target="delta", version="2", started=DAY0
+                    + timedelta(hours=hours), cases=[Case("s.delta", "test_x", outcome, time=time)])
+
+    run(tmp_path / "a" / "d1.xml", "d1", 0, 1.0, "passed")
+    run(tmp_path / "a" / "d2.xml", "d2", 1, 2.0, "failed")
+    run(tmp_path / "b" / "d3.xml", "d3", 2, 9.0, "passed")
+    run(tmp_path / "b" / "d4.xml", "d4", 30, 5.0, "passed")  # the next day
+    build(spark, [str(tmp_path / "a")], str(tmp_path / "two"))
+    build(spark, [str(tmp_path / "b")], str(tmp_path / "two"))
+    build(spark, [str(tmp_path / "a"), str(tmp_path / "b")], str(tmp_path / "one"))
+    assert results(tmp_path / "two") == results(tmp_path / "one")
+    days = [r[3:] for r in results(tmp_path / "two")["durations.csv"][1:]]
+    assert days == [("2025-04-01", "3", "2.0", "9.0"), ("2025-04-02", "1", "5.0", "5.0")]
+    regressions = results(tmp_path / "two")["regressions.csv"][1:]
+    assert regressions == []  # d3 -> d4: passed twice
