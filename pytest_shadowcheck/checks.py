@@ -321,7 +321,14 @@ async def check_order(run: Run, step: Step) -> CheckResult:
     first, then = step.arg["first"], step.arg["then"]
     a, b = find_event(run, first), find_event(run, then)
     expected = f"{_matcher_text(first)} before {_matcher_text(then)}"
-    if a is None or b is None:
+    if a is None and b is not None:
+        # 'then' came and 'first' had not: the order is broken whatever happens later
+        observed = (
+            f"+{b[0]:.3f}s {b[1]}; {_matcher_text(first)} had not happened "
+            f"by then (checked at +{run.history.now():.3f}s)"
+        )
+        ok = False
+    elif a is None or b is None:
         missing = [_matcher_text(m) for m, e in ((first, a), (then, b)) if e is None]
         observed = "never happened: " + "; ".join(missing)
         ok = False
