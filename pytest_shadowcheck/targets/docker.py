@@ -26,6 +26,7 @@ import atexit
 import contextlib
 import io
 import os
+import random
 import secrets
 import socket
 import tarfile
@@ -54,6 +55,8 @@ LABEL_TARGET = "org.shadowcheck.target"
 KILL_TIMEOUT = 10.0
 POLL = 0.1
 LOG_TAIL = 15
+#: node ports are chosen from here up to the ephemeral range
+PORT_POOL_START = 20000
 
 #: (container ids, volume names) this process created and has not removed yet
 _LIVE_CONTAINERS: set[str] = set()
@@ -156,13 +159,35 @@ def _remove_live() -> None:
 atexit.register(_remove_live)
 
 
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct free loopback ports (all held until every one is chosen)."""
-    sockets = []
+def _ephemeral_floor() -> int:
+    """Lowest port the kernel hands out for bind(port 0)."""
     try:
-        for _ in range(count):
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free loopback ports, all held until every one is chosen.
+
+    They come from below the kernel's ephemeral range: between choosing a port
+    and the container binding it, a bind(0) anywhere on the machine (the
+    harness's own proxies, other test processes) can never take it."""
+    floor = _ephemeral_floor()
+    pool = list(range(PORT_POOL_START, floor)) if floor - PORT_POOL_START >= 1000 else []
+    random.shuffle(pool)
+    sockets: list[socket.socket] = []
+    try:
+        while len(sockets) < count:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((LISTEN_HOST, 0))
+            port = pool.pop() if pool else 0
+            try:
+                sock.bind((LISTEN_HOST, port))
+            except OSError as exc:
+                sock.close()
+                if port == 0:
+                    raise TargetError(f"no free port on {LISTEN_HOST}: {exc}") from None
+                continue
             sockets.append(sock)
         return [s.getsockname()[1] for s in sockets]
     finally:
