@@ -8,8 +8,10 @@ thread fsyncs the WAL for all the tickets issued meanwhile (group commit);
 the SMTP layer awaits :meth:`QueueDB.flushed` before its 250, so a message is
 on disk, as with ``synchronous=FULL``, before it is acknowledged, while the
 loop never waits for the disk. Later bookkeeping (delivery progress, discard
-hand-outs, peer contact) takes no ticket: the next flush carries it; only a
-power cut can undo it, which at worst delivers a message twice, never loses it.
+hand-outs, peer contact) takes no ticket: the next flush carries it (one is
+taken every BOOKKEEPING_PER_FLUSH commits, so that the WAL is also flushed
+and checkpointed when nothing durable happens); only a power cut can undo
+it, which at worst delivers a message twice, never loses it.
 
 The file also carries the queue database ID: a node restarted on the same
 file keeps it, a wiped node gets a new one, and shadows compare it to
@@ -123,6 +125,10 @@ CREATE TABLE IF NOT EXISTS resubmit_requests (
 """
 
 
+#: commits without a ticket after which one is taken anyway
+BOOKKEEPING_PER_FLUSH = 64
+
+
 def new_id() -> str:
     return uuid.uuid4().hex
 
@@ -174,6 +180,7 @@ class QueueDB:
         self.wal = WalSync(path)
         self._ticket = 0
         self._durable_inside = False
+        self._undurable = 0  # commits since the last ticket
         self._after_flush: list[Callable[[], None]] = []
         with self.transaction():
             if self.meta("queue_db_id") is None:
@@ -206,8 +213,12 @@ class QueueDB:
             self._after_flush.clear()
             raise
         self.conn.execute("COMMIT")
-        if self._durable_inside:
+        if not self._durable_inside:
+            self._undurable += 1
+        if self._durable_inside or self._undurable >= BOOKKEEPING_PER_FLUSH:
+            # (A run of bookkeeping alone is flushed, and checkpointed, now and then too.)
             self._ticket = self.wal.ticket()
+            self._undurable = 0
         for callback in self._after_flush:
             self.wal.call_when_reached(self._ticket, callback)
         self._after_flush.clear()
