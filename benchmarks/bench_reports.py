@@ -9,7 +9,8 @@ in one run:
                (pass rate per target x version x behaviour, flips, regressions);
 * cold build - ``python -m reports build`` in a fresh process, JVM start-up,
                Parquet and dashboard included;
-* increment  - the same command after one new run of M cases was added;
+* increment  - the same command after one new run of M cases was added (--increments
+               times, one more run each time);
 * warm build - ``build()`` into a fresh --out inside an already started Spark.
 
 and prints each figure and the Spark/baseline ratios.
@@ -123,6 +124,12 @@ def baseline(paths: list[Path]) -> dict[str, int]:
     return {"matrix_cells": len(pass_counts), "flips": flips, "scenarios": len(durations)}
 
 
+def _load() -> str:
+    """The machine's load: figures on a shared machine mean little without it."""
+    one, five, _ = os.getloadavg()
+    return f"[load {one:.1f} / {five:.1f}]"
+
+
 def _run_build(paths: list[Path], out: Path, master: str) -> float:
     command = [sys.executable, "-m", "reports", "build", *map(str, paths), "--out", str(out),
                "--master", master, "--quiet"]
@@ -206,6 +213,8 @@ def main() -> None:
     options.add_argument("--master", default="local[2]")
     options.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "bench-junit")
     options.add_argument("--skip-warm", action="store_true")
+    options.add_argument("--increments", type=int, default=1,
+                         help="how many times to add one new run (each timed)")
     options.add_argument("--compare-parsers", action="store_true",
                          help="only time junitparser against Spark's XML reader")
     args = options.parse_args()
@@ -224,18 +233,21 @@ def main() -> None:
     began = time.perf_counter()
     summary = baseline(paths)
     base = time.perf_counter() - began
-    print(f"baseline (1 Python process, ElementTree + dicts): {base:6.1f}s  {summary}")
+    print(f"baseline (1 Python process, ElementTree + dicts): {base:6.1f}s  {summary}  "
+          f"{_load()}")
 
     out = data / "out"
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(data / "new", ignore_errors=True)
     cold = _run_build([history], out, args.master)
     print(f"cold build ({args.master}, JVM start, Parquet, dashboard): {cold:6.1f}s  "
-          f"ratio to baseline {cold / base:.2f}")
+          f"ratio to baseline {cold / base:.2f}  {_load()}")
 
-    generate(data / "new", 1, args.cases, first_run=args.files)
-    increment = _run_build([history, data / "new"], out, args.master)
-    print(f"incremental build (+1 run of {args.cases} cases):      {increment:6.1f}s")
+    for step in range(args.increments):
+        generate(data / "new", 1, args.cases, first_run=args.files + step)
+        increment = _run_build([history, data / "new"], out, args.master)
+        print(f"incremental build (+1 run of {args.cases} cases):      {increment:6.1f}s  "
+              f"{_load()}")
 
     if not args.skip_warm:
         warm_out = data / "out-warm"
@@ -243,7 +255,7 @@ def main() -> None:
         startup, warm = _warm_build(history, warm_out, args.master)
         print(f"Spark start-up (session + first job):               {startup:6.1f}s")
         print(f"warm build (Spark already up):                      {warm:6.1f}s  "
-              f"ratio to baseline {warm / base:.2f}")
+              f"ratio to baseline {warm / base:.2f}  {_load()}")
         shutil.rmtree(warm_out, ignore_errors=True)
     files = sum(1 for _ in (out / "cases").rglob("*.parquet"))
     print(f"cases/ holds {files} Parquet files; cpu count {os.cpu_count()}")

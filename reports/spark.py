@@ -30,7 +30,7 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 """
 
 
-_DRIVER_JIT = "-XX:TieredStopAtLevel=1"
+_DRIVER_JIT = os.environ.get("SHADOWCHECK_DRIVER_JIT", "-XX:TieredStopAtLevel=1")
 
 
 class JavaMissingError(RuntimeError):
