@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from reports.progress import Progress
-from reports.table import NewRun, read_partitions
+from reports.table import NewRun, all_runs, read_partitions
 
 __all__ = [
     "OUTCOME_RANK",
@@ -358,12 +358,21 @@ def update(
     out: str,
     new_runs: dict[tuple[str, str], NewRun],
     progress: Progress | None = None,
+    earlier_rows: int = 0,
 ) -> None:
-    """Fold the cases of ``new_runs`` (already appended to ``out/cases``) into the tables."""
+    """Fold the cases of ``new_runs`` (already appended to ``out/cases``) into the tables.
+
+    ``earlier_rows`` (rows earlier builds added) with no tables at all means they
+    were deleted, or written by a version without them: every run is folded again.
+    """
     progress = progress or Progress(enabled=False)
+    old = {name: _read(spark, out, name) for name in TABLES}
+    if earlier_rows and any(frame is None for frame in old.values()):
+        progress.say("aggregates/ missing or incomplete: folding every run of cases/ again")
+        old = dict.fromkeys(TABLES)
+        new_runs = all_runs(spark, out)
     if not new_runs:
         return
-    old = {name: _read(spark, out, name) for name in TABLES}
     old_runs = old["runs"].select(
         "target", "run_id", "started_us", "first_date", "last_date"
     ).collect() if old["runs"] is not None else []

@@ -29,6 +29,7 @@ __all__ = [
     "Ingest",
     "NewRun",
     "SourceFile",
+    "all_runs",
     "discover",
     "ingest",
     "read_cases",
@@ -129,6 +130,7 @@ class Ingest:
     rows_added: int = 0
     rejected: list[tuple[str, str]] = field(default_factory=list)
     runs: dict[tuple[str, str], NewRun] = field(default_factory=dict)  # runs that got rows
+    earlier_rows: int = 0  # rows that earlier builds added to cases/
 
 
 def _has_scheme(path: str) -> bool:
@@ -342,6 +344,7 @@ def ingest(
     report.found = len(files)
     report.rejected.extend(missing)
     known = _manifest(spark, out)
+    report.earlier_rows = sum(r.rows or 0 for r in known)
     seen = {(r.source_file, r.size, r.modified_ms) for r in known}
     known_sha1 = {r.file_sha1: r.source_file for r in known if r.rows and r.file_sha1}
     new = [f for f in files if (f.uri, f.size, f.modified_ms) not in seen]
@@ -440,6 +443,20 @@ def _append_cases(rows: DataFrame, path: str) -> None:
 
 def read_cases(spark: SparkSession, out: str) -> DataFrame:
     return spark.read.schema(CASES_SCHEMA).parquet(f"{out}/cases")
+
+
+def all_runs(spark: SparkSession, out: str) -> dict[tuple[str, str], NewRun]:
+    """Every run in ``cases/`` with its start and dates: one full scan."""
+    found = (
+        read_cases(spark, out)
+        .groupBy("target", "run_id")
+        .agg(
+            F.unix_micros(F.min("started_at")).alias("started_us"),
+            F.collect_set("date").alias("dates"),
+        )
+        .collect()
+    )
+    return {(r.target, r.run_id): NewRun(r.started_us, set(r.dates)) for r in found}
 
 
 def read_partitions(spark: SparkSession, out: str, dates: dict[str, set[date]]) -> DataFrame:

@@ -133,3 +133,15 @@ def test_a_later_run_on_the_same_day_appends_and_redoes_that_day(spark, tmp_path
     assert days == [("2025-04-01", "3", "2.0", "9.0"), ("2025-04-02", "1", "5.0", "5.0")]
     regressions = results(tmp_path / "two")["regressions.csv"][1:]
     assert regressions == []  # d3 -> d4: passed twice
+
+
+def test_deleted_aggregates_are_folded_again_from_cases(spark, tmp_path: Path) -> None:
+    """Also what an --out written before aggregates/ existed gets on its next build."""
+    write_history(tmp_path / "in")
+    out = tmp_path / "out"
+    build(spark, [str(tmp_path / "in")], str(out))
+    before = results(out)
+    shutil.rmtree(out / "aggregates" / "flaky_state")
+    again = build(spark, [str(tmp_path / "in")], str(out))
+    assert again.ingest.parsed == 0
+    assert results(out) == before
