@@ -66,6 +66,9 @@ class Target(abc.ABC):
     name: str = "?"
     #: subset of CAPABILITIES this target supports
     capabilities: frozenset[str] = frozenset()
+    #: the latest virtual time a node reported after advance_clock (None: real
+    #: clock or never advanced); a node started again should start there
+    virtual_now: float | None = None
 
     # -- description ---------------------------------------------------------
 
@@ -162,5 +165,9 @@ class Target(abc.ABC):
 
     async def advance_clock(self, node: str, seconds: float) -> Any:
         """Capability ``virtual_clock``: move the node's clock forward by ``seconds``.
-        The default uses POST /clock of the control API."""
-        return await self.control(node, "POST", "/clock", {"advance": seconds})
+        The default uses POST /clock of the control API and records the node's
+        answer in ``virtual_now``."""
+        answer = await self.control(node, "POST", "/clock", {"advance": seconds})
+        if isinstance(answer, dict) and isinstance(answer.get("now"), (int, float)):
+            self.virtual_now = max(self.virtual_now or 0.0, float(answer["now"]))
+        return answer

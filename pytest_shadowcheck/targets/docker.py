@@ -580,12 +580,6 @@ class DockerTarget(Target):
         self._render(node)
         return await self._launch(node)
 
-    async def advance_clock(self, node: str, seconds: float) -> Any:
-        answer = await super().advance_clock(node, seconds)
-        if isinstance(answer, dict) and isinstance(answer.get("now"), (int, float)):
-            self.virtual_now = max(self.virtual_now or 0.0, float(answer["now"]))
-        return answer
-
 
 @hookimpl
 def shadowcheck_describe_targets() -> list[tuple[str, str]]:
