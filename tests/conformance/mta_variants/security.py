@@ -3,6 +3,8 @@ next hops without shadow redundancy (XS-2 .. XS-6)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import Variant, force_settings
 
 
@@ -20,6 +22,23 @@ def _accepts_xshadow_from_anyone() -> None:
         await self.push("250 2.0.0 the sender keeps the shadow")
 
     NodeSMTP.smtp_XSHADOW = smtp_XSHADOW  # type: ignore[method-assign]
+
+
+def _advertises_xshadow_to_anyone() -> None:
+    # Shows XSHADOW in every EHLO reply, to anonymous clients too (the verb itself
+    # still refuses them, so only the advertisement is wrong).
+    from reference_impl.smtp_in import NodeHandler
+
+    original = NodeHandler.handle_EHLO
+
+    async def handle_EHLO(self: NodeHandler, server: Any, session: Any, *args: Any) -> list[str]:
+        responses = await original(self, server, session, *args)
+        advert = self.node.shadow_advertisement()
+        if advert and not any("XSHADOW" in line for line in responses):
+            responses.insert(-1, "250-" + advert)
+        return responses
+
+    NodeHandler.handle_EHLO = handle_EHLO  # type: ignore[method-assign]
 
 
 def _accepts_xqdiscard_from_anyone() -> None:
@@ -108,6 +127,13 @@ def _no_discard_exchange_at_session_end() -> None:
 
 
 VARIANTS: list[Variant] = [
+    Variant(
+        name="advertises-xshadow-to-anyone",
+        breaks="advertises XSHADOW in the EHLO reply to anonymous clients, not only to "
+        "authenticated peers of its boundary",
+        fails=("xs1_xshadow_advertised_to_authorised_peer_only",),
+        apply=_advertises_xshadow_to_anyone,
+    ),
     Variant(
         name="accepts-xshadow-from-anyone",
         breaks="lets an unauthenticated client claim it keeps the shadow (XSHADOW), "
