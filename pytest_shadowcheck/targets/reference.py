@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ import yaml
 from ..hookspecs import hookimpl
 from ..scenario import CAPABILITIES
 from .base import ClusterPlan, NodeHandle, Target, TargetError
+from .node_process import NodeProcess, start_node_process
 
 __all__ = ["ReferenceTarget", "cluster_document"]
 
@@ -36,14 +35,13 @@ START_TIMEOUT = 30.0
 STOP_TIMEOUT = 5.0
 
 #: every process any ReferenceTarget started, so nothing outlives the test run
-_LIVE: set[subprocess.Popen[bytes]] = set()
+_LIVE: set[NodeProcess] = set()
 
 
 def _kill_leftovers() -> None:
     for proc in list(_LIVE):
-        with contextlib.suppress(OSError):
-            proc.send_signal(signal.SIGCONT)
-            proc.kill()
+        proc.send_signal(signal.SIGCONT)
+        proc.send_signal(signal.SIGKILL)
         _LIVE.discard(proc)
 
 
@@ -95,7 +93,7 @@ class ReferenceTarget(Target):
         self.launcher = launcher or ["-m", "reference_impl"]
         self.plan: ClusterPlan | None = None
         self.config_path: Path | None = None
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.procs: dict[str, NodeProcess] = {}
         self.handles: dict[str, NodeHandle] = {}
         self.paused: set[str] = set()
         # the cluster's virtual time, as the last clock move reported it: a node
@@ -141,27 +139,19 @@ class ReferenceTarget(Target):
 
     async def _start_node(self, node: str) -> NodeHandle:
         assert self.config_path is not None
-        command = [
-            self.python, *self.launcher, "node",
+        argv = [
+            *self.launcher, "node",
             "--config", str(self.config_path),
             "--name", node,
             "--data", str(self._data_dir(node)),
         ]  # fmt: skip
         if self.virtual_now is not None:
-            command += ["--clock-start", repr(self.virtual_now)]
-        log = self._log_path(node).open("ab")
-        try:
-            proc = subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL
-            )
-        finally:
-            log.close()
+            argv += ["--clock-start", repr(self.virtual_now)]
+        proc = start_node_process(self.python, argv, self._log_path(node))
         _LIVE.add(proc)
         self.procs[node] = proc
-        assert proc.stdout is not None
-        stdout = proc.stdout
         try:
-            line = await asyncio.wait_for(asyncio.to_thread(stdout.readline), START_TIMEOUT)
+            line = await asyncio.wait_for(asyncio.to_thread(proc.readline), START_TIMEOUT)
         except TimeoutError:
             self._reap(node)
             raise TargetError(
@@ -190,13 +180,10 @@ class ReferenceTarget(Target):
         proc = self.procs.pop(node, None)
         if proc is None:
             return
-        with contextlib.suppress(OSError):
-            proc.send_signal(signal.SIGCONT)
-            proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(STOP_TIMEOUT)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        proc.send_signal(signal.SIGCONT)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(STOP_TIMEOUT)
+        proc.close()
         _LIVE.discard(proc)
         self.paused.discard(node)
 
@@ -216,13 +203,11 @@ class ReferenceTarget(Target):
     async def stop(self) -> None:
         procs = list(self.procs.items())
         for node, proc in procs:
-            with contextlib.suppress(OSError):
-                if node in self.paused:
-                    proc.send_signal(signal.SIGCONT)
-                proc.terminate()
+            if node in self.paused:
+                proc.send_signal(signal.SIGCONT)
+            proc.send_signal(signal.SIGTERM)
         for node, proc in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                await asyncio.to_thread(proc.wait, STOP_TIMEOUT)
+            await asyncio.to_thread(proc.wait, STOP_TIMEOUT)
             self._reap(node)
         self.procs.clear()
         self.paused.clear()
@@ -237,7 +222,7 @@ class ReferenceTarget(Target):
         except KeyError:
             raise TargetError(f"no node {node!r}") from None
 
-    def _proc(self, node: str) -> subprocess.Popen[bytes]:
+    def _proc(self, node: str) -> NodeProcess:
         proc = self.procs.get(node)
         if proc is None:
             raise TargetError(f"node {node} is not running")
@@ -245,7 +230,7 @@ class ReferenceTarget(Target):
 
     async def kill(self, node: str) -> None:
         proc = self._proc(node)
-        proc.kill()
+        proc.send_signal(signal.SIGKILL)
         await asyncio.to_thread(proc.wait, STOP_TIMEOUT)
         self._reap(node)
 

@@ -1,0 +1,170 @@
+"""How the reference target runs one node: a child process it can SIGKILL, SIGSTOP and
+SIGCONT, whose first stdout line says where the node listens and whose stderr goes to
+the node's log.
+
+Two ways to start one, same behaviour:
+
+* :class:`ExecNode` - ``python ARGV...`` in a fresh interpreter (``subprocess``). Works
+  for any interpreter and any launcher.
+* :class:`ForkedNode` - forked from a server process (``multiprocessing``'s
+  forkserver) that imported the MTA once. A fresh interpreter spends ~0.4 s importing
+  the MTA (aiohttp, aiosmtpd, uvloop) before a node can listen; scenarios start and
+  restart nodes dozens of times, so that import cost dominated the suite's set-up.
+  The fork gets its own pid, sockets and database handles - nothing is shared with
+  its siblings but the already imported, not yet used modules - so a SIGKILL is
+  still a real crash of that node alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import runpy
+import subprocess
+import sys
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import IO, Protocol
+
+__all__ = ["ExecNode", "ForkedNode", "NodeProcess", "start_node_process"]
+
+#: what the fork server imports once: the MTA's modules every node loads anyway
+PRELOAD = ["__main__", "reference_impl.cli", "reference_impl.control_api"]
+
+
+class NodeProcess(Protocol):
+    """The part of ``subprocess.Popen`` the reference target uses."""
+
+    pid: int
+
+    def readline(self) -> bytes:
+        """The next line the node printed on its stdout (b"" once it closed it)."""
+        ...
+
+    def poll(self) -> int | None:
+        """Exit code (negative: killed by that signal), or None while it runs."""
+        ...
+
+    def wait(self, timeout: float) -> int | None:
+        """Wait up to ``timeout`` seconds for it to exit; its exit code, or None."""
+        ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def close(self) -> None:
+        """Release the pipe to its stdout (after it exited)."""
+        ...
+
+
+class ExecNode:
+    """``python ARGV...`` as a ``subprocess.Popen``."""
+
+    def __init__(self, python: str, argv: list[str], log: Path) -> None:
+        with log.open("ab") as stderr:
+            self._proc = subprocess.Popen(
+                [python, *argv], stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL
+            )
+        self.pid = self._proc.pid
+
+    def readline(self) -> bytes:
+        assert self._proc.stdout is not None
+        return self._proc.stdout.readline()
+
+    def poll(self) -> int | None:
+        return self._proc.poll()
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            return self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def send_signal(self, sig: int) -> None:
+        if self._proc.poll() is None:
+            self._proc.send_signal(sig)
+
+    def close(self) -> None:
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+
+
+def _become(argv: list[str], log: str, stdout: Connection) -> None:
+    """In the forked child: turn into ``python ARGV...`` with stdout on the pipe."""
+    log_fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    os.dup2(stdout.fileno(), 1)
+    stdout.close()
+    if argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:]]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        script = os.path.abspath(argv[0])
+        sys.argv = [script, *argv[1:]]
+        sys.path.insert(0, os.path.dirname(script))
+        runpy.run_path(script, run_name="__main__")
+
+
+_CONTEXT: multiprocessing.context.ForkServerContext | None = None
+
+
+def _fork_server() -> multiprocessing.context.ForkServerContext:
+    global _CONTEXT
+    if _CONTEXT is None:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(PRELOAD)
+        _CONTEXT = context
+    return _CONTEXT
+
+
+class ForkedNode:
+    """``python ARGV...`` forked from the fork server (the same interpreter as ours)."""
+
+    def __init__(self, argv: list[str], log: Path) -> None:
+        context = _fork_server()
+        reader, writer = context.Pipe(duplex=False)
+        self._proc = context.Process(
+            target=_become, args=(argv, str(log), writer), name=f"node {argv}"
+        )
+        self._proc.start()
+        # only the child may hold the write end: its exit must read as EOF here
+        writer.close()
+        self._stdout: IO[bytes] = os.fdopen(os.dup(reader.fileno()), "rb")
+        reader.close()
+        assert self._proc.pid is not None
+        self.pid = self._proc.pid
+
+    def readline(self) -> bytes:
+        return self._stdout.readline()
+
+    def poll(self) -> int | None:
+        return self._proc.exitcode
+
+    def wait(self, timeout: float) -> int | None:
+        self._proc.join(timeout)
+        return self._proc.exitcode
+
+    def send_signal(self, sig: int) -> None:
+        if self._proc.exitcode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def close(self) -> None:
+        self._stdout.close()
+        if self._proc.exitcode is not None:
+            self._proc.close()
+
+
+def start_node_process(python: str, argv: list[str], log: Path) -> NodeProcess:
+    """Start ``python ARGV...``: forked when ``python`` is this interpreter and ARGV is
+    ``-m MODULE ...`` or ``SCRIPT ...`` (what a fork can emulate), else executed."""
+    forkable = (
+        python == sys.executable
+        and bool(argv)
+        and (argv[0] == "-m" or not argv[0].startswith("-"))
+        and os.environ.get("SHADOWCHECK_NODE_START", "fork") != "exec"
+    )
+    if forkable:
+        return ForkedNode(argv, log)
+    return ExecNode(python, argv, log)

@@ -1,0 +1,132 @@
+"""Both ways the reference target starts a node behave alike: real child processes
+that print their ready line, log to stderr, stop, continue and die like ``python ARGV``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pytest_shadowcheck.targets.node_process import (
+    ExecNode,
+    ForkedNode,
+    NodeProcess,
+    start_node_process,
+)
+
+SCRIPT = """
+import os, sys, time
+print("to the log", file=sys.stderr, flush=True)
+print("ready", os.getpid(), " ".join(sys.argv[1:]), flush=True)
+if sys.argv[1:] == ["exit"]:
+    sys.exit(3)
+while True:
+    # a heartbeat on stdout: output resumes once a stopped process continues
+    time.sleep(0.05)
+    print("tick", flush=True)
+"""
+
+Starter = Callable[[list[str], Path], NodeProcess]
+STARTERS: dict[str, Starter] = {
+    "exec": lambda argv, log: ExecNode(sys.executable, argv, log),
+    "fork": ForkedNode,
+}
+
+
+@pytest.fixture(params=sorted(STARTERS))
+def start(request: pytest.FixtureRequest) -> Starter:
+    return STARTERS[request.param]
+
+
+def _script(tmp_path: Path) -> str:
+    path = tmp_path / "node.py"
+    path.write_text(SCRIPT, encoding="utf-8")
+    return str(path)
+
+
+def test_ready_line_log_and_sigkill(start: Starter, tmp_path: Path) -> None:
+    log = tmp_path / "node.log"
+    proc = start([_script(tmp_path), "--name", "mbx1"], log)
+    try:
+        words = proc.readline().split()
+        assert words[0] == b"ready"
+        assert int(words[1]) == proc.pid != os.getpid()
+        assert words[2:] == [b"--name", b"mbx1"]
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(10) == -signal.SIGKILL
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        proc.close()
+    assert "to the log" in log.read_text(encoding="utf-8")
+
+
+def test_stop_and_continue(start: Starter, tmp_path: Path) -> None:
+    proc = start([_script(tmp_path)], tmp_path / "node.log")
+    try:
+        assert proc.readline().startswith(b"ready")
+        proc.send_signal(signal.SIGSTOP)
+        assert proc.wait(0.3) is None, "a stopped node has not exited"
+        proc.send_signal(signal.SIGCONT)
+        assert proc.readline() == b"tick\n"
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == -signal.SIGTERM
+        proc.close()
+
+
+def test_exit_code_and_end_of_output(start: Starter, tmp_path: Path) -> None:
+    proc = start([_script(tmp_path), "exit"], tmp_path / "node.log")
+    assert proc.readline().startswith(b"ready")
+    assert proc.readline() == b"", "the pipe closes when the node exits"
+    assert proc.wait(10) == 3
+    assert proc.poll() == 3
+    proc.send_signal(signal.SIGKILL)  # harmless once it exited
+    proc.close()
+
+
+def test_module_form_runs_like_python_dash_m(start: Starter, tmp_path: Path) -> None:
+    log = tmp_path / "node.log"
+    proc = start(
+        [
+            "-m",
+            "reference_impl",
+            "node",
+            "--config",
+            str(tmp_path / "none.yaml"),
+            "--name",
+            "mbx1",
+            "--data",
+            str(tmp_path / "mbx1"),
+        ],
+        log,
+    )
+    assert proc.readline() == b""
+    assert proc.wait(30) == 2, "the MTA's own exit code for a configuration error"
+    proc.close()
+    assert "none.yaml" in log.read_text(encoding="utf-8")
+
+
+def test_this_interpreter_forks_unless_told_to_exec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = _script(tmp_path)
+    chosen = []
+    for env in ("fork", "exec"):
+        monkeypatch.setenv("SHADOWCHECK_NODE_START", env)
+        proc = start_node_process(sys.executable, [script], tmp_path / "node.log")
+        chosen.append(type(proc).__name__)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        proc.close()
+    assert chosen == ["ForkedNode", "ExecNode"]
+    other = start_node_process("/usr/bin/env", ["true"], tmp_path / "other.log")
+    assert isinstance(other, ExecNode), "another interpreter cannot be forked from this one"
+    assert other.wait(10) == 0
+    other.close()
