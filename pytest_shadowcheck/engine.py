@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from .checks import QUEUE_PATHS, no_loss_invariant, run_check
+from .durations import resolve_time
 from .errors import ScenarioError
 from .history import History
 from .network import FaultProxy, MailSink
 from .network.client import RecordingClient, SendResult, make_message
 from .progress import Progress
-from .scenario import Scenario, Step, resolve_time
+from .scenario import Scenario, Step
 from .session_step import run_session, session_label
 from .targets.base import ClusterPlan, NodeHandle, Target, TargetError
 from .verdict import CheckResult, Status, Verdict

@@ -12,20 +12,19 @@ pointing at the file and line where it is.
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
+from .durations import parse_duration, resolve_time
 from .errors import ScenarioError, SourceRef
+from .marked_yaml import load_marked_yaml, locate
+from .schema import scenario_schema, topology_schema, validate
 
 __all__ = [
     "CAPABILITIES",
@@ -35,8 +34,6 @@ __all__ = [
     "Topology",
     "load_behaviours",
     "load_scenario_file",
-    "parse_duration",
-    "resolve_time",
 ]
 
 CAPABILITIES = (
@@ -69,131 +66,6 @@ DEFAULT_TIMEOUT = 120.0
 DEFAULT_SETTLE = 10.0
 BUNDLED_TOPOLOGIES = "topologies"
 
-_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
-
-
-# --------------------------------------------------------------------------- YAML with marks
-
-
-class _Map(dict):
-    """A mapping that remembers where its keys and values are."""
-
-    start: tuple[int, int] = (0, 0)
-    keys_at: dict[Any, tuple[int, int]]
-    values_at: dict[Any, tuple[int, int]]
-
-
-class _Seq(list):
-    """A sequence that remembers where its items are."""
-
-    start: tuple[int, int] = (0, 0)
-    items_at: list[tuple[int, int]]
-
-
-def _mark(node: yaml.Node) -> tuple[int, int]:
-    return (node.start_mark.line + 1, node.start_mark.column + 1)
-
-
-class _LineLoader(yaml.SafeLoader):
-    """SafeLoader keeping 1-based (line, column) of every key, value and item."""
-
-    path: Path = Path("?")
-
-    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> Any:
-        assert isinstance(node, yaml.MappingNode)
-        self.flatten_mapping(node)
-        result = _Map()
-        result.start = _mark(node)
-        result.keys_at = {}
-        result.values_at = {}
-        for key_node, value_node in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if key in result:
-                line, col = _mark(key_node)
-                raise ScenarioError(
-                    f"duplicate key {key!r}", SourceRef(self.path, line, col), "each key once"
-                )
-            result[key] = self.construct_object(value_node, deep=True)
-            result.keys_at[key] = _mark(key_node)
-            result.values_at[key] = _mark(value_node)
-        return result
-
-    def construct_sequence(self, node: yaml.Node, deep: bool = False) -> Any:
-        assert isinstance(node, yaml.SequenceNode)
-        result = _Seq(self.construct_object(child, deep=True) for child in node.value)
-        result.start = _mark(node)
-        result.items_at = [_mark(child) for child in node.value]
-        return result
-
-
-_LineLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _LineLoader.construct_mapping
-)
-_LineLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _LineLoader.construct_sequence
-)
-
-
-def _load_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(f"cannot read scenario file: {exc}", SourceRef(path)) from None
-    loader = _LineLoader(text)
-    loader.path = path
-    try:
-        return loader.get_single_data()
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        if mark is not None and mark.line >= len(text.splitlines()) and exc.context_mark:
-            mark = exc.context_mark  # "got end of stream": point where the construct began
-        where = SourceRef(path, mark.line + 1, mark.column + 1) if mark else SourceRef(path)
-        problem = exc.problem or "invalid YAML"
-        if exc.context:
-            problem = f"{exc.context}, {problem}"
-        raise ScenarioError(f"YAML syntax error: {problem}", where, "valid YAML") from None
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"YAML error: {exc}", SourceRef(path)) from None
-    finally:
-        loader.dispose()
-
-
-def _locate(root: Any, path: Iterator[Any] | list[Any], *, key: bool = False) -> tuple[int, int]:
-    """Find the (line, column) of the value at ``path`` (or of its key with ``key``)."""
-    node = root
-    best = getattr(root, "start", (1, 1))
-    steps = list(path)
-    for index, part in enumerate(steps):
-        last = index == len(steps) - 1
-        if isinstance(node, _Map) and part in node:
-            best = node.keys_at[part] if (key and last) else node.values_at[part]
-            node = node[part]
-        elif isinstance(node, _Seq) and isinstance(part, int) and part < len(node):
-            best = node.items_at[part]
-            node = node[part]
-        else:
-            break
-    return best
-
-
-# --------------------------------------------------------------------------- schema
-
-
-@cache
-def scenario_schema() -> dict[str, Any]:
-    """The JSON Schema every scenario file is validated against (shipped in the package)."""
-    text = resources.files("pytest_shadowcheck.schema").joinpath("scenario.schema.json")
-    schema: dict[str, Any] = json.loads(text.read_text(encoding="utf-8"))
-    return schema
-
-
-@cache
-def topology_schema() -> dict[str, Any]:
-    text = resources.files("pytest_shadowcheck.schema").joinpath("topology.schema.json")
-    schema: dict[str, Any] = json.loads(text.read_text(encoding="utf-8"))
-    return schema
-
 
 @cache
 def load_behaviours() -> dict[str, dict[str, str]]:
@@ -201,165 +73,6 @@ def load_behaviours() -> dict[str, dict[str, str]]:
     text = resources.files("pytest_shadowcheck").joinpath("behaviours.yaml")
     data = yaml.safe_load(text.read_text(encoding="utf-8"))
     return {entry["id"]: entry for entry in data["behaviours"]}
-
-
-def _describe_path(path: list[Any]) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "the file"
-
-
-def _schema_message(error: jsonschema.ValidationError) -> tuple[str, str | None, list[Any], bool]:
-    """Turn one schema error into (message, expected, path, point-at-key)."""
-    path = list(error.absolute_path)
-    where = _describe_path(path)
-    schema = error.schema if isinstance(error.schema, dict) else {}
-    validator = error.validator
-    if validator == "additionalProperties":
-        allowed = sorted(schema.get("properties", {}))
-        extra = [k for k in error.instance if k not in schema.get("properties", {})]
-        name = extra[0] if extra else "?"
-        what = "key"
-        desc = schema.get("description", "")
-        if "step" in desc:
-            what = "step"
-        elif "expectation" in desc:
-            what = "expectation"
-        expected = f"one of {', '.join(allowed)}" if allowed else None
-        return f"unknown {what} {name!r} in {where}", expected, [*path, name], True
-    if validator == "required":
-        missing = re.findall(r"'([^']+)' is a required property", error.message)
-        return (
-            f"missing key {missing[0] if missing else '?'!r} in {where}",
-            f"a mapping with {', '.join(schema.get('required', []))}",
-            path,
-            False,
-        )
-    if validator in ("minProperties", "maxProperties") and "exactly one" in schema.get(
-        "description", ""
-    ):
-        keys = ", ".join(map(str, error.instance)) or "none"
-        return f"{where} must have exactly one key, has: {keys}", schema["description"], path, False
-    if validator == "enum":
-        options = ", ".join(map(str, error.validator_value))
-        return f"{error.instance!r} is not allowed for {where}", f"one of {options}", path, False
-    if validator == "const":
-        return (
-            f"{error.instance!r} is not allowed for {where}",
-            repr(error.validator_value),
-            path,
-            False,
-        )
-    if validator == "type":
-        kinds = error.validator_value
-        kinds = " or ".join(kinds) if isinstance(kinds, list) else kinds
-        names = {dict: "a mapping", list: "a list", str: "text", bool: "true/false"}
-        got = next((v for k, v in names.items() if isinstance(error.instance, k)), "a number")
-        if error.instance is None:
-            got = "nothing"
-        return f"{where} is {got}", str(kinds), path, False
-    if validator == "pattern":
-        return (
-            f"{error.instance!r} is not a valid value for {where}",
-            schema.get("description") or f"text matching {error.validator_value}",
-            path,
-            False,
-        )
-    if validator == "oneOf" and error.context:
-        # The branch for the instance's own type explains best: drop "wrong type" errors.
-        relevant = [e for e in error.context if e.validator not in ("type", "const")]
-        best = jsonschema.exceptions.best_match(relevant or error.context)
-        if best is not None:
-            return _schema_message(best)
-    return f"{where}: {error.message}", None, path, False
-
-
-def _validate(data: Any, schema: dict[str, Any], path: Path) -> None:
-    validator = jsonschema.Draft202012Validator(schema)
-    found = []
-    for error in validator.iter_errors(data):
-        message, expected, where, at_key = _schema_message(error)
-        line, column = _locate(data, where, key=at_key)
-        found.append((line, column, message, expected))
-    if not found:
-        return
-    found.sort(key=lambda item: (item[0], item[1]))
-    line, column, message, expected = found[0]
-    more = len(found) - 1
-    if more:
-        message += f" ({more} more problem{'s' if more > 1 else ''} in this file)"
-    raise ScenarioError(message, SourceRef(path, line, column), expected)
-
-
-# --------------------------------------------------------------------------- durations
-
-
-def parse_duration(value: Any, where: SourceRef, timers: dict[str, Any] | None = None) -> float:
-    """Seconds from ``2``, ``1.5``, ``"500ms"``, ``"2s"``, ``"5m"``, ``"3h"``, ``"2d"``.
-
-    With ``timers`` (the scenario's settings), setting names and sums such as
-    ``"ShadowResubmitTimeSpan + 2s"`` are accepted too.
-    """
-    expected = "a duration: seconds or a number with ms, s, m, h or d (e.g. 500ms, 2s, 3h)"
-    if timers is not None:
-        expected += ", setting names and + / - allowed"
-    if isinstance(value, bool):
-        raise ScenarioError(f"bad duration {value!r}", where, expected)
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise ScenarioError(f"bad duration {value!r}: negative", where, expected)
-        return float(value)
-    if not isinstance(value, str):
-        raise ScenarioError(f"bad duration {value!r}", where, expected)
-    terms = re.split(r"\s*([+-])\s*", value.strip()) if timers is not None else [value]
-    total = 0.0
-    sign = 1.0
-    for term in terms:
-        if term == "+":
-            sign = 1.0
-            continue
-        if term == "-":
-            sign = -1.0
-            continue
-        if timers is not None and term in timers:
-            timer = timers[term]
-            if not isinstance(timer, (int, float)) or isinstance(timer, bool):
-                raise ScenarioError(f"{term} is not a timer", where, expected)
-            total += sign * float(timer)
-            continue
-        match = _DURATION.match(term)
-        if not match or match.group(2) not in ("", *_UNITS):
-            hint = ""
-            if timers is not None and re.fullmatch(r"[A-Z]\w+", term):
-                hint = f" ({term} is not set in this scenario's settings)"
-            raise ScenarioError(f"bad duration {value!r}{hint}", where, expected)
-        total += sign * float(match.group(1)) * _UNITS.get(match.group(2), 1.0)
-    if total < 0:
-        raise ScenarioError(f"bad duration {value!r}: negative", where, expected)
-    return total
-
-
-def resolve_time(value: Any, now: float, where: SourceRef) -> float:
-    """A moment on a node's clock: epoch seconds, ``now``, ``-2h`` / ``+5m`` from
-    ``now``, or ISO 8601 (UTC when it has no offset)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    text = str(value).strip()
-    if text == "now":
-        return now
-    if text[:1] in ("+", "-"):
-        seconds = parse_duration(text[1:], where)
-        return now + seconds if text[0] == "+" else now - seconds
-    try:
-        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ScenarioError(
-            f"bad time {text!r}", where, "now, -2h, +5m, epoch seconds or ISO 8601"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    return moment.timestamp()
 
 
 # --------------------------------------------------------------------------- model
@@ -484,15 +197,15 @@ def _topology_dirs(path: Path) -> list[Path]:
 
 
 def _load_topology(ref: Any, doc: Any, doc_path: list[Any], path: Path) -> Topology:
-    line, column = _locate(doc, doc_path)
+    line, column = locate(doc, doc_path)
     where = SourceRef(path, line, column)
     if isinstance(ref, str):
         dirs = _topology_dirs(path)
         for directory in dirs:
             candidate = directory / f"{ref}.yaml"
             if candidate.is_file():
-                data = _load_yaml(candidate)
-                _validate(data, topology_schema(), candidate)
+                data = load_marked_yaml(candidate)
+                validate(data, topology_schema(), candidate)
                 return _build_topology(ref, data, candidate)
         known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.yaml")})
         raise ScenarioError(
@@ -511,7 +224,7 @@ def _build_topology(
     base = doc_path or []
 
     def where(*parts: Any) -> SourceRef:
-        line, column = _locate(doc, [*base, *parts])
+        line, column = locate(doc, [*base, *parts])
         return SourceRef(path, line, column)
 
     nodes = {
@@ -553,14 +266,14 @@ def _build_topology(
 def load_scenario_file(path: Path) -> list[Scenario]:
     """Load, validate and check one scenario file; raise ScenarioError on any problem."""
     path = Path(path)
-    doc = _load_yaml(path)
+    doc = load_marked_yaml(path)
     if not isinstance(doc, dict):
         raise ScenarioError(
             "a scenario file must be a mapping with a 'scenarios' list",
             SourceRef(path, 1),
             "scenarios: [...] (and optionally defaults: {...})",
         )
-    _validate(doc, scenario_schema(), path)
+    validate(doc, scenario_schema(), path)
     defaults = doc.get("defaults", {})
     catalogue = load_behaviours()
     out: list[Scenario] = []
@@ -569,7 +282,7 @@ def load_scenario_file(path: Path) -> list[Scenario]:
         base = ["scenarios", index]
 
         def where(*parts: Any, _base: list[Any] = base) -> SourceRef:
-            line, column = _locate(doc, [*_base, *parts])
+            line, column = locate(doc, [*_base, *parts])
             return SourceRef(path, line, column)
 
         name = raw["name"]
@@ -589,7 +302,7 @@ def load_scenario_file(path: Path) -> list[Scenario]:
         for i, bid in enumerate(merged["behaviours"]):
             if bid not in catalogue:
                 bpath = ["behaviours", i] if "behaviours" in raw else None
-                at = where(*bpath) if bpath else SourceRef(path, *_locate(doc, ["defaults"]))
+                at = where(*bpath) if bpath else SourceRef(path, *locate(doc, ["defaults"]))
                 raise ScenarioError(
                     f"unknown behaviour ID {bid!r}", at, "an ID of the catalogue (CR-1 .. TO-4)"
                 )
@@ -598,7 +311,7 @@ def load_scenario_file(path: Path) -> list[Scenario]:
         for key, value in merged["settings"].items():
             in_raw = key in raw.get("settings", {})
             spath = [*base, "settings", key] if in_raw else ["defaults", "settings", key]
-            at = SourceRef(path, *_locate(doc, spath))
+            at = SourceRef(path, *locate(doc, spath))
             settings[key] = parse_duration(value, at) if key in _DURATION_SETTINGS else value
         context = _Context(path, doc, topology, settings)
         steps = [
@@ -645,7 +358,7 @@ class _Context:
         self.sent_all = False
 
     def at(self, doc_path: list[Any]) -> SourceRef:
-        return SourceRef(self.path, *_locate(self.doc, doc_path))
+        return SourceRef(self.path, *locate(self.doc, doc_path))
 
     def node(self, name: Any, doc_path: list[Any]) -> str:
         if name not in self.topology.nodes:

@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
+from ..durations import parse_duration
 from ..errors import SourceRef, format_snippet
-from ..scenario import parse_duration
 from .base import ClusterPlan, TargetError
 
 __all__ = [
