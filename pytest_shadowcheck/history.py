@@ -205,8 +205,10 @@ def _describe_body(event: Event) -> str:
         return f"{side} {data.get('text', '')}"
     if kind == "data":
         side = "C:" if event.direction in (None, "c2s") else "S:"
-        return f"{side} <message content: {data.get('size')} bytes, " \
+        return (
+            f"{side} <message content: {data.get('size')} bytes, "
             f"Message-ID {data.get('message_id') or '(none)'}>"
+        )
     if kind == "reply":
         text = str(data.get("text", "")).replace("\n", " | ")
         return f"client got {data.get('code')} {text} (to {data.get('command')})"

@@ -44,6 +44,9 @@ CAPABILITIES = (
     "control_api",
     "virtual_clock",
     "set_settings",
+    # the MTA marks each categorisation in the message (X-Categorized-By: NODE; DATE),
+    # the only outside view of SN-11's "full categorisation on resubmission"
+    "categoriser_stamp",
 )
 
 #: capability a step or expectation needs, derived so authors cannot forget one

@@ -40,7 +40,7 @@ __all__ = [
 #: what docker itself gives: SIGKILL, the freezer, start again, a new queue volume
 DOCKER_CAPABILITIES = frozenset({"kill", "pause", "restart", "wipe_queue_db"})
 #: what only the MTA can provide; a description claims them under ``capabilities``
-CLAIMABLE = frozenset({"control_api", "virtual_clock", "set_settings"})
+CLAIMABLE = frozenset({"control_api", "virtual_clock", "set_settings", "categoriser_stamp"})
 LISTEN_HOST = "127.0.0.1"
 
 _KEYS = {

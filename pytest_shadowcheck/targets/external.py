@@ -33,7 +33,7 @@ from .base import ClusterPlan, NodeHandle, Target, TargetError
 
 __all__ = ["ExternalTarget", "parse_external"]
 
-_ALLOWED = frozenset({"control_api", "set_settings", "virtual_clock"})
+_ALLOWED = frozenset({"control_api", "set_settings", "virtual_clock", "categoriser_stamp"})
 
 
 def _addr(text: str, what: str) -> tuple[str, int]:

@@ -232,3 +232,26 @@ def test_xunit1_family_adds_behaviour_properties_per_case(
         p.get("name"): p.get("value") for p in tree.iterfind(".//testcase/properties/property")
     }
     assert props == {"shadowcheck.behaviours": "CR-5", "shadowcheck.verdict": "PASS"}
+
+
+def test_sn11_needs_a_categoriser_stamp_the_target_must_claim(
+    pytester: pytest.Pytester, plain_smtp: ThreadedSink
+) -> None:
+    # The control API and the clock are claimed; without the stamp the MTA cannot show
+    # a fresh categorisation from outside, so the verdict is UNTESTABLE, not FAIL (an
+    # external target cannot kill either, which the reason lists too).
+    nodes = pytester.path / "nodes.yaml"
+    claimed = ["control_api", "virtual_clock", "set_settings"]
+    node = {"smtp": plain_smtp.address, "control": plain_smtp.address}
+    nodes.write_text(
+        json.dumps({"nodes": {"mbx1": node, "mbx2": node}, "capabilities": claimed}),
+        encoding="utf-8",
+    )
+    result = pytester.runpytest(
+        "--shadowcheck", f"--shadowcheck-target=external:{nodes}", "-rs", "-k", "sn11"
+    )
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(
+        ["SKIPPED*UNTESTABLE: target external lacks capability kill, categoriser_stamp"]
+    )
+    assert plain_smtp.sink.deliveries == [], "nothing was sent for an untestable scenario"
