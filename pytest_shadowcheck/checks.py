@@ -413,6 +413,19 @@ async def check_lines(run: Run, step: Step) -> CheckResult:
         else:
             ok = False
             observed.append(f"no such line among {len(lines)}")
+        if arg.get("unique"):
+            expected.append("each such line once")
+            first_at: dict[str, Event] = {}
+            for event in matches:
+                text = str(event.data.get("text", ""))
+                if text in first_at:
+                    ok = False
+                    hit = event
+                    observed.append(
+                        f"{text} again at +{event.t:.3f}s (first at +{first_at[text].t:.3f}s)"
+                    )
+                    break
+                first_at[text] = event
     if "absent" in arg:
         matches = [e for e, t in zip(lines, texts, strict=True) if re.search(arg["absent"], t)]
         expected.append(f"no line matching /{arg['absent']}/")

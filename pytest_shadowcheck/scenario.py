@@ -592,6 +592,12 @@ class _Context:
             self.node(arg["by"], [*p, "by"])
         if kind in ("lines", "connections"):
             self.link(arg["link"], [*p, "link"])
+        if kind == "lines" and arg.get("unique") and "contains" not in arg:
+            raise ScenarioError(
+                "'unique' says which lines must not repeat: it needs 'contains'",
+                self.at([*p, "unique"]),
+                "lines: {link, contains: REGEX, unique: true}",
+            )
         if kind == "connections":
             for key in ("count", "at_least", "at_most"):
                 if key in arg:

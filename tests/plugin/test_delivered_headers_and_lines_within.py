@@ -1,6 +1,7 @@
-"""Two check options, on the reference target (one real node, a real sink):
-``delivered.headers`` (regexes over the header lines of the delivered copies) and
-``lines.within`` (wait for the ``contains`` line before judging)."""
+"""Check options, on the reference target (one real node, a real sink):
+``delivered.headers`` (regexes over the header lines of the delivered copies),
+``lines.within`` (wait for the ``contains`` line before judging) and ``lines.unique``
+(no two matching lines alike)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,20 @@ scenarios:
       - check: {lines: {link: mbx1->mailbox, contains: "^NEVER SENT", within: 300ms}}
     expect:
       - delivered: {message: m1, within: 10s, headers: {absent: "^X-Categorized-By: mbx1"}}
+  - name: recipients_unique
+    behaviours: [DI-3]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - send: {id: m2, via: mbx1, to: [bob@corp.test]}
+    expect:
+      - lines: {link: client->mbx1, direction: c2s, contains: "^RCPT TO:", unique: true}
+  - name: greetings_repeat
+    behaviours: [DI-3]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - send: {id: m2, via: mbx1, to: [bob@corp.test]}
+    expect:
+      - lines: {link: client->mbx1, direction: c2s, contains: "^EHLO ", unique: true}
 """
 
 
@@ -40,7 +55,7 @@ def test_headers_and_lines_within(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess(
         "--shadowcheck", "-p", "no:randomly", "-p", "no:cacheprovider", "library", timeout=120
     )
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=2, failed=2)
     out = result.stdout.str()
     result.stdout.fnmatch_lines(
         [
@@ -51,6 +66,13 @@ def test_headers_and_lines_within(pytester: pytest.Pytester) -> None:
             " matching /^X-Categorized-By: mbx1/",
             "*observed: delivered 1x: *; the copy mbx1 delivered to mailbox at *"
             " has 'X-Categorized-By: mbx1; *'",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*[[]FAIL[]] lines on client->mbx1*",
+            "*expected: a line matching /^EHLO / and each such line once on client->mbx1",
+            "*observed: found: EHLO *; EHLO * again at +*s (first at +*s)",
         ]
     )
     assert "Traceback" not in out

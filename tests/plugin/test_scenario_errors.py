@@ -85,6 +85,15 @@ CASES = {
         "unknown message 'm2'",
         "the id of a send step: m1",
     ),
+    "unique_without_contains": (
+        GOOD_HEAD + "      - send: {id: m1, via: mbx1, to: [a@corp.test]}\n"
+        "    expect:\n"
+        "      - lines: {link: client->mbx1, absent: '^XSHADOW',\n"
+        "                unique: true}\n",
+        10,
+        "'unique' says which lines must not repeat: it needs 'contains'",
+        "lines: {link, contains: REGEX, unique: true}",
+    ),
 }
 
 

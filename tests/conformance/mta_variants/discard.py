@@ -122,6 +122,22 @@ def _hands_out_every_notification() -> None:
     QueueDB.take_discards = take_discards  # type: ignore[method-assign]
 
 
+def _hands_notifications_out_again() -> None:
+    # XQDISCARD answers with the querier's notifications, old ones included: nothing
+    # is ever marked as handed over.
+    from reference_impl.queue_db import QueueDB
+
+    def take_discards(self: QueueDB, shadow_node: str, now: float, limit: int = 1000) -> list[str]:
+        rows = self.conn.execute(
+            "SELECT message FROM discard_events WHERE shadow_node = ? "
+            "ORDER BY created_at LIMIT ?",
+            (shadow_node, limit),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    QueueDB.take_discards = take_discards  # type: ignore[method-assign]
+
+
 def _forgets_discards_on_restart() -> None:
     # Discard notifications do not outlive the process.
     from reference_impl.queue_db import QueueDB
@@ -209,6 +225,16 @@ VARIANTS: list[Variant] = [
         breaks="answers XQDISCARD with the notifications of every shadow, not only the querier's",
         fails=("di3_notifications_only_for_the_querying_shadow",),
         apply=_hands_out_every_notification,
+    ),
+    Variant(
+        name="hands-notifications-out-again",
+        breaks="never marks a discard notification handed over, so every later query "
+        "(2013 heartbeat or 2010 end-of-session exchange) returns it again",
+        fails=(
+            "di3_notifications_only_for_the_querying_shadow",
+            "xs6_discard_exchange_at_end_of_session",
+        ),
+        apply=_hands_notifications_out_again,
     ),
     Variant(
         name="forgets-discards-on-restart",
