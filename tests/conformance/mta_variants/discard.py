@@ -129,8 +129,7 @@ def _hands_notifications_out_again() -> None:
 
     def take_discards(self: QueueDB, shadow_node: str, now: float, limit: int = 1000) -> list[str]:
         rows = self.conn.execute(
-            "SELECT message FROM discard_events WHERE shadow_node = ? "
-            "ORDER BY created_at LIMIT ?",
+            "SELECT message FROM discard_events WHERE shadow_node = ? ORDER BY created_at LIMIT ?",
             (shadow_node, limit),
         ).fetchall()
         return [str(r[0]) for r in rows]
