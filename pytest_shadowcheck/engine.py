@@ -110,6 +110,8 @@ class Run:
     #: it was for (None: all): the organisation's configuration, not the node's state,
     #: so a node that is restarted or wiped gets it again
     changes: list[tuple[list[str] | None, tuple[Any, ...]]] = field(default_factory=list)
+    #: paused node -> how many changes there were when it froze: the later ones skipped it
+    paused_at_change: dict[str, int] = field(default_factory=dict)
 
     # -- helpers the checks use ------------------------------------------------
 
@@ -288,6 +290,7 @@ class Run:
         elif kind == "pause":
             await self.target.pause(arg)
             self.paused.add(arg)
+            self.paused_at_change[arg] = len(self.changes)
             self.node_actions.append((self.history.now(), arg, "pause"))
         elif kind == "resume":
             await self.target.resume(arg)
@@ -296,6 +299,8 @@ class Run:
             if self.virtual_now is not None:
                 # advances skipped the frozen node: bring its clock level with the others
                 await self.target.control(arg, "POST", "/clock", {"set": self.virtual_now})
+            # so did configuration changes made while it was frozen
+            await self._replay_changes(arg, since=self.paused_at_change.pop(arg, 0))
         elif kind in ("restart", "wipe"):
             self.node_actions.append((self.history.now(), arg, "kill"))
             handle = await (
@@ -304,6 +309,7 @@ class Run:
             self.node_actions.append((self.history.now(), arg, kind))
             self.down.discard(arg)
             self.paused.discard(arg)
+            self.paused_at_change.pop(arg, None)
             self._attach(arg, handle)
             # when the node is back (the step's own event marks when it went down)
             self.history.record(
@@ -430,9 +436,10 @@ class Run:
             await asyncio.sleep(0.05)
         self.history.record("note", text=f"wait: {ref} not delivered within {timeout:g}s")
 
-    async def _replay_changes(self, node: str) -> None:
-        """Configuration changed earlier in the run, made again on a node that came back."""
-        for nodes, change in self.changes:
+    async def _replay_changes(self, node: str, since: int = 0) -> None:
+        """Configuration changed earlier in the run (from change number ``since`` on),
+        made again on a node that came back."""
+        for nodes, change in self.changes[since:]:
             if nodes is not None and node not in nodes:
                 continue
             if change[0] == "settings":
