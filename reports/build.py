@@ -100,7 +100,7 @@ def build(
                       for r in result.tables["trends.csv"])
     result.runs = len(result.tables["trends.csv"])
 
-    rejected = [{"file": f, "reason": r} for f, r in rejected_files(spark, out, done.rejected)]
+    rejected = [{"file": f, "reason": r} for f, r in rejected_files(done)]
     result.tables["rejected.csv"] = rejected
     for name, rows in result.tables.items():
         columns = OUTPUT_COLUMNS.get(name, ["file", "reason"])

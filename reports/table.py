@@ -100,6 +100,9 @@ MANIFEST_SCHEMA = T.StructType(
         T.StructField("ingested_at", T.TimestampType()),
     ]
 )
+_M_FILE, _M_SHA1, _M_ROWS, _M_REASON, _M_AT = 0, 3, 4, 5, 7  # positions in a row of it
+assert [MANIFEST_SCHEMA.fieldNames()[i] for i in (_M_FILE, _M_SHA1, _M_ROWS, _M_REASON, _M_AT)] \
+    == ["source_file", "file_sha1", "rows", "reject_reason", "ingested_at"]
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,8 @@ class Ingest:
     rejected: list[tuple[str, str]] = field(default_factory=list)
     runs: dict[tuple[str, str], NewRun] = field(default_factory=dict)  # runs that got rows
     earlier_rows: int = 0  # rows that earlier builds added to cases/
+    # Every manifest row after this build, oldest first (MANIFEST_SCHEMA order).
+    manifest: list[tuple] = field(default_factory=list)
 
 
 def _has_scheme(path: str) -> bool:
@@ -318,13 +323,54 @@ def _parsed_rows(
     return spark.createDataFrame(rdd, PARSED_SCHEMA, verifySchema=False)
 
 
-def _manifest(spark: SparkSession, out: str) -> list[T.Row]:
-    try:
-        return spark.read.schema(MANIFEST_SCHEMA).parquet(f"{out}/manifest").collect()
-    except Exception as exc:  # first build: nothing there yet
-        if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
-            return []
-        raise
+# The manifest gets one file per build; past this many it is rewritten as one.
+MANIFEST_COMPACT_AT = 8
+
+
+def _manifest_files(spark: SparkSession, out: str) -> list:  # Hadoop Paths
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    path = jvm.org.apache.hadoop.fs.Path(f"{out.rstrip('/')}/manifest")
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(path):
+        return []
+    return [
+        status.getPath()
+        for status in fs.listStatus(path)
+        if status.getPath().getName().endswith(".parquet")
+    ]
+
+
+def _manifest(spark: SparkSession, out: str, files: list) -> list[tuple]:
+    """The manifest's rows, each once (a compaction cut short leaves copies behind),
+    oldest first."""
+    if not files:
+        return []
+    rows = (
+        spark.read.schema(MANIFEST_SCHEMA)
+        .parquet(*(f.toString() for f in files))
+        .collect()
+    )
+    return sorted(dict.fromkeys(tuple(row) for row in rows), key=lambda r: r[_M_AT])
+
+
+def _write_manifest(
+    spark: SparkSession, out: str, known: list[tuple], added: list[tuple], files: list
+) -> None:
+    """Append this build's rows; past MANIFEST_COMPACT_AT files, rewrite it as one.
+
+    A compaction writes every row into one new file before deleting the old ones, so
+    a crash in between leaves duplicate rows (dropped on read), never lost ones.
+    """
+    compact = len(files) + 1 > MANIFEST_COMPACT_AT
+    rows = known + added if compact else added
+    spark.createDataFrame(rows, MANIFEST_SCHEMA).coalesce(1).write.mode("append").parquet(
+        f"{out}/manifest"
+    )
+    if compact:
+        for old in files:
+            old.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(old, False)
+
 
 
 def ingest(
@@ -343,10 +389,12 @@ def ingest(
     files, missing = discover(spark, inputs)
     report.found = len(files)
     report.rejected.extend(missing)
-    known = _manifest(spark, out)
-    report.earlier_rows = sum(r.rows or 0 for r in known)
-    seen = {(r.source_file, r.size, r.modified_ms) for r in known}
-    known_sha1 = {r.file_sha1: r.source_file for r in known if r.rows and r.file_sha1}
+    manifest_files = _manifest_files(spark, out)
+    known = _manifest(spark, out, manifest_files)
+    report.manifest = list(known)
+    report.earlier_rows = sum(r[_M_ROWS] or 0 for r in known)
+    seen = {r[:3] for r in known}  # (source_file, size, modified_ms)
+    known_sha1 = {r[_M_SHA1]: r[_M_FILE] for r in known if r[_M_ROWS] and r[_M_SHA1]}
     new = [f for f in files if (f.uri, f.size, f.modified_ms) not in seen]
     report.skipped_known = len(files) - len(new)
     progress.say(
@@ -365,9 +413,8 @@ def ingest(
                 (run_id, target, target_version), now,
             )
     # The manifest goes last: a crash before it only means the files are parsed again.
-    spark.createDataFrame(manifest_rows, MANIFEST_SCHEMA).coalesce(1).write.mode(
-        "append"
-    ).parquet(f"{out}/manifest")
+    _write_manifest(spark, out, known, manifest_rows, manifest_files)
+    report.manifest.extend(manifest_rows)
     return report
 
 
@@ -437,7 +484,9 @@ def _append_cases(rows: DataFrame, path: str) -> None:
     )
     # One task per (date, target) so each partition directory gets one file, not one per
     # task; the writer then sorts each task's rows by partition and keeps one file open.
-    table = table.repartition(*PARTITION_COLUMNS)
+    # An explicit count: AQE would coalesce to 3 tasks on 2 cores, one of them alone.
+    slots = rows.sparkSession.sparkContext.defaultParallelism
+    table = table.repartition(2 * slots, *PARTITION_COLUMNS)
     table.write.mode("append").partitionBy(*PARTITION_COLUMNS).parquet(path)
 
 
@@ -479,13 +528,11 @@ def read_partitions(spark: SparkSession, out: str, dates: dict[str, set[date]]) 
     return spark.read.schema(CASES_SCHEMA).option("basePath", base).parquet(*paths)
 
 
-def rejected_files(spark: SparkSession, out: str, current: list[tuple[str, str]]) -> list[tuple]:
+def rejected_files(done: Ingest) -> list[tuple]:
     """Every rejected file of the history (latest verdict per path) plus this build's."""
-    latest: dict[str, T.Row] = {}
-    for row in sorted(_manifest(spark, out), key=lambda r: r.ingested_at):
-        latest[row.source_file] = row
-    listed = {path: reason for path, reason in current}
+    latest = {row[_M_FILE]: row for row in done.manifest}  # oldest first: latest wins
+    listed = {path: reason for path, reason in done.rejected}
     for path, row in latest.items():
-        if row.reject_reason is not None:
-            listed.setdefault(path, row.reject_reason)
+        if row[_M_REASON] is not None:
+            listed.setdefault(path, row[_M_REASON])
     return sorted(listed.items())

@@ -145,3 +145,52 @@ def test_deleted_aggregates_are_folded_again_from_cases(spark, tmp_path: Path) -
     again = build(spark, [str(tmp_path / "in")], str(out))
     assert again.ingest.parsed == 0
     assert results(out) == before
+
+
+def test_a_swap_cut_short_is_finished_by_the_next_build(spark, tmp_path: Path) -> None:
+    write_history(tmp_path / "in")
+    out = tmp_path / "out"
+    build(spark, [str(tmp_path / "in")], str(out))
+    before = results(out)
+    folder = out / "aggregates"
+    # The state a crash leaves mid-swap: marker written, every table staged, "runs"
+    # already swapped, "behaviour_runs" moved aside but not yet replaced...
+    for name in ("behaviour_runs", "names", "flaky_state", "durations"):
+        shutil.copytree(folder / name, folder / f"{name}.next-dead")
+    (folder / "runs.old-dead").mkdir()
+    (folder / "behaviour_runs").rename(folder / "behaviour_runs.old-dead")
+    (folder / "_swapping-dead").touch()
+    # ...and a table staged by a build that died before its marker.
+    (folder / "names.next-lost").mkdir()
+    (folder / "names.next-lost" / "garbage.parquet").write_bytes(b"not parquet")
+
+    again = build(spark, [str(tmp_path / "in")], str(out))
+    assert again.ingest.parsed == 0
+    tables = sorted(p.name for p in folder.iterdir())
+    assert tables == ["behaviour_runs", "durations", "flaky_state", "names", "runs"]
+    assert results(out) == before
+
+
+def test_the_manifest_is_compacted_without_losing_a_file(spark, tmp_path: Path) -> None:
+    from reports.table import MANIFEST_COMPACT_AT
+
+    write_history(tmp_path / "in")
+    out = tmp_path / "out"
+    build(spark, [str(tmp_path / "in")], str(out))
+    before = results(out)
+    for index in range(MANIFEST_COMPACT_AT):
+        extra = tmp_path / "more" / f"bad-{index}.xml"
+        extra.parent.mkdir(exist_ok=True)
+        extra.write_text("<testsuite><testcase name='cut")  # each build: one rejected file
+        done = build(spark, [str(tmp_path / "in"), str(tmp_path / "more")], str(out))
+        assert done.ingest.parsed == 1
+    files = list((out / "manifest").glob("*.parquet"))
+    assert 1 <= len(files) < MANIFEST_COMPACT_AT
+    rejected = results(out)["rejected.csv"][1:]
+    expected = [f"bad-{index}.xml" for index in range(MANIFEST_COMPACT_AT)]
+    assert [Path(r[0]).name for r in rejected] == expected
+    assert all(r[1].startswith("malformed XML") for r in rejected)
+    unchanged = {k: v for k, v in results(out).items() if k != "rejected.csv"}
+    assert unchanged == {k: v for k, v in before.items() if k != "rejected.csv"}
+    again = build(spark, [str(tmp_path / "in"), str(tmp_path / "more")], str(out))
+    assert (again.ingest.parsed, again.ingest.rows_added) == (0, 0)
