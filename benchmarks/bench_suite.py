@@ -12,6 +12,7 @@ maximum, and exits non-zero if any run had a failure or an error.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -60,10 +61,12 @@ def main() -> int:
         counts = tally(junit) if junit.exists() else Counter({"error": 1})
         failed = counts["failure"] + counts["error"]
         bad_runs += bool(failed or proc.returncode not in (0,))
+        # the 1-minute load average: other jobs on the machine move the wall time a lot
+        load = os.getloadavg()[0]
         print(
             f"run {run:2d}: {wall:6.1f} s  passed {counts['passed']:3d}  "
             f"outside-guarantee {counts['outside']:2d}  skipped {counts['skipped']:2d}  "
-            f"failed {failed:2d}  (exit {proc.returncode})",
+            f"failed {failed:2d}  (exit {proc.returncode})  load {load:.1f}",
             flush=True,
         )
         if failed:
