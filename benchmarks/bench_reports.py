@@ -138,6 +138,12 @@ def _run_build(paths: list[Path], out: Path, master: str) -> float:
     return time.perf_counter() - began
 
 
+def _class_archive() -> Path:
+    from reports.spark import _class_archive as archive
+
+    return archive()
+
+
 def _warm_build(data: Path, out: Path, master: str) -> tuple[float, float]:
     from reports.build import build
     from reports.spark import start_spark
@@ -215,6 +221,8 @@ def main() -> None:
     options.add_argument("--skip-warm", action="store_true")
     options.add_argument("--increments", type=int, default=1,
                          help="how many times to add one new run (each timed)")
+    options.add_argument("--fresh-class-archive", action="store_true",
+                         help="delete the driver's class-data archive first (a first build)")
     options.add_argument("--compare-parsers", action="store_true",
                          help="only time junitparser against Spark's XML reader")
     args = options.parse_args()
@@ -239,9 +247,14 @@ def main() -> None:
     out = data / "out"
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(data / "new", ignore_errors=True)
+    if args.fresh_class_archive:
+        _class_archive().unlink(missing_ok=True)
+    archived = _class_archive().exists()
     cold = _run_build([history], out, args.master)
     print(f"cold build ({args.master}, JVM start, Parquet, dashboard): {cold:6.1f}s  "
           f"ratio to baseline {cold / base:.2f}  {_load()}")
+    print("  the driver JVM " + ("mapped the class-data archive of an earlier build"
+          if archived else "had no class-data archive and wrote one at exit"))
 
     for step in range(args.increments):
         generate(data / "new", 1, args.cases, first_run=args.files + step)

@@ -38,12 +38,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Imported late so --help works without Java or Spark.
     from reports.build import build
     from reports.progress import Progress
-    from reports.spark import JavaMissingError, start_spark
+    from reports.spark import JavaMissingError, start_spark, stop_spark
 
     progress = Progress(enabled=not args.quiet)
     try:
         progress.say(f"starting Spark ({args.master or 'local[*]'})")
-        spark = start_spark(args.master)
+        spark = start_spark(args.master, record_classes=True)
     except JavaMissingError as exc:
         print(f"shadowcheck-reports: {exc}", file=sys.stderr)
         return 3
@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress=progress,
         )
     finally:
-        spark.stop()
+        stop_spark(spark)
     done = result.ingest
     print(
         f"{done.found} files ({done.skipped_known} already ingested, {done.accepted} added, "
