@@ -257,13 +257,23 @@ def _digest_local(paths: Iterable[str]) -> Iterator[tuple[str, str | None, str |
             yield path, hashlib.sha1(content).hexdigest(), None
 
 
+# Beyond this many bytes of new local files, the workers hash them in parallel.
+DRIVER_HASH_BYTES = 512 * 1024 * 1024
+
+
 def _file_digests(
     spark: SparkSession, batch: list[SourceFile], local: bool
 ) -> list[tuple[str, str | None, str | None]]:
-    """(uri, SHA-1, error) of every file, computed by the workers (a cheap first pass)."""
+    """(uri, SHA-1, error) of every file: a cheap first pass, before any is parsed.
+
+    Local files up to DRIVER_HASH_BYTES are hashed right here: 0.1 s for 2,000 files
+    (118 MB), where a Spark job took 1.1 to 1.4 s, most of it starting Python workers.
+    """
     sc = spark.sparkContext
     slices = max(1, min(len(batch), sc.defaultParallelism * 4))
     uris = [f.uri for f in batch]
+    if local and sum(f.size for f in batch) <= DRIVER_HASH_BYTES:
+        return list(_digest_local(uris))
     if local:
         return sc.parallelize(uris, slices).mapPartitions(_digest_local).collect()
     contents = sc.binaryFiles(",".join(uris), minPartitions=slices)

@@ -194,3 +194,19 @@ def test_the_manifest_is_compacted_without_losing_a_file(spark, tmp_path: Path) 
     assert unchanged == {k: v for k, v in before.items() if k != "rejected.csv"}
     again = build(spark, [str(tmp_path / "in"), str(tmp_path / "more")], str(out))
     assert (again.ingest.parsed, again.ingest.rows_added) == (0, 0)
+
+
+@pytest.mark.parametrize("driver_hash_bytes", [0, 512 * 1024 * 1024])
+def test_same_content_is_ingested_once_whoever_hashes_it(
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, driver_hash_bytes: int
+) -> None:
+    from reports import table
+
+    monkeypatch.setattr(table, "DRIVER_HASH_BYTES", driver_hash_bytes)  # 0: the workers hash
+    write_history(tmp_path / "in")
+    alone = build(spark, [str(tmp_path / "in")], str(tmp_path / "alone"))
+    copy = tmp_path / "in" / "copy-of-alpha-5.xml"
+    copy.write_bytes((tmp_path / "in" / "alpha-5.xml").read_bytes())
+    both = build(spark, [str(tmp_path / "in")], str(tmp_path / "both"))
+    assert (both.ingest.duplicates, both.ingest.rows_added) == (1, alone.ingest.rows_added)
+    assert results(tmp_path / "both") == results(tmp_path / "alone")
