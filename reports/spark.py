@@ -143,11 +143,13 @@ def stop_spark(spark: SparkSession) -> None:
 def _keep_archive(recorded: Path, clean_exit: bool) -> None:
     # A truncated archive crashes the JVM that maps it: keep only a complete one,
     # checked by a JVM that maps it, and publish it with an atomic rename.
+    crash_log = recorded.with_name(f"{recorded.name}.crash.log")  # not hs_err_pid* in cwd
     try:
         if clean_exit and recorded.exists():
             probe = subprocess.run(
-                [_java_binary() or "java", f"-XX:SharedArchiveFile={recorded}", "-version"],
-                capture_output=True, timeout=60, check=False,
+                [_java_binary() or "java", f"-XX:SharedArchiveFile={recorded}",
+                 f"-XX:ErrorFile={crash_log}", "-XX:-CreateCoredumpOnCrash", "-version"],
+                capture_output=True, timeout=60, check=False, cwd=recorded.parent,
             )
             if probe.returncode == 0:
                 recorded.replace(recorded.with_name(recorded.name.split(".jsa.")[0] + ".jsa"))
@@ -155,6 +157,7 @@ def _keep_archive(recorded: Path, clean_exit: bool) -> None:
         pass
     finally:
         recorded.unlink(missing_ok=True)
+        crash_log.unlink(missing_ok=True)
 
 
 def start_spark(

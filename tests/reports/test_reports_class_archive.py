@@ -59,3 +59,4 @@ def test_first_build_records_the_archive_and_the_next_maps_it(tmp_path: Path) ->
     _keep_archive(partial, clean_exit=True)
     assert not partial.exists()
     assert not (temp / "shadowcheck-spark-cut.jsa").exists()
+    assert not list(temp.glob("*.log")) and not list(Path.cwd().glob("hs_err_pid*.log"))
