@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import socket
 import struct
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -450,15 +451,16 @@ class _SmtpRecorder:
         self.link = link
         self.conn = conn
         self._partial = {"c2s": bytearray(), "s2c": bytearray()}
-        self._data_requested = False  # client sent DATA, waiting for 354
+        #: the client's commands still waiting for their replies, oldest first: with
+        #: PIPELINING (RFC 2920) several are in flight and replies pair up in order
+        self._awaiting: deque[str] = deque()
         self._in_data = False
         self._data_size = 0
         self._data_tail = b""
         self._data_head = bytearray()
         self._bdat_remaining = 0
         self._bdat_size = 0
-        self._auth_in_progress = False
-        self._starttls_requested = False
+        self._auth_in_progress = False  # the server sent 334: the next client line is credentials
         self._opaque = False
         #: complete message contents the client sent (DATA bodies)
         self.contents = 0
@@ -534,16 +536,15 @@ class _SmtpRecorder:
 
     def _client_line(self, text: str) -> str:
         if self._auth_in_progress:
+            # An answer to the server's 334 challenge: credentials, and it gets a reply.
+            self._auth_in_progress = False
+            self._awaiting.append("AUTH")
             return "****"
         verb = text.split(" ", 1)[0].upper()
+        self._awaiting.append(verb)
         if verb == "AUTH":
-            self._auth_in_progress = True
             return mask_auth_line(text)
-        if verb == "DATA":
-            self._data_requested = True
-        elif verb == "STARTTLS":
-            self._starttls_requested = True
-        elif verb == "BDAT":
+        if verb == "BDAT":
             parts = text.split()
             if len(parts) >= 2 and parts[1].isdigit():
                 self._bdat_size = self._bdat_remaining = int(parts[1])
@@ -556,19 +557,18 @@ class _SmtpRecorder:
     def _server_line(self, text: str) -> None:
         code = text[:3]
         final = len(text) < 4 or text[3] != "-"
-        if self._auth_in_progress and final and code != "334":
-            self._auth_in_progress = False
-        if self._data_requested and final:
-            self._data_requested = False
-            if code == "354":
-                self._start_data()
-        if self._starttls_requested and final:
-            self._starttls_requested = False
-            if code == "220":
-                self._opaque = True
-                self.history.record(
-                    "note", self.link, self.conn, text="STARTTLS: session encrypted from here on"
-                )
+        if not final or not self._awaiting:
+            return  # (a line of a longer reply, or the greeting)
+        verb = self._awaiting.popleft()
+        if verb == "AUTH" and code == "334":
+            self._auth_in_progress = True
+        elif verb == "DATA" and code == "354":
+            self._start_data()
+        elif verb == "STARTTLS" and code == "220":
+            self._opaque = True
+            self.history.record(
+                "note", self.link, self.conn, text="STARTTLS: session encrypted from here on"
+            )
 
     def _start_data(self) -> None:
         self._in_data = True

@@ -475,3 +475,32 @@ def test_large_message_is_summarised_not_recorded_line_by_line(run: Run, history
     assert data.data["size"] == len(message)
     assert data.data["message_id"] == "<big@ext.test>"
     assert len(history.events(kind="line")) < 30
+
+
+def test_pipelined_commands_pair_with_their_replies_in_order() -> None:
+    # RFC 2920: MAIL, RCPT and DATA in one write, their replies in another; the
+    # content starts after the 354 that answers DATA, not after the first reply.
+    history = History()
+    recorder = _SmtpRecorder(history, "l", 1)
+    recorder.feed("s2c", b"220 hello\r\n")
+    recorder.feed("c2s", b"AUTH PLAIN AHVzZXIAc2VjcmV0\r\nEHLO me\r\n")
+    recorder.feed("s2c", b"235 2.7.0 ok\r\n250-hi\r\n250 PIPELINING\r\n")
+    recorder.feed("c2s", b"MAIL FROM:<a@x>\r\nRCPT TO:<b@y>\r\nDATA\r\n")
+    recorder.feed("s2c", b"250 ok\r\n250 ok\r\n354 go ahead\r\n")
+    recorder.feed("c2s", b"Message-ID: <p@x>\r\n\r\nhi\r\n.\r\nQUIT\r\n")
+    (data,) = history.events(kind="data")
+    assert data.data["message_id"] == "<p@x>" and data.data["complete"]
+    client = [e.data["text"] for e in history.events(kind="line") if e.direction == "c2s"]
+    assert client == [
+        "AUTH PLAIN ****", "EHLO me", "MAIL FROM:<a@x>", "RCPT TO:<b@y>", "DATA", "QUIT",
+    ]
+
+
+def test_refused_pipelined_data_does_not_start_content_mode() -> None:
+    history = History()
+    recorder = _SmtpRecorder(history, "l", 1)
+    recorder.feed("c2s", b"MAIL FROM:<a@x>\r\nRCPT TO:<b@y>\r\nDATA\r\n")
+    recorder.feed("s2c", b"250 ok\r\n550 no such user\r\n554 no valid recipients\r\n")
+    recorder.feed("c2s", b"RSET\r\n")
+    assert not history.events(kind="data")
+    assert [e.data["text"] for e in history.events(kind="line")][-1] == "RSET"
