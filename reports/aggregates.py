@@ -85,11 +85,15 @@ def _exists(spark: SparkSession, path: str) -> bool:
     return bool(fs.exists(hpath))
 
 
-def _read(spark: SparkSession, out: str, name: str) -> DataFrame | None:
+def _read(
+    spark: SparkSession, out: str, name: str, schema: T.StructType | None = None
+) -> DataFrame | None:
     path = _path(out, name)
     if not _exists(spark, path):
         return None
-    return spark.read.parquet(path)
+    # A known schema spares the job that reads it from a Parquet footer.
+    reader = spark.read if schema is None else spark.read.schema(schema)
+    return reader.parquet(path)
 
 
 def _outcome_rank() -> Column:
@@ -360,11 +364,12 @@ def update(
     new_runs: dict[tuple[str, str], NewRun],
     progress: Progress | None = None,
     earlier_rows: int = 0,
-) -> None:
+) -> dict[str, T.StructType] | None:
     """Fold the cases of ``new_runs`` (already appended to ``out/cases``) into the tables.
 
     ``earlier_rows`` (rows earlier builds added) with no tables at all means they
     were deleted, or written by a version without them: every run is folded again.
+    Returns the schemas of the tables it wrote (for ``load``), None if it wrote none.
     """
     progress = progress or Progress(enabled=False)
     _recover(spark, out)
@@ -374,7 +379,7 @@ def update(
         old = dict.fromkeys(TABLES)
         new_runs = all_runs(spark, out)
     if not new_runs:
-        return
+        return None
     old_runs = old["runs"].select(
         "target", "run_id", "started_us", "first_date", "last_date"
     ).collect() if old["runs"] is not None else []
@@ -389,7 +394,7 @@ def update(
     # (a cold build's fold: 15 s instead of 21 to 28 on a million cases).
     keyed = keyed_cases(cases).repartition("target", "sid").cache()
     try:
-        _fold(spark, out, old, plan, keyed, selected, progress)
+        return _fold(spark, out, old, plan, keyed, selected, progress)
     finally:
         keyed.unpersist()
 
@@ -402,7 +407,7 @@ def _fold(
     keyed: DataFrame,
     selected: DataFrame,
     progress: Progress,
-) -> None:
+) -> dict[str, T.StructType]:
     # The run x scenario table is the costly aggregation: computed once, used four times.
     scenarios = scenario_runs(keyed).cache()
     runs_new = _run_rows(keyed, scenarios).cache()
@@ -446,6 +451,7 @@ def _fold(
             tables["durations"] = kept.unionByName(durations_new)
         with progress.watch(spark.sparkContext, "folding the new runs into aggregates/"):
             _write_all(spark, out, tables)
+        return {name: frame.schema for name, frame in tables.items()}
     finally:
         scenarios.unpersist()
         runs_new.unpersist()
@@ -508,9 +514,15 @@ def _recover(spark: SparkSession, out: str) -> None:
             fs.delete(status.getPath(), True)
 
 
-def load(spark: SparkSession, out: str) -> State | None:
-    """The tables after the last build, or None before any row was ingested."""
-    frames = {name: _read(spark, out, name) for name in TABLES}
+def load(
+    spark: SparkSession, out: str, schemas: dict[str, T.StructType] | None = None
+) -> State | None:
+    """The tables after the last build, or None before any row was ingested.
+
+    ``schemas``: what ``update`` returned, when this build wrote the tables.
+    """
+    schemas = schemas or {}
+    frames = {name: _read(spark, out, name, schemas.get(name)) for name in TABLES}
     if any(frame is None for frame in frames.values()):
         return None
     return State(**frames)  # type: ignore[arg-type]

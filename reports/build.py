@@ -74,8 +74,8 @@ def build(
         f"added {done.rows_added} rows from {done.accepted} files; "
         f"{len(done.rejected)} rejected, {done.duplicates} duplicate content"
     )
-    aggregates.update(spark, out, done.runs, progress, earlier_rows=done.earlier_rows)
-    state = aggregates.load(spark, out)
+    written = aggregates.update(spark, out, done.runs, progress, earlier_rows=done.earlier_rows)
+    state = aggregates.load(spark, out, written)
     if state is None:
         result.tables.update({name: [] for name in OUTPUT_COLUMNS})
     else:
