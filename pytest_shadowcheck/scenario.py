@@ -28,6 +28,8 @@ from .schema import scenario_schema, topology_schema, validate
 
 __all__ = [
     "CAPABILITIES",
+    "MTA_CAPABILITIES",
+    "PROCESS_CAPABILITIES",
     "NextHop",
     "Scenario",
     "Step",
@@ -36,11 +38,10 @@ __all__ = [
     "load_scenario_file",
 ]
 
-CAPABILITIES = (
-    "kill",
-    "pause",
-    "restart",
-    "wipe_queue_db",
+#: what whoever runs the node processes can do to them (a target's own means)
+PROCESS_CAPABILITIES = ("kill", "pause", "restart", "wipe_queue_db")
+#: what only the MTA itself can offer; a docker or external target claims them
+MTA_CAPABILITIES = (
     "control_api",
     "virtual_clock",
     "set_settings",
@@ -48,6 +49,7 @@ CAPABILITIES = (
     # the only outside view of SN-11's "full categorisation on resubmission"
     "categoriser_stamp",
 )
+CAPABILITIES = PROCESS_CAPABILITIES + MTA_CAPABILITIES
 
 #: capability a step or expectation needs, derived so authors cannot forget one
 STEP_CAPABILITY = {

@@ -23,6 +23,7 @@ import yaml
 
 from ..durations import parse_duration
 from ..errors import SourceRef, format_snippet
+from ..scenario import MTA_CAPABILITIES, PROCESS_CAPABILITIES
 from .base import ClusterPlan, TargetError
 
 __all__ = [
@@ -38,9 +39,9 @@ __all__ = [
 ]
 
 #: what docker itself gives: SIGKILL, the freezer, start again, a new queue volume
-DOCKER_CAPABILITIES = frozenset({"kill", "pause", "restart", "wipe_queue_db"})
+DOCKER_CAPABILITIES = frozenset(PROCESS_CAPABILITIES)
 #: what only the MTA can provide; a description claims them under ``capabilities``
-CLAIMABLE = frozenset({"control_api", "virtual_clock", "set_settings", "categoriser_stamp"})
+CLAIMABLE = frozenset(MTA_CAPABILITIES)
 LISTEN_HOST = "127.0.0.1"
 
 _KEYS = {

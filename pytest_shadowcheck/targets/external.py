@@ -28,12 +28,13 @@ from typing import Any
 import yaml
 
 from ..hookspecs import hookimpl
-from ..scenario import Scenario
+from ..scenario import MTA_CAPABILITIES, Scenario
 from .base import ClusterPlan, NodeHandle, Target, TargetError
 
 __all__ = ["ExternalTarget", "parse_external"]
 
-_ALLOWED = frozenset({"control_api", "set_settings", "virtual_clock", "categoriser_stamp"})
+#: the harness does not run these nodes: only what the MTA itself offers can be claimed
+_ALLOWED = frozenset(MTA_CAPABILITIES)
 
 
 def _addr(text: str, what: str) -> tuple[str, int]:

@@ -45,6 +45,8 @@ def _kill_leftovers() -> None:
         _LIVE.discard(proc)
 
 
+# Registered after node_process imported multiprocessing, so it runs before
+# multiprocessing's own exit hook, which joins forked nodes: they are dead by then.
 atexit.register(_kill_leftovers)
 
 

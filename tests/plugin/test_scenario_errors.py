@@ -134,3 +134,12 @@ def test_shared_topology_file_error_points_into_that_file(pytester: pytest.Pytes
     result = pytester.runpytest("--shadowcheck", str(path))
     result.stdout.fnmatch_lines(["*topologies/mine.yaml:2: unknown key 'sight'*"])
     assert "Traceback" not in result.stdout.str()
+
+
+def test_the_schema_names_exactly_the_capabilities_the_harness_knows() -> None:
+    # the schema's enum and CAPABILITIES are kept by hand: a capability added to one
+    # only would be refused in scenarios or unknown to targets
+    from pytest_shadowcheck.scenario import CAPABILITIES
+    from pytest_shadowcheck.schema import scenario_schema
+
+    assert scenario_schema()["$defs"]["capability"]["enum"] == list(CAPABILITIES)
