@@ -6,12 +6,15 @@ Generates N JUnit files x M test cases (kept under --data between runs), then ti
 in one run:
 
 * baseline   - one Python process: stdlib ElementTree parse + dict aggregation
-               (pass rate per target x version x behaviour, flips, regressions);
+               (pass counts per target x version x behaviour, outcome flips in run
+               order, sorted durations per scenario);
 * cold build - ``python -m reports build`` in a fresh process, JVM start-up,
                Parquet and dashboard included;
 * increment  - the same command after one new run of M cases was added (--increments
                times, one more run each time);
-* warm build - ``build()`` into a fresh --out inside an already started Spark.
+* warm build - ``build()`` into a fresh --out inside an already started Spark;
+* warm pass  - in the same Spark, the baseline's questions and nothing more (no
+               Parquet, no aggregates, no outputs), to show what persistence costs.
 
 and prints each figure and the Spark/baseline ratios.
 """
@@ -31,6 +34,7 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 BEHAVIOURS = (
     [f"CR-{i}" for i in range(1, 11)]
@@ -144,7 +148,8 @@ def _class_archive() -> Path:
     return archive()
 
 
-def _warm_build(data: Path, out: Path, master: str) -> tuple[float, float]:
+def _warm_build(data: Path, out: Path, master: str) -> tuple[float, float, float, dict]:
+    """Start-up, a warm build, then a warm pass (see ``_spark_pass``) in the same session."""
     from reports.build import build
     from reports.spark import start_spark
 
@@ -155,8 +160,62 @@ def _warm_build(data: Path, out: Path, master: str) -> tuple[float, float]:
     began = time.perf_counter()
     build(spark, [str(data)], str(out))
     elapsed = time.perf_counter() - began
+    began = time.perf_counter()
+    answers = _spark_pass(spark, data)
+    passed = time.perf_counter() - began
     spark.stop()
-    return started, elapsed
+    return started, elapsed, passed, answers
+
+
+def _spark_pass(spark: Any, history: Path) -> dict[str, int]:
+    """The baseline's questions answered on Spark, nothing persisted.
+
+    The build's own parser (junitparser in the Python workers) feeds three
+    aggregations that mirror ``baseline``: pass counts per target x version x
+    behaviour, outcome flips per target x version x scenario in run order, sorted
+    durations per target x scenario. No Parquet, no aggregates/, no CSVs: what is
+    left of a build when the table and the incremental state it keeps are taken
+    away, so that the two ratios show where a build's time goes.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from reports.table import _FileSummaries, _identity, _parsed_rows, discover
+
+    files, _ = discover(spark, [str(history)])
+    origins = [_identity(f, None, None, None) for f in files]
+    summaries = spark.sparkContext.accumulator({}, _FileSummaries())
+    cases = (
+        _parsed_rows(spark, origins, True, summaries)
+        .select("run_id", "started_at", "target", "target_version", "scenario",
+                "behaviour", "outcome", "duration_s")
+        .cache()
+    )
+    try:
+        cells = cases.groupBy("target", "target_version", "behaviour").agg(
+            F.count(F.when(F.col("outcome") == "passed", 1)).alias("passed"),
+            F.count(F.when(F.col("outcome").isin("failed", "error"), 1)).alias("failed"),
+            F.count(F.when(F.col("outcome") == "skipped", 1)).alias("skipped"),
+        )
+        ok = (F.col("outcome") == "passed").cast("int")
+        order = Window.partitionBy("target", "target_version", "scenario").orderBy(
+            "started_at", "run_id", ok
+        )
+        flips = (
+            cases.where(F.col("outcome") != "skipped")
+            .select(ok.alias("ok"), F.lag(ok).over(order).alias("before"))
+            .where(F.col("ok") != F.col("before"))
+        )
+        scenarios = cases.groupBy("target", "scenario").agg(
+            F.array_sort(F.collect_list("duration_s")).alias("sorted")
+        )
+        return {
+            "matrix_cells": len(cells.collect()),
+            "flips": flips.count(),
+            "scenarios": len(scenarios.collect()),
+        }
+    finally:
+        cases.unpersist()
 
 
 def compare_parsers(history: Path, master: str) -> None:
@@ -265,10 +324,13 @@ def main() -> None:
     if not args.skip_warm:
         warm_out = data / "out-warm"
         shutil.rmtree(warm_out, ignore_errors=True)
-        startup, warm = _warm_build(history, warm_out, args.master)
+        startup, warm, spark_pass, answers = _warm_build(history, warm_out, args.master)
         print(f"Spark start-up (session + first job):               {startup:6.1f}s")
         print(f"warm build (Spark already up):                      {warm:6.1f}s  "
               f"ratio to baseline {warm / base:.2f}  {_load()}")
+        same = "same answers as the baseline" if answers == summary else f"DIFFERENT: {answers}"
+        print(f"warm pass (the baseline's work on Spark, no output): {spark_pass:6.1f}s  "
+              f"ratio to baseline {spark_pass / base:.2f}  {same}  {_load()}")
         shutil.rmtree(warm_out, ignore_errors=True)
     files = sum(1 for _ in (out / "cases").rglob("*.parquet"))
     print(f"cases/ holds {files} Parquet files; cpu count {os.cpu_count()}")
