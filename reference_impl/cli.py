@@ -68,12 +68,13 @@ def main(argv: list[str] | None = None) -> int:
             smtp = parse_address(args.smtp, "--smtp") if args.smtp else None
             control = parse_address(args.control, "--control") if args.control else None
             data = Path(args.data)
-            if cluster.settings.SmtpInProcesses == 1:
+            processes = cluster.settings_for(args.name).SmtpInProcesses
+            if processes == 1:
                 return _run(run_node(cluster, args.name, data, smtp, control))
             # Forked before the owner has a loop or a thread (workers.py).
             listening = listen(*(smtp or cluster.node(args.name).smtp))
             forked = fork_workers(
-                cluster.settings.SmtpInProcesses,
+                processes,
                 lambda _n, channel: _run(run_worker(cluster, args.name, data, listening, channel)),
                 listening,
             )
@@ -116,7 +117,7 @@ async def run_node(
         stop.set()
 
     if forked and listening is not None:
-        node.workers = WorkerPool(node, forked, on_lost=worker_lost)
+        node.workers = WorkerPool(node, forked, on_lost=worker_lost, on_stop=stop.set)
         await node.start(serve_smtp=False)
         host, port = listening.getsockname()[:2]
         node.smtp_address = (host, port)

@@ -43,7 +43,7 @@ class Node:
         self.config = cluster.node(name)
         self.name = name
         self.profile = self.config.profile
-        self.settings: Settings = cluster.settings
+        self.settings: Settings = cluster.settings_for(name)
         self.clock: Clock = (
             VirtualClock(cluster.clock_start or 1767225600.0)
             if cluster.clock_mode == "virtual"

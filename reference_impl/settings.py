@@ -52,8 +52,10 @@ class Settings:
     MaxMessageSize: int = 10 * 1024 * 1024
     # Not Exchange's either: how many processes of a node accept SMTP (workers.py).
     # 1: the node process itself; N >= 2: N forked workers, the node process
-    # keeping delivery, timers and the control API. Read at start only.
-    SmtpInProcesses: int = 2
+    # keeping delivery, timers and the control API. Read at start only. 1 by
+    # default: on two shared cores, workers made a shadowing node slower (more
+    # CPU per message than the second core gave back); see docs/protocol.md.
+    SmtpInProcesses: int = 1
 
     @classmethod
     def names(cls) -> list[str]:

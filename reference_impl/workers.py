@@ -166,10 +166,17 @@ def state_of(node: Node) -> WorkerState:
 class WorkerPool:
     """The owner's view of its workers: push state, collect counters, stop them."""
 
-    def __init__(self, node: Node, forked: list[ForkedWorker], on_lost: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        node: Node,
+        forked: list[ForkedWorker],
+        on_lost: Callable[[], None],
+        on_stop: Callable[[], None],
+    ) -> None:
         self.node = node
         self.forked = forked
-        self.on_lost = on_lost
+        self.on_lost = on_lost  # a worker died: the node fails
+        self.on_stop = on_stop  # a worker was told to stop (SIGTERM/SIGINT): the node stops
         self.channels: list[Channel] = []
         self._serving: list[asyncio.Task[Any]] = []
         self.stopping = False
@@ -181,6 +188,7 @@ class WorkerPool:
             "watch": node.shadowing.ensure_heartbeat,
             "resubmit": node.answer_resubmit,
             "wait_processed": node.delivery.wait_processed,
+            "stopping": self._worker_stopping,
         }
         for worker in self.forked:
             channel = Channel(worker.sock, handlers)
@@ -194,6 +202,11 @@ class WorkerPool:
     def _submit(self, domain: str, message_id: str) -> None:
         # Delivery.submit already ran in the worker (a variant may have patched it).
         self.node.delivery.queue_for(domain).put_nowait(message_id)
+
+    def _worker_stopping(self) -> None:
+        # (A signal to the node's group reaches the workers too, maybe first.)
+        self.stopping = True
+        self.on_stop()
 
     def _lost_callback(self, number: int) -> Callable[[asyncio.Task[Any]], None]:
         def lost(_task: asyncio.Task[Any]) -> None:
@@ -350,6 +363,9 @@ async def run_worker(
     await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)
     closed.cancel()
     stopping.cancel()
+    if stop.is_set():
+        with contextlib.suppress(ChannelClosed):
+            channel.note("stopping")
     if node is not None:
         with contextlib.suppress(ChannelClosed):
             await node.stop()

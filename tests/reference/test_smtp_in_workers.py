@@ -12,11 +12,14 @@ import os
 import signal
 import smtplib
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from clusterkit import Cluster, Sink, two_nodes, wait_until
+import yaml
+from clusterkit import Cluster, Sink, signal_node, two_nodes, wait_until
 
 Factory = Callable[..., Cluster]
 WORKERS = 3
@@ -150,3 +153,44 @@ def test_a_paused_node_is_frozen_whole_and_keeps_its_mail(
     code, text, message_id = cluster.send("mbx1", ["alice@corp.test"])
     assert code == 250, text
     wait_until(lambda: sink.of(message_id))
+
+
+def test_setting_of_one_node_over_the_cluster_s(cluster_factory: Factory, sink: Sink) -> None:
+    """``nodes.NAME.settings`` overrides ``settings:`` for that node alone."""
+    spec = two_nodes(sink)
+    spec["nodes"]["mbx1"]["settings"] = {"SmtpInProcesses": 2}
+    cluster = cluster_factory(spec)
+    assert len(_workers(cluster, "mbx1")) == 2
+    assert _workers(cluster, "mbx2") == []
+    assert cluster.api("mbx1", "GET", "/settings")["SmtpInProcesses"] == 2
+    assert cluster.api("mbx2", "GET", "/settings")["SmtpInProcesses"] == 1
+    code, text, message_id = cluster.send("mbx1", ["alice@corp.test"])
+    assert code == 250, text
+    wait_until(lambda: sink.of(message_id))
+
+
+def test_bad_setting_of_one_node_is_named(tmp_path: Path, sink: Sink) -> None:
+    spec = two_nodes(sink)
+    spec["nodes"]["mbx2"]["settings"] = {"SmtpInProcesses": 0}
+    config = tmp_path / "cluster.yaml"
+    config.write_text(yaml.safe_dump(spec))
+    command = ["node", "--config", str(config), "--name", "mbx1", "--data", str(tmp_path / "m")]
+    done = subprocess.run(
+        [sys.executable, "-m", "reference_impl", *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "nodes.mbx2.settings: SmtpInProcesses must be 1 to 64" in done.stderr
+
+
+def test_sigterm_to_the_node_group_is_an_orderly_stop(cluster_factory: Factory, sink: Sink) -> None:
+    """The workers get the signal too (maybe first): the node still stops cleanly, exit 0."""
+    cluster = _cluster(cluster_factory, sink)
+    workers = _workers(cluster, "mbx1")
+    proc = cluster.nodes["mbx1"].proc
+    assert proc is not None
+    signal_node(proc, signal.SIGTERM)
+    assert proc.wait(10) == 0
+    wait_until(lambda: all(_dead(pid) for pid in workers))
