@@ -13,8 +13,10 @@ One run drives Postfix's ``smtp-source`` (``--sessions`` parallel sessions,
   ``relay_domains`` + ``transport_maps`` to the sink, no DNS, no local
   delivery);
 
-and, as a calibration, (d) straight into the sink. Every target delivers to
-one ``smtp-sink`` (from Debian's postfix package) on a loopback port; the
+and, as a calibration, (d) straight into the sink. ``a`` and ``b`` run the
+nodes with the reference's default SmtpInProcesses; ``a2``, ``b3`` (any digit)
+with that many SMTP-in processes per node, so that one run can alternate them.
+Every target delivers to one ``smtp-sink`` (from Debian's postfix package) on a loopback port; the
 sink's own running counter (``-c``: ``sess=N quit=N mesg=N``) is what counts
 deliveries. The script prints, for each target, messages per second
 *accepted* (until smtp-source exits: every message had its 250) and
