@@ -157,7 +157,7 @@ def test_a_paused_node_is_frozen_whole_and_keeps_its_mail(
 
 def test_setting_of_one_node_over_the_cluster_s(cluster_factory: Factory, sink: Sink) -> None:
     """``nodes.NAME.settings`` overrides ``settings:`` for that node alone."""
-    spec = two_nodes(sink)
+    spec = two_nodes(sink, SmtpInProcesses=1)
     spec["nodes"]["mbx1"]["settings"] = {"SmtpInProcesses": 2}
     cluster = cluster_factory(spec)
     assert len(_workers(cluster, "mbx1")) == 2
