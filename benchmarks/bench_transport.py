@@ -13,8 +13,10 @@ One run drives Postfix's ``smtp-source`` (``--sessions`` parallel sessions,
   ``relay_domains`` + ``transport_maps`` to the sink, no DNS, no local
   delivery);
 
-and, as a calibration, (d) straight into the sink. Every target delivers to
-one ``smtp-sink`` (from Debian's postfix package) on a loopback port; the
+and, as a calibration, (d) straight into the sink. ``a`` and ``b`` run the
+nodes with the reference's default SmtpInProcesses; ``a2``, ``b3`` (any digit)
+with that many SMTP-in processes per node, so that one run can alternate them.
+Every target delivers to one ``smtp-sink`` (from Debian's postfix package) on a loopback port; the
 sink's own running counter (``-c``: ``sess=N quit=N mesg=N``) is what counts
 deliveries. The script prints, for each target, messages per second
 *accepted* (until smtp-source exits: every message had its 250) and
@@ -197,15 +199,24 @@ settings:
   ReceiveConnectionTimeout: 3600
   SendConnectionInactivityTimeout: 600
   TransientFailureRetryInterval: 1
-"""
+{processes}"""
 
 
 @contextlib.contextmanager
-def reference_cluster(work: Path, sink_port: int, shadow: bool) -> Iterator[dict[str, Any]]:
-    """``python -m reference_impl cluster``; yields mbx1's JSON line (plus mbx2's)."""
+def reference_cluster(
+    work: Path, sink_port: int, shadow: bool, processes: int | None = None
+) -> Iterator[dict[str, Any]]:
+    """``python -m reference_impl cluster``; yields mbx1's JSON line (plus mbx2's).
+    ``processes``: the nodes' SmtpInProcesses (None: the reference's default)."""
     base = Path(tempfile.mkdtemp(prefix="cluster-", dir=work))
     config = base / "cluster.yaml"
-    config.write_text(CLUSTER_YAML.format(sink=sink_port, shadow=str(shadow).lower()))
+    config.write_text(
+        CLUSTER_YAML.format(
+            sink=sink_port,
+            shadow=str(shadow).lower(),
+            processes="" if processes is None else f"  SmtpInProcesses: {processes}\n",
+        )
+    )
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "reference_impl", "cluster", str(config), "--data", str(base)],
@@ -466,15 +477,17 @@ def run_target(key: str, result: Result, work: Path, sink: Sink, args: argparse.
     drive_args = (sink, args.sessions, result.mode, args.size)
     if key == "sink":
         drive(result, sink.port, *drive_args)
-    elif key in ("a", "b"):
-        with reference_cluster(work, sink.port, shadow=key == "a") as nodes:
+    elif (reference := REFERENCE_KEY.fullmatch(key)) is not None:
+        processes = int(reference["processes"]) if reference["processes"] else None
+        with reference_cluster(work, sink.port, reference["shadow"] == "a", processes) as nodes:
             entry = nodes["mbx1"]
             pids = [int(info["pid"]) for info in nodes.values()]
             drive(
                 result,
                 int(entry["smtp"].rpartition(":")[2]),
                 *drive_args,
-                cpu=lambda: sum(cpu_seconds(pid) for pid in pids),
+                # each node's process and its SMTP-in workers (SmtpInProcesses)
+                cpu=lambda: sum(cpu_seconds(pid, tree=True) for pid in pids),
             )
             first = control_get(entry["control"], "/stats")
             second = control_get(nodes["mbx2"]["control"], "/stats")
@@ -493,12 +506,22 @@ def run_target(key: str, result: Result, work: Path, sink: Sink, args: argparse.
         raise RuntimeError(f"unknown target {key!r}")
 
 
+#: a or b, optionally followed by the nodes' SmtpInProcesses (``a1``, ``b3``)
+REFERENCE_KEY = re.compile(r"(?P<shadow>[ab])(?P<processes>[1-9][0-9]*)?")
+
 LABELS = {
     "sink": "(d) smtp-source -> smtp-sink",
     "a": "(a) reference, 2 nodes, shadow on",
     "b": "(b) reference, 2 nodes, shadow off",
     "c": "(c) postfix relay",
 }
+
+
+def label(key: str) -> str:
+    reference = REFERENCE_KEY.fullmatch(key)
+    if reference is None or not reference["processes"]:
+        return LABELS.get(key, key)
+    return f"{LABELS[reference['shadow']]}, {reference['processes']} SMTP-in"
 
 
 def fmt(value: float | None, spec: str) -> str:
@@ -517,12 +540,12 @@ def report(results: list[Result], args: argparse.Namespace) -> str:
         flags = " ".join([*MODES[mode], "-s", str(args.sessions), "-m", str(args.messages)])
         out.append(f"\n{mode}: smtp-source {flags}")
         out.append(
-            f"{'target':38} {'round':>5} {'load':>5} {'accepted/s':>11} {'delivered/s':>12} "
+            f"{'target':46} {'round':>5} {'load':>5} {'accepted/s':>11} {'delivered/s':>12} "
             f"{'accept s':>9} {'deliver s':>10} {'CPU ms/msg':>10}"
         )
         for r in rows:
             out.append(
-                f"{LABELS.get(r.target, r.target):38} {r.round:5d} {fmt(r.load, '5.2f')} "
+                f"{label(r.target):46} {r.round:5d} {fmt(r.load, '5.2f')} "
                 f"{fmt(r.accepted_rate, '11.0f')} {fmt(r.delivered_rate, '12.0f')} "
                 f"{fmt(r.accepted_s, '9.2f')} {fmt(r.delivered_s, '10.2f')} "
                 f"{fmt(r.cpu_ms, '10.2f')}"
@@ -542,11 +565,14 @@ def report(results: list[Result], args: argparse.Namespace) -> str:
                     parts.append(f"{fmt(best, '6.0f')} / {fmt(_median(values), '6.0f')}")
                 cpu = _median([r.cpu_ms for r in mine if r.cpu_ms is not None])
                 out.append(
-                    f"  {LABELS.get(key, key):36} accepted/s {parts[0]}   delivered/s {parts[1]}"
+                    f"  {label(key):44} accepted/s {parts[0]}   delivered/s {parts[1]}"
                     f"   CPU ms/msg (median) {fmt(cpu, '5.2f')}"
                 )
-        for key, target in (("a", 1.0), ("b", 2.0)):
-            ratios = _ratios(rows, key, target)
+        for key in dict.fromkeys(r.target for r in rows):
+            reference = REFERENCE_KEY.fullmatch(key)
+            if reference is None:
+                continue
+            ratios = _ratios(rows, key, 1.0 if reference["shadow"] == "a" else 2.0)
             if ratios:
                 out.append(f"({key})/(c): " + ", ".join(ratios))
     return "\n".join(out)
@@ -596,7 +622,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--targets",
         default="sink,a,b,c",
-        help="comma-separated subset of sink,a,b,c (default: all)",
+        help="comma-separated subset of sink,a,b,c (default: all); a or b followed by a "
+        "number runs the nodes with that many SMTP-in processes (a1,a2: SmtpInProcesses 1, 2)",
     )
     parser.add_argument(
         "--workdir", help="where the queues live (default: the system temp dir; use a disk)"

@@ -15,16 +15,19 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
+from typing import Any
 
 import uvloop
 
 from .config import ClusterConfig, ConfigError, load_cluster, parse_address, parse_time
 from .node import Node
+from .workers import ForkedWorker, WorkerPool, fork_workers, listen, run_worker
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,10 +67,18 @@ def main(argv: list[str] | None = None) -> int:
                 )
             smtp = parse_address(args.smtp, "--smtp") if args.smtp else None
             control = parse_address(args.control, "--control") if args.control else None
-            # uvloop: the same asyncio API at roughly half the transport overhead
-            # (benchmarks/bench_transport.py; the node is bound by its sockets).
-            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                runner.run(run_node(cluster, args.name, Path(args.data), smtp, control))
+            data = Path(args.data)
+            processes = cluster.settings_for(args.name).SmtpInProcesses
+            if processes == 1:
+                return _run(run_node(cluster, args.name, data, smtp, control))
+            # Forked before the owner has a loop or a thread (workers.py).
+            listening = listen(*(smtp or cluster.node(args.name).smtp))
+            forked = fork_workers(
+                processes,
+                lambda _n, channel: _run(run_worker(cluster, args.name, data, listening, channel)),
+                listening,
+            )
+            return _run(run_node(cluster, args.name, data, smtp, control, listening, forked))
         else:
             return run_cluster(Path(args.config), Path(args.data), args.log_level)
     except ConfigError as exc:
@@ -78,17 +89,41 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _run(main: Coroutine[Any, Any, int | None]) -> int:
+    # uvloop: the same asyncio API at roughly half the transport overhead
+    # (benchmarks/bench_transport.py; the node is bound by its sockets).
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main) or 0
+
+
 async def run_node(
     cluster: ClusterConfig,
     name: str,
     data: Path,
     smtp: tuple[str, int] | None,
     control: tuple[str, int] | None,
-) -> None:
+    listening: socket.socket | None = None,
+    forked: list[ForkedWorker] | None = None,
+) -> int:
+    """The node process; with ``forked`` workers, their owner (exit 1 if one was lost)."""
     from .control_api import start_control
 
     node = Node(cluster, name, data)
-    await node.start(smtp)
+    stop = asyncio.Event()
+    lost: list[bool] = []
+
+    def worker_lost() -> None:
+        lost.append(True)
+        stop.set()
+
+    if forked and listening is not None:
+        node.workers = WorkerPool(node, forked, on_lost=worker_lost, on_stop=stop.set)
+        await node.start(serve_smtp=False)
+        host, port = listening.getsockname()[:2]
+        node.smtp_address = (host, port)
+        await node.workers.start()
+    else:
+        await node.start(smtp)
     runner, control_address = await start_control(node, *(control or node.config.control))
     # What start-up made (modules, configuration) lives as long as the process:
     # keep the cyclic collector from scanning it again and again under load.
@@ -105,13 +140,15 @@ async def run_node(
         ),
         flush=True,
     )
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await runner.cleanup()
+    if node.workers is not None:
+        await node.workers.stop()
     await node.stop()
+    return 1 if lost else 0
 
 
 def run_cluster(config_path: Path, data: Path, log_level: str) -> int:

@@ -61,6 +61,8 @@ class NodeConfig:
     control: tuple[str, int] = ("127.0.0.1", 0)
     peers: dict[str, tuple[str, int]] = field(default_factory=dict)
     next_hops: dict[str, NextHop] = field(default_factory=dict)
+    #: this node's own values of some settings, over the cluster's ``settings:``
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,11 @@ class ClusterConfig:
             raise ConfigError(
                 f"no node {name!r} in the cluster file (nodes: {', '.join(self.nodes)})"
             ) from None
+
+    def settings_for(self, name: str) -> Settings:
+        """The cluster's settings with the node's own values over them."""
+        own = self.node(name).settings
+        return Settings.from_mapping(own, base=self.settings) if own else self.settings
 
     def next_hops_for(self, name: str) -> dict[str, NextHop]:
         """The cluster-wide routes, overridden by the node's own."""
@@ -195,6 +202,11 @@ def parse_cluster(raw: Any) -> ClusterConfig:
         settings = Settings.from_mapping(_mapping(top.get("settings"), "settings"))
     except SettingsError as exc:
         raise ConfigError(f"settings: {exc}") from None
+    for node in nodes.values():
+        try:
+            Settings.from_mapping(node.settings, base=settings)
+        except SettingsError as exc:
+            raise ConfigError(f"nodes.{node.name}.settings: {exc}") from None
     clock = _mapping(top.get("clock"), "clock")
     mode = str(clock.get("mode", "real"))
     if mode not in ("real", "virtual"):
@@ -216,7 +228,16 @@ def parse_cluster(raw: Any) -> ClusterConfig:
 def _parse_node(name: str, raw: Any, default_profile: str) -> NodeConfig:
     where = f"nodes.{name}"
     spec = _mapping(raw, where)
-    unknown = set(spec) - {"site", "dag", "profile", "smtp", "control", "peers", "next_hops"}
+    unknown = set(spec) - {
+        "site",
+        "dag",
+        "profile",
+        "smtp",
+        "control",
+        "peers",
+        "next_hops",
+        "settings",
+    }
     if unknown:
         raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
     profile = str(spec.get("profile", default_profile))
@@ -241,6 +262,7 @@ def _parse_node(name: str, raw: Any, default_profile: str) -> NodeConfig:
             domain.lower(): parse_next_hop(domain, value, f"{where}.next_hops.{domain}")
             for domain, value in _mapping(spec.get("next_hops"), f"{where}.next_hops").items()
         },
+        settings=dict(_mapping(spec.get("settings"), f"{where}.settings")),
     )
 
 

@@ -225,7 +225,22 @@ async def put_next_hops(request: web.Request) -> web.Response:
 
 async def stats(request: web.Request) -> web.Response:
     node = _node(request)
-    return _json({**node.stats, "shadow_attempts": node.shadowing.attempt_log[-50:]})
+    if node.workers is not None:
+        counters, attempts = await node.workers.stats()
+    else:
+        counters, attempts = node.stats, node.shadowing.attempt_log
+    return _json({**counters, "shadow_attempts": attempts[-50:]})
+
+
+@web.middleware
+async def push_to_workers(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A change (settings, directory, routes, peers, clock) reaches the node's SMTP-in
+    workers before its answer does: the next session sees it, whichever worker takes it."""
+    response = await handler(request)
+    workers = _node(request).workers
+    if workers is not None and request.method != "GET":
+        await workers.sync()
+    return response
 
 
 ROUTES: list[tuple[str, str, Handler]] = [
@@ -252,7 +267,7 @@ ROUTES: list[tuple[str, str, Handler]] = [
 
 
 def make_app(node: Node) -> web.Application:
-    app = web.Application()
+    app = web.Application(middlewares=[push_to_workers])
     app[NODE_KEY] = node
     for method, path, handler in ROUTES:
         app.router.add_route(method, path, handler)

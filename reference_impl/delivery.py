@@ -43,9 +43,9 @@ class Delivery:
 
     def submit(self, message_id: str, domains: list[str]) -> None:
         for domain in domains:
-            self._queue(domain).put_nowait(message_id)
+            self.queue_for(domain).put_nowait(message_id)
 
-    def _queue(self, domain: str) -> asyncio.Queue[str]:
+    def queue_for(self, domain: str) -> asyncio.Queue[str]:
         queue = self._ready.get(domain)
         if queue is None:
             queue = self._ready[domain] = asyncio.Queue()
@@ -63,7 +63,7 @@ class Delivery:
         now = self.node.clock.now()
         for fork in self.node.db.pending_forks():
             if fork.next_attempt <= now:
-                self._queue(fork.domain).put_nowait(fork.message)
+                self.queue_for(fork.domain).put_nowait(fork.message)
             else:
                 heapq.heappush(self._later, (fork.next_attempt, fork.message, fork.domain))
         clock = self.node.clock
@@ -71,7 +71,7 @@ class Delivery:
             now = clock.now()
             while self._later and self._later[0][0] <= now:
                 _, message_id, domain = heapq.heappop(self._later)
-                self._queue(domain).put_nowait(message_id)
+                self.queue_for(domain).put_nowait(message_id)
             timeout = self._later[0][0] - now if self._later else None
             self._wake.clear()
             await clock.wait(self._wake, timeout)

@@ -14,7 +14,7 @@ import hmac
 import logging
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import messages
 from .clock import Clock, RealClock, VirtualClock
@@ -23,9 +23,12 @@ from .delivery import Delivery
 from .directory import Directory
 from .queue_db import Message, QueueDB, new_id
 from .safety_net import SafetyNet
-from .settings import Settings
+from .settings import Settings, SettingsError
 from .shadowing import Shadowing
 from .smtp_in import NodeSMTP, PeerState
+
+if TYPE_CHECKING:
+    from .workers import WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +43,7 @@ class Node:
         self.config = cluster.node(name)
         self.name = name
         self.profile = self.config.profile
-        self.settings: Settings = cluster.settings
+        self.settings: Settings = cluster.settings_for(name)
         self.clock: Clock = (
             VirtualClock(cluster.clock_start or 1767225600.0)
             if cluster.clock_mode == "virtual"
@@ -74,16 +77,20 @@ class Node:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._servers: list[asyncio.AbstractServer] = []
         self.smtp_address: tuple[str, int] = self.config.smtp
+        # SMTP-in worker processes (SmtpInProcesses >= 2; workers.py), owner side.
+        self.workers: WorkerPool | None = None
 
     # -- lifecycle ------------------------------------------------------------
 
-    async def start(self, smtp: tuple[str, int] | None = None) -> None:
-        host, port = smtp or self.config.smtp
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: NodeSMTP(self), host, port)
-        self._servers.append(server)
-        sock = server.sockets[0].getsockname()
-        self.smtp_address = (sock[0], sock[1])
+    async def start(self, smtp: tuple[str, int] | None = None, *, serve_smtp: bool = True) -> None:
+        """Start the timers and delivery; and SMTP in, unless workers serve it."""
+        if serve_smtp:
+            host, port = smtp or self.config.smtp
+            loop = asyncio.get_running_loop()
+            server = await loop.create_server(lambda: NodeSMTP(self), host, port)
+            self._servers.append(server)
+            sock = server.sockets[0].getsockname()
+            self.smtp_address = (sock[0], sock[1])
         self.background(self.delivery.run())
         self.background(self.safety_net.run())
         self.shadowing.start()
@@ -234,5 +241,8 @@ class Node:
         return now
 
     def update_settings(self, values: dict[str, Any]) -> Settings:
-        self.settings = Settings.from_mapping(values, base=self.settings)
+        settings = Settings.from_mapping(values, base=self.settings)
+        if settings.SmtpInProcesses != self.settings.SmtpInProcesses:
+            raise SettingsError("SmtpInProcesses is read at start only (the cluster file)")
+        self.settings = settings
         return self.settings

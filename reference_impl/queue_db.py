@@ -460,20 +460,21 @@ class QueueDB:
     # -- discard events (primary side) --------------------------------------
 
     def take_discards(self, shadow_node: str, now: float, limit: int = 1000) -> list[str]:
-        """DI-3: the notifications for one shadow, each handed over once."""
-        rows = self.conn.execute(
+        """DI-3: the notifications for one shadow, each handed over once (also when
+        several processes of the node answer XQDISCARD: read and marked in one
+        write transaction)."""
+        query = (
             "SELECT message FROM discard_events "
-            "WHERE shadow_node = ? AND handed_out_at IS NULL ORDER BY created_at LIMIT ?",
-            (shadow_node, limit),
-        ).fetchall()
-        ids = [str(r[0]) for r in rows]
-        if ids:  # (the usual answer is none: then there is nothing to write)
-            with self.transaction(durable=False) as c:
-                c.executemany(
-                    "UPDATE discard_events SET handed_out_at = ? "
-                    "WHERE shadow_node = ? AND message = ?",
-                    [(now, shadow_node, m) for m in ids],
-                )
+            "WHERE shadow_node = ? AND handed_out_at IS NULL ORDER BY created_at LIMIT ?"
+        )
+        if not self.conn.execute(query, (shadow_node, limit)).fetchone():
+            return []  # the usual answer: nothing to write, no write lock taken
+        with self.transaction(durable=False) as c:
+            ids = [str(r[0]) for r in c.execute(query, (shadow_node, limit)).fetchall()]
+            c.executemany(
+                "UPDATE discard_events SET handed_out_at = ? WHERE shadow_node = ? AND message = ?",
+                [(now, shadow_node, m) for m in ids],
+            )
         return ids
 
     def discard_events(self) -> list[dict[str, Any]]:

@@ -50,6 +50,12 @@ class Settings:
     # message is retried after a 4xx or a failed connection, and the DATA limit.
     TransientFailureRetryInterval: float = 5 * MINUTE
     MaxMessageSize: int = 10 * 1024 * 1024
+    # Not Exchange's either: how many processes of a node accept SMTP (workers.py).
+    # 1: the node process itself; N >= 2: N forked workers, the node process
+    # keeping delivery, timers and the control API. Read at start only. 1 by
+    # default: on two shared cores, workers made a shadowing node slower (more
+    # CPU per message than the second core gave back); see docs/protocol.md.
+    SmtpInProcesses: int = 1
 
     @classmethod
     def names(cls) -> list[str]:
@@ -88,6 +94,8 @@ class Settings:
                 raise SettingsError(f"{name} must not be negative (got {value})")
         if self.ShadowHeartbeatFrequency <= 0:
             raise SettingsError("ShadowHeartbeatFrequency must be positive")
+        if not 1 <= self.SmtpInProcesses <= 64:
+            raise SettingsError(f"SmtpInProcesses must be 1 to 64 (got {self.SmtpInProcesses})")
 
     def warnings(self) -> list[dict[str, str]]:
         """Configurations that are accepted but put a guarantee at risk."""

@@ -13,6 +13,11 @@ Two ways to start one, same behaviour:
   The fork gets its own pid, sockets and database handles - nothing is shared with
   its siblings but the already imported, not yet used modules - so a SIGKILL is
   still a real crash of that node alone.
+
+Either way the node is the leader of a process group of its own, and
+:meth:`NodeProcess.send_signal` signals that group: a node may run more than one
+process (the reference MTA's SMTP-in workers, ``SmtpInProcesses``), and a kill, a
+SIGSTOP or a SIGCONT of the node must reach all of them at once.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, Protocol
 
-__all__ = ["ExecNode", "ForkedNode", "NodeProcess", "start_node_process"]
+__all__ = ["ExecNode", "ForkedNode", "NodeProcess", "signal_group", "start_node_process"]
 
 #: what the fork server imports once: the MTA's modules every node loads anyway
 PRELOAD = ["__main__", "reference_impl.cli", "reference_impl.control_api"]
@@ -50,11 +55,22 @@ class NodeProcess(Protocol):
         """Wait up to ``timeout`` seconds for it to exit; its exit code, or None."""
         ...
 
-    def send_signal(self, sig: int) -> None: ...
+    def send_signal(self, sig: int) -> None:
+        """Signal the node: every process of its group."""
+        ...
 
     def close(self) -> None:
         """Release the pipe to its stdout (after it exited)."""
         ...
+
+
+def signal_group(pid: int, sig: int) -> None:
+    """Signal the process group led by ``pid``; just ``pid`` if it has none (yet)."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
 
 
 class ExecNode:
@@ -63,7 +79,11 @@ class ExecNode:
     def __init__(self, python: str, argv: list[str], log: Path) -> None:
         with log.open("ab") as stderr:
             self._proc = subprocess.Popen(
-                [python, *argv], stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL
+                [python, *argv],
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                stdin=subprocess.DEVNULL,
+                process_group=0,
             )
         self.pid = self._proc.pid
 
@@ -82,7 +102,7 @@ class ExecNode:
 
     def send_signal(self, sig: int) -> None:
         if self._proc.poll() is None:
-            self._proc.send_signal(sig)
+            signal_group(self.pid, sig)
 
     def close(self) -> None:
         if self._proc.stdout is not None:
@@ -91,6 +111,7 @@ class ExecNode:
 
 def _become(argv: list[str], log: str, stdout: Connection) -> None:
     """In the forked child: turn into ``python ARGV...`` with stdout on the pipe."""
+    os.setpgid(0, 0)  # a group of its own, as ExecNode's (see the module doc)
     log_fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(log_fd, 2)
     os.close(log_fd)
@@ -147,8 +168,7 @@ class ForkedNode:
 
     def send_signal(self, sig: int) -> None:
         if self._proc.exitcode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
+            signal_group(self.pid, sig)
 
     def close(self) -> None:
         self._stdout.close()

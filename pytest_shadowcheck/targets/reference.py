@@ -7,7 +7,8 @@ next hops' addresses: harness proxies, so every link is observed and faultable.
 
 kill = SIGKILL; restart = the same command with the same ``--data`` (same
 queue database ID); wipe = delete the data directory, then start; pause /
-resume = SIGSTOP / SIGCONT.
+resume = SIGSTOP / SIGCONT. Every signal goes to the node's process group (a
+node with SMTP-in workers is several processes, ``node_process``).
 """
 
 from __future__ import annotations

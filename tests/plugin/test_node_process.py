@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +22,13 @@ from pytest_shadowcheck.targets.node_process import (
 SCRIPT = """
 import os, sys, time
 print("to the log", file=sys.stderr, flush=True)
+if sys.argv[1:] == ["fork"]:
+    # a node of more than one process (as the reference MTA with SMTP-in workers)
+    child = os.fork()
+    if child == 0:
+        while True:
+            time.sleep(0.05)
+    sys.argv.append(str(child))
 print("ready", os.getpid(), " ".join(sys.argv[1:]), flush=True)
 if sys.argv[1:] == ["exit"]:
     sys.exit(3)
@@ -130,3 +138,44 @@ def test_this_interpreter_forks_unless_told_to_exec(
     assert isinstance(other, ExecNode), "another interpreter cannot be forked from this one"
     assert other.wait(10) == 0
     other.close()
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (R, S, T stopped, Z zombie), or "gone"."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return "gone"
+
+
+def _until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_signals_reach_every_process_of_the_node(start: Starter, tmp_path: Path) -> None:
+    """A node's own children (SMTP-in workers) are stopped, continued and killed with it."""
+    proc = start([_script(tmp_path), "fork"], tmp_path / "node.log")
+    child = 0
+    try:
+        words = proc.readline().split()
+        assert words[:3] == [b"ready", str(proc.pid).encode(), b"fork"]
+        child = int(words[3])
+        assert os.getpgid(child) == os.getpgid(proc.pid) == proc.pid, "the node leads its group"
+        proc.send_signal(signal.SIGSTOP)
+        assert _until(lambda: _state(child) == "T" and _state(proc.pid) == "T")
+        proc.send_signal(signal.SIGCONT)
+        assert _until(lambda: _state(child) != "T" and _state(proc.pid) != "T")
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(10) == -signal.SIGKILL
+        assert _until(lambda: _state(child) in ("Z", "gone")), "the child outlived the kill"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        proc.close()
+        if child and _state(child) not in ("Z", "gone"):
+            os.kill(child, signal.SIGKILL)

@@ -148,6 +148,14 @@ def start_sink() -> Iterator[Sink]:
         controller.stop()
 
 
+def signal_node(proc: subprocess.Popen[str], sig: int) -> None:
+    """Signal every process of a node (its group: the node and its SMTP-in workers)."""
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        proc.send_signal(sig)
+
+
 @dataclass
 class NodeProc:
     name: str
@@ -198,6 +206,8 @@ class Cluster:
             stdout=subprocess.PIPE,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            # a node and its SMTP-in workers are one process group: signals reach all
+            process_group=0,
         )
 
     def _spawn(self, node: NodeProc) -> None:
@@ -227,19 +237,19 @@ class Cluster:
     def kill(self, name: str) -> None:
         proc = self.nodes[name].proc
         assert proc is not None
-        proc.send_signal(signal.SIGKILL)
+        signal_node(proc, signal.SIGKILL)
         proc.wait()
 
     def pause(self, name: str) -> None:
         proc = self.nodes[name].proc
         assert proc is not None
-        proc.send_signal(signal.SIGSTOP)
+        signal_node(proc, signal.SIGSTOP)
         self.paused.add(name)
 
     def resume(self, name: str) -> None:
         proc = self.nodes[name].proc
         assert proc is not None
-        proc.send_signal(signal.SIGCONT)
+        signal_node(proc, signal.SIGCONT)
         self.paused.discard(name)
 
     def restart(
@@ -274,12 +284,12 @@ class Cluster:
             if node.proc is None:
                 continue
             if node.proc.poll() is None:
-                node.proc.send_signal(signal.SIGCONT)
-                node.proc.terminate()
+                signal_node(node.proc, signal.SIGCONT)
+                signal_node(node.proc, signal.SIGTERM)
                 try:
                     node.proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
-                    node.proc.kill()
+                    signal_node(node.proc, signal.SIGKILL)
                     node.proc.wait()
             if node.proc.stdout is not None:
                 node.proc.stdout.close()
