@@ -54,15 +54,22 @@ def outcomes(junit: Path) -> Outcomes:
     return result
 
 
-def run_suite(tmp_path: Path, target: str, only: tuple[str, ...] = ()) -> Outcomes:
+def run_suite(
+    tmp_path: Path,
+    target: str,
+    only: tuple[str, ...] = (),
+    plugin: str = "broken_target",
+    extra: tuple[str, ...] = (),
+) -> Outcomes:
+    """The bundled suite (or the scenarios named in ``only``) in a child pytest."""
     junit = tmp_path / "junit.xml"
     command = [
         sys.executable, "-m", "pytest", "--shadowcheck",
         "--shadowcheck-target", target,
-        "--shadowcheck-target-plugin", "broken_target",
+        "--shadowcheck-target-plugin", plugin,
         "--shadowcheck-scenarios", str(SUITE),
         f"--junitxml={junit}", "-o", "junit_family=xunit2",
-        "-p", "no:cacheprovider", "-q", "-rfE",
+        "-p", "no:cacheprovider", "-q", "-rfE", *extra,
     ]  # fmt: skip
     if only:
         command += ["-k", " or ".join(only)]
