@@ -76,7 +76,6 @@ def main(argv: list[str] | None = None) -> int:
             forked = fork_workers(
                 processes,
                 lambda _n, channel: _run(run_worker(cluster, args.name, data, listening, channel)),
-                listening,
             )
             return _run(run_node(cluster, args.name, data, smtp, control, listening, forked))
         else:

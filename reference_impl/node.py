@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import socket
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,15 +86,24 @@ class Node:
     async def start(self, smtp: tuple[str, int] | None = None, *, serve_smtp: bool = True) -> None:
         """Start the timers and delivery; and SMTP in, unless workers serve it."""
         if serve_smtp:
-            host, port = smtp or self.config.smtp
-            loop = asyncio.get_running_loop()
-            server = await loop.create_server(lambda: NodeSMTP(self), host, port)
-            self._servers.append(server)
-            sock = server.sockets[0].getsockname()
-            self.smtp_address = (sock[0], sock[1])
+            await self.serve_smtp(smtp or self.config.smtp)
         self.background(self.delivery.run())
         self.background(self.safety_net.run())
         self.shadowing.start()
+
+    async def serve_smtp(
+        self, address: tuple[str, int] | None = None, *, sock: socket.socket | None = None
+    ) -> None:
+        """Accept SMTP on ``address``, or on an already listening ``sock`` (a worker's)."""
+        loop = asyncio.get_running_loop()
+        if sock is not None:
+            server = await loop.create_server(lambda: NodeSMTP(self), sock=sock)
+        else:
+            host, port = address or self.config.smtp
+            server = await loop.create_server(lambda: NodeSMTP(self), host, port)
+        self._servers.append(server)
+        bound = server.sockets[0].getsockname()
+        self.smtp_address = (bound[0], bound[1])
 
     async def stop(self) -> None:
         for server in self._servers:

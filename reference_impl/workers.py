@@ -48,7 +48,6 @@ from .config import ClusterConfig
 from .delivery import Delivery
 from .node import Node
 from .shadowing import Shadowing
-from .smtp_in import NodeSMTP
 from .worker_channel import Channel, ChannelClosed
 
 if TYPE_CHECKING:
@@ -100,9 +99,7 @@ class ForkedWorker:
     sock: socket.socket  # the owner's end of the channel
 
 
-def fork_workers(
-    count: int, run: Callable[[int, socket.socket], object], listening: socket.socket
-) -> list[ForkedWorker]:
+def fork_workers(count: int, run: Callable[[int, socket.socket], object]) -> list[ForkedWorker]:
     """Fork ``count`` workers, each running ``run(number, channel_end)``, then exiting.
 
     Call it before the owner starts an event loop or a thread: a fork copies
@@ -134,7 +131,6 @@ def fork_workers(
                 os._exit(code)
         theirs.close()
         forked.append(ForkedWorker(number, pid, mine))
-    del listening  # the owner keeps its copy open: the address stays ours
     return forked
 
 
@@ -312,13 +308,6 @@ class WorkerNode(Node):
         if now is not None and isinstance(clock, VirtualClock) and now > clock.now():
             clock.set(now)
 
-    async def serve(self, listening: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: NodeSMTP(self), sock=listening)
-        self._servers.append(server)
-        sock = server.sockets[0].getsockname()
-        self.smtp_address = (sock[0], sock[1])
-
     async def answer_resubmit(self, requester: str, words: list[str]) -> str:
         return str(await self.channel.call("resubmit", requester, words))
 
@@ -339,7 +328,7 @@ async def run_worker(
             # The owner made the queue database (schema, ID) before its first push.
             node = WorkerNode(cluster, name, data, channel)
             node.apply(state)
-            await node.serve(listening)
+            await node.serve_smtp(sock=listening)
             # As the owner does (cli.run_node): what start-up made lives as long as
             # the process, so the cyclic collector need not scan it again and again.
             gc.freeze()

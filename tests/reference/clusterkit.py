@@ -31,6 +31,9 @@ import yaml
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
+# a node's process group: the node and its SMTP-in workers, signalled together
+from pytest_shadowcheck.targets.node_process import signal_group
+
 WAIT = 15.0  # generous upper bound for anything expected to happen "soon"
 
 
@@ -148,14 +151,6 @@ def start_sink() -> Iterator[Sink]:
         controller.stop()
 
 
-def signal_node(proc: subprocess.Popen[str], sig: int) -> None:
-    """Signal every process of a node (its group: the node and its SMTP-in workers)."""
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        proc.send_signal(sig)
-
-
 @dataclass
 class NodeProc:
     name: str
@@ -237,19 +232,19 @@ class Cluster:
     def kill(self, name: str) -> None:
         proc = self.nodes[name].proc
         assert proc is not None
-        signal_node(proc, signal.SIGKILL)
+        signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
 
     def pause(self, name: str) -> None:
         proc = self.nodes[name].proc
         assert proc is not None
-        signal_node(proc, signal.SIGSTOP)
+        signal_group(proc.pid, signal.SIGSTOP)
         self.paused.add(name)
 
     def resume(self, name: str) -> None:
         proc = self.nodes[name].proc
         assert proc is not None
-        signal_node(proc, signal.SIGCONT)
+        signal_group(proc.pid, signal.SIGCONT)
         self.paused.discard(name)
 
     def restart(
@@ -284,12 +279,12 @@ class Cluster:
             if node.proc is None:
                 continue
             if node.proc.poll() is None:
-                signal_node(node.proc, signal.SIGCONT)
-                signal_node(node.proc, signal.SIGTERM)
+                signal_group(node.proc.pid, signal.SIGCONT)
+                signal_group(node.proc.pid, signal.SIGTERM)
                 try:
                     node.proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
-                    signal_node(node.proc, signal.SIGKILL)
+                    signal_group(node.proc.pid, signal.SIGKILL)
                     node.proc.wait()
             if node.proc.stdout is not None:
                 node.proc.stdout.close()

@@ -19,7 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
-from clusterkit import Cluster, Sink, signal_node, two_nodes, wait_until
+from clusterkit import Cluster, Sink, two_nodes, wait_until
+
+from pytest_shadowcheck.targets.node_process import signal_group
 
 Factory = Callable[..., Cluster]
 WORKERS = 3
@@ -191,6 +193,6 @@ def test_sigterm_to_the_node_group_is_an_orderly_stop(cluster_factory: Factory, 
     workers = _workers(cluster, "mbx1")
     proc = cluster.nodes["mbx1"].proc
     assert proc is not None
-    signal_node(proc, signal.SIGTERM)
+    signal_group(proc.pid, signal.SIGTERM)
     assert proc.wait(10) == 0
     wait_until(lambda: all(_dead(pid) for pid in workers))
