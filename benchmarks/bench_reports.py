@@ -167,6 +167,17 @@ def _warm_build(data: Path, out: Path, master: str) -> tuple[float, float, float
     return started, elapsed, passed, answers
 
 
+def _build_parser_rows(spark: Any, history: Path) -> Any:
+    """The rows the build's own parser makes of every file (junitparser in the Python
+    workers); lazy: the caller's action does the parsing."""
+    from reports.table import _FileSummaries, _identity, _parsed_rows, discover
+
+    files, _ = discover(spark, [str(history)])
+    origins = [_identity(f, None, None, None) for f in files]
+    summaries = spark.sparkContext.accumulator({}, _FileSummaries())
+    return _parsed_rows(spark, origins, True, summaries)
+
+
 def _spark_pass(spark: Any, history: Path) -> dict[str, int]:
     """The baseline's questions answered on Spark, nothing persisted.
 
@@ -180,13 +191,8 @@ def _spark_pass(spark: Any, history: Path) -> dict[str, int]:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from reports.table import _FileSummaries, _identity, _parsed_rows, discover
-
-    files, _ = discover(spark, [str(history)])
-    origins = [_identity(f, None, None, None) for f in files]
-    summaries = spark.sparkContext.accumulator({}, _FileSummaries())
     cases = (
-        _parsed_rows(spark, origins, True, summaries)
+        _build_parser_rows(spark, history)
         .select("run_id", "started_at", "target", "target_version", "scenario",
                 "behaviour", "outcome", "duration_s")
         .cache()
@@ -224,21 +230,17 @@ def compare_parsers(history: Path, master: str) -> None:
     The XML reader gets an explicit schema (inference would cost a whole extra pass) and
     reads test cases only; it would need a second pass for the suite properties.
     """
-    from pyspark import Accumulator
     from pyspark.sql import types as T
 
     from reports.spark import start_spark
-    from reports.table import _FileSummaries, _identity, _parsed_rows, discover
 
     spark = start_spark(master)
     spark.range(1).count()
-    files, _ = discover(spark, [str(history)])
-    origins = [_identity(f, None, None, None) for f in files]
     timings = {}
     for attempt in range(2):  # the first pass also warms the JVM up
-        summaries: Accumulator = spark.sparkContext.accumulator({}, _FileSummaries())
+        rows = _build_parser_rows(spark, history)
         began = time.perf_counter()
-        _parsed_rows(spark, origins, True, summaries).write.format("noop").mode("overwrite").save()
+        rows.write.format("noop").mode("overwrite").save()
         timings[f"junitparser in workers (pass {attempt + 1})"] = time.perf_counter() - began
         result = T.StructType([T.StructField("_message", T.StringType()),
                                T.StructField("_VALUE", T.StringType())])
