@@ -9,21 +9,11 @@ faults put it outside what shadow redundancy promises, PR-4).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 from typing import Any
 
+from .statuses import RANK, Status
+
 __all__ = ["CheckResult", "Status", "Verdict"]
-
-
-class Status(StrEnum):
-    PASS = "PASS"
-    FAIL = "FAIL"
-    UNTESTABLE = "UNTESTABLE"
-    OUTSIDE_GUARANTEE = "OUTSIDE-GUARANTEE"
-
-
-#: order of strength when combining (the strongest wins)
-_RANK = {Status.UNTESTABLE: 0, Status.PASS: 1, Status.OUTSIDE_GUARANTEE: 2, Status.FAIL: 3}
 
 
 @dataclass
@@ -61,7 +51,7 @@ class Verdict:
 
     def add(self, result: CheckResult) -> None:
         self.checks.append(result)
-        if _RANK[result.status] > _RANK[self.status]:
+        if RANK[result.status] > RANK[self.status]:
             self.status = result.status
             self.reason = f"{result.name}: {result.observed}"
 
