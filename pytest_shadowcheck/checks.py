@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .history import Event
 from .network.smtp_text import header_section
+from .scenario import CAPABILITY_NEED
 from .targets.base import TargetError
 from .verdict import CheckResult, Status
 
@@ -354,14 +355,22 @@ async def check_timing(run: Run, step: Step) -> CheckResult:
         f"{_matcher_text(arg['to'])} {' and '.join(bounds) or 'any time'} after "
         f"{_matcher_text(arg['from'])} (tolerance {tolerance:g}s)"
     )
-    if a is None or b is None:
-        missing = [_matcher_text(m) for m, e in ((arg["from"], a), (arg["to"], b)) if e is None]
+    if a is None:
+        # the clock never started: the behaviour timed here did not come into play
+        return CheckResult(
+            "timing",
+            Status.NOT_APPLICABLE,
+            expected,
+            f"{_matcher_text(arg['from'])} never happened, so there was nothing to time",
+            where=str(step.where),
+        )
+    if b is None:
         return _result(
             step,
             "timing",
             False,
             expected,
-            "never happened: " + "; ".join(missing),
+            f"+{a[0]:.3f}s {a[1]}; then {_matcher_text(arg['to'])} never happened",
             run.excerpt(run.history.now(), _matcher_links(run, arg["from"], arg["to"])),
         )
     delta = b[0] - a[0]
@@ -469,6 +478,14 @@ async def check_connections(run: Run, step: Step) -> CheckResult:
         if key in arg:
             window[key] = find_event(run, arg[key])
             expected += f", {word} {_matcher_text(arg[key])}"
+    if window.get("from", ()) is None:
+        return CheckResult(
+            f"connections on {link}",
+            Status.NOT_APPLICABLE,
+            expected,
+            f"{_matcher_text(arg['from'])} never happened, so the window never opened",
+            where=str(step.where),
+        )
     missing = [_matcher_text(arg[key]) for key, found in window.items() if found is None]
     if missing:
         observed = "the window never happened: " + "; ".join(missing)
@@ -583,7 +600,31 @@ CHECKERS: dict[str, Callable[[Run, Step], Awaitable[CheckResult]]] = {
 
 
 async def run_check(run: Run, step: Step) -> CheckResult:
-    return await CHECKERS[step.kind](run, step)
+    """Run one check, tagged with the behaviours it evidences. A check the target cannot
+    look at is UNTESTABLE (alone: the scenario's other checks still count); a check whose
+    ``given`` event never happened is NOT-APPLICABLE."""
+    needed = step.capability()
+    if needed is not None and needed not in run.target.capabilities:
+        what = ", ".join(f"{k}={v}" for k, v in step.arg.items() if not isinstance(v, dict))
+        result = CheckResult(
+            f"{step.kind} ({what})",
+            Status.UNTESTABLE,
+            f"a look at {needed}",
+            f"target {run.target.name} lacks {needed}: {CAPABILITY_NEED[needed]}",
+            where=str(step.where),
+        )
+    elif step.given is not None and find_event(run, step.given) is None:
+        result = CheckResult(
+            step.kind,
+            Status.NOT_APPLICABLE,
+            f"applies once {_matcher_text(step.given)} has happened",
+            f"{_matcher_text(step.given)} never happened, so there was nothing to check",
+            where=str(step.where),
+        )
+    else:
+        result = await CHECKERS[step.kind](run, step)
+    result.behaviours = list(step.behaviours)
+    return result
 
 
 # --------------------------------------------------------------------------- invariant

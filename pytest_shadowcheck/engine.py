@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -361,7 +362,8 @@ class Run:
             if arg["reply"] != "accept":
                 sink.script("DATA", arg["reply"])
         elif kind == "check":
-            inner = Step(arg["kind"], {k: v for k, v in arg.items() if k != "kind"}, step.where)
+            args = {k: v for k, v in arg.items() if k != "kind"}
+            inner = Step(arg["kind"], args, step.where, step.behaviours, step.given)
             verdict.add(await run_check(self, inner))
         elif kind == "note":
             self.history.record("note", text=str(arg))
@@ -497,13 +499,9 @@ async def _run(run: Run, verdict: Verdict, hooks: Any) -> None:
     try:
         await run.setup()
     except (TargetError, OSError, TimeoutError) as exc:
-        verdict.add(
-            CheckResult(
-                "start the nodes",
-                Status.FAIL,
-                "every node starts and listens",
-                f"{exc}\n{run.target.diagnostics()}".strip(),
-            )
+        # the target never got to show any behaviour: not a verdict on the MTA
+        verdict.inconclusive(
+            f"the nodes did not start: {exc or type(exc).__name__}", run.target.diagnostics()
         )
         return
     if hooks is not None:
@@ -514,15 +512,9 @@ async def _run(run: Run, verdict: Verdict, hooks: Any) -> None:
         try:
             await run.do(step, verdict)
         except (TargetError, OSError, ScenarioError) as exc:
-            verdict.add(
-                CheckResult(
-                    f"step {step.kind}",
-                    Status.FAIL,
-                    f"step {step.kind} succeeds",
-                    str(exc),
-                    where=str(step.where),
-                    excerpt=run.excerpt(run.history.now(), []),
-                )
+            verdict.inconclusive(
+                f"step {step.kind} ({step.where}) could not be carried out: {exc}",
+                run.target.diagnostics(),
             )
             return
     for check in scenario.expect:
@@ -550,14 +542,17 @@ def run_scenario(
         try:
             await asyncio.wait_for(_run(run, verdict, hooks), scenario.timeout)
         except TimeoutError:
-            verdict.add(
-                CheckResult(
-                    "scenario timeout",
-                    Status.FAIL,
-                    f"the scenario finishes within {scenario.timeout:g}s",
-                    "it did not",
-                    excerpt=run.excerpt(history.now(), []),
-                )
+            verdict.inconclusive(
+                f"the scenario did not finish within its timeout ({scenario.timeout:g}s): "
+                "the harness could not judge what was still to come",
+                target.diagnostics(),
+            )
+        except Exception as exc:  # a harness defect must not read as a verdict on the MTA
+            verdict.inconclusive(
+                "the harness failed: "
+                + "".join(traceback.format_exception_only(exc)).strip()
+                + "\n"
+                + "".join(traceback.format_tb(exc.__traceback__)[-3:]),
             )
         finally:
             if hooks is not None:
@@ -565,15 +560,11 @@ def run_scenario(
                     hooks.shadowcheck_scenario_finished(
                         scenario=scenario, target=target, history=history, verdict=verdict
                     )
-            if verdict.status == Status.FAIL:
-                diagnostics = target.diagnostics()
-                if diagnostics and verdict.failures:
-                    verdict.failures[0].excerpt += "\n" + diagnostics
+            if verdict.status == Status.FAIL and not verdict.diagnostics:
+                verdict.diagnostics = target.diagnostics()
             await run.teardown()
 
     asyncio.run(main())
     if history_file is not None:
         history.write_json(history_file)
-    if not verdict.checks:
-        verdict.add(CheckResult("scenario ran", Status.PASS, "no expectations", "ran"))
     return verdict

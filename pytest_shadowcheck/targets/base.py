@@ -79,6 +79,12 @@ class Target(abc.ABC):
     def describe(self) -> str:
         return self.name
 
+    @property
+    def label(self) -> str:
+        """How reports name the system under test: the description's name (``docker:postfix``
+        gives ``postfix``), the same whatever path or working directory was used."""
+        return self.name.partition(":")[2] or self.name
+
     def cannot_run(self, scenario: Scenario) -> str | None:
         """Return why this target cannot run ``scenario`` (it is then UNTESTABLE), or None.
 
