@@ -32,6 +32,8 @@ QUEUE_PATHS = {
     "discard_events": "/discard-events",
 }
 DEFAULT_TOLERANCE = 0.5
+#: the pseudo-behaviour a passing no-loss check evidences (no behaviour of the catalogue)
+INVARIANT = "no-loss"
 POLL = 0.05
 
 
@@ -202,15 +204,15 @@ def _check_headers(found: list[Any], rule: dict[str, str]) -> tuple[str, list[st
 
 async def check_not_delivered(run: Run, step: Step) -> CheckResult:
     arg = step.arg
-    ref, sink = arg["message"], arg.get("to")
+    ref, sink, by = arg["message"], arg.get("to"), arg.get("by")
     msg = run.messages[ref]
     hold = arg.get("for", 0.0)
     remaining = msg.sent_t + hold - run.history.now()
     if remaining > 0:
         run.progress.waiting(remaining, f"to see that {ref} is not delivered")
         await asyncio.sleep(remaining)
-    found = _deliveries(run, ref, sink)
-    where = f" to {sink}" if sink else ""
+    found = _deliveries(run, ref, sink, by)
+    where = (f" to {sink}" if sink else "") + (f" by {by}" if by else "")
     return _result(
         step,
         f"not delivered {ref}",
@@ -318,8 +320,22 @@ def _matcher_links(run: Run, *matchers: dict[str, Any]) -> list[str]:
     return sorted(set(links))
 
 
+async def _await_event(run: Run, matcher: dict[str, Any], within: float) -> None:
+    """Wait (up to ``within``) for an event the history may not have yet: the steps do
+    not wait for what the wire shows later, so a check must."""
+
+    async def seen() -> bool:
+        return find_event(run, matcher) is not None
+
+    if not await seen():
+        run.progress.waiting(within, f"for {_matcher_text(matcher)}")
+        await _poll(seen, within)
+
+
 async def check_order(run: Run, step: Step) -> CheckResult:
     first, then = step.arg["first"], step.arg["then"]
+    # once 'then' happened the order is decided, whatever comes later
+    await _await_event(run, then, step.arg.get("within", run.scenario.settle))
     a, b = find_event(run, first), find_event(run, then)
     expected = f"{_matcher_text(first)} before {_matcher_text(then)}"
     if a is None and b is not None:
@@ -344,8 +360,17 @@ async def check_order(run: Run, step: Step) -> CheckResult:
 
 async def check_timing(run: Run, step: Step) -> CheckResult:
     arg = step.arg
-    a, b = find_event(run, arg["from"]), find_event(run, arg["to"])
     tolerance = arg.get("tolerance", DEFAULT_TOLERANCE)
+    within = arg.get("within", run.scenario.settle)
+    await _await_event(run, arg["from"], within)
+    a = find_event(run, arg["from"])
+    if a is not None:
+        # the 'to' event can only count until the upper bound has passed
+        limit = within
+        if "at_most" in arg:
+            limit = max(0.0, a[0] + arg["at_most"] + tolerance - run.history.now()) + POLL
+        await _await_event(run, arg["to"], limit)
+    b = find_event(run, arg["to"])
     bounds = []
     if "at_least" in arg:
         bounds.append(f"at least {arg['at_least']:g}s")
@@ -586,7 +611,57 @@ async def check_config_warning(run: Run, step: Step) -> CheckResult:
     )
 
 
+async def check_log(run: Run, step: Step) -> CheckResult:
+    """What a node wrote to its log: where an MTA flags a configuration it accepts but
+    that puts a guarantee at risk (SN-6), readable on a black box."""
+    arg = step.arg
+    node = arg["node"]
+    name = f"log of {node}"
+    wanted = []
+    if "contains" in arg:
+        wanted.append(f"a line matching /{arg['contains']}/")
+    if "absent" in arg:
+        wanted.append(f"no line matching /{arg['absent']}/")
+    expected = f"{node} logs " + " and ".join(wanted)
+    text: str | None = None
+
+    async def satisfied() -> bool:
+        nonlocal text
+        text = run.target.node_log(node)
+        if text is None:
+            return True  # nothing to wait for
+        lines = text.splitlines()
+        ok = "contains" not in arg or any(re.search(arg["contains"], x) for x in lines)
+        return ok and not ("absent" in arg and any(re.search(arg["absent"], x) for x in lines))
+
+    within = arg.get("within", 0.0)
+    if within:
+        run.progress.waiting(within, f"for the log of {node}")
+    ok = await _poll(satisfied, within)
+    if text is None:
+        return CheckResult(
+            name,
+            Status.UNTESTABLE,
+            expected,
+            f"target {run.target.name} cannot read the log of {node}",
+            where=str(step.where),
+        )
+    lines = text.splitlines()
+    hits = [x for x in lines if "absent" in arg and re.search(arg["absent"], x)]
+    found = [x for x in lines if "contains" in arg and re.search(arg["contains"], x)]
+    observed = (
+        f"found: {hits[0]}"
+        if hits
+        else (f"found: {found[0]}" if found else f"no such line among {len(lines)}")
+    )
+    tail = "\n".join(lines[-10:])
+    return _result(
+        step, name, ok, expected, observed, f"--- last lines of {node}'s log ---\n{tail}"
+    )
+
+
 CHECKERS: dict[str, Callable[[Run, Step], Awaitable[CheckResult]]] = {
+    "log": check_log,
     "reply": check_reply,
     "delivered": check_delivered,
     "not_delivered": check_not_delivered,
@@ -632,7 +707,11 @@ async def run_check(run: Run, step: Step) -> CheckResult:
 
 async def no_loss_invariant(run: Run) -> list[CheckResult]:
     """Every acknowledged message is delivered (or still held by a live node), unless
-    every node holding a copy failed: then it is OUTSIDE-GUARANTEE (PR-4)."""
+    every node holding a copy failed: then it is OUTSIDE-GUARANTEE (PR-4).
+
+    A loss is blamed on every behaviour of the scenario; a message that arrived proves
+    none of them (it would make an idle-timeout behaviour PASS where nothing was timed),
+    so a pass evidences only the invariant itself."""
     acknowledged = [ref for ref, m in run.messages.items() if m.code is not None and m.code < 300]
     if not acknowledged or not run.sinks:
         # without next hops the harness sees, deliveries cannot be observed
@@ -652,11 +731,19 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
         name = f"no loss of {ref}"
         expected = f"acknowledged message {ref} is delivered (or still queued on a live node)"
         if found:
-            results.append(CheckResult(name, Status.PASS, expected, _describe_deliveries(found)))
+            results.append(
+                CheckResult(
+                    name, Status.PASS, expected, _describe_deliveries(found), behaviours=[INVARIANT]
+                )
+            )
             continue
         held = await run.still_held(ref)
         if held:
-            results.append(CheckResult(name, Status.PASS, expected, f"still queued on {held}"))
+            results.append(
+                CheckResult(
+                    name, Status.PASS, expected, f"still queued on {held}", behaviours=[INVARIANT]
+                )
+            )
             continue
         holders = run.copy_holders(ref)
         failed = {node: why for node in holders if (why := run.copy_lost(node, msg.sent_t))}

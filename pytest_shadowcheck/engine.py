@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import secrets
 import traceback
 from dataclasses import dataclass, field
@@ -226,6 +227,7 @@ class Run:
             next_hops=next_hops,
             workdir=self.workdir,
             secret=f"shadowcheck-{self.token}",
+            node_settings={n: dict(v) for n, v in self.scenario.node_settings.items()},
         )
         self.history.record(
             "step", text=f"start nodes {', '.join(topo.nodes)} ({self.target.name})"
@@ -496,6 +498,9 @@ def _hp(address: tuple[str, int]) -> str:
 
 async def _run(run: Run, verdict: Verdict, hooks: Any) -> None:
     scenario = run.scenario
+    if scenario.start_refused is not None:
+        await _expect_start_refused(run, verdict, scenario.start_refused)
+        return
     try:
         await run.setup()
     except (TargetError, OSError, TimeoutError) as exc:
@@ -521,6 +526,37 @@ async def _run(run: Run, verdict: Verdict, hooks: Any) -> None:
         verdict.add(await run_check(run, check))
     for result in await no_loss_invariant(run):
         verdict.add(result)
+
+
+async def _expect_start_refused(run: Run, verdict: Verdict, reason: str) -> None:
+    """The nodes must refuse to start with the scenario's settings, saying why. A refusal
+    for another reason proves nothing about the settings: INCONCLUSIVE."""
+    expected = f"the nodes refuse to start, for a reason matching /{reason}/"
+    try:
+        await run.setup()
+    except (TargetError, OSError, TimeoutError) as exc:
+        said = f"{exc}\n{run.target.diagnostics()}"
+        if re.search(reason, said):
+            verdict.add(CheckResult("start refused", Status.PASS, expected, str(exc)))
+        else:
+            verdict.inconclusive(
+                f"the nodes did not start, but not for the reason expected (/{reason}/): {exc}",
+                run.target.diagnostics(),
+            )
+        return
+    settings = ", ".join(
+        f"{k}={v:g}s" if isinstance(v, float) else f"{k}={v}"
+        for k, v in run.scenario.settings.items()
+    )
+    verdict.add(
+        CheckResult(
+            "start refused",
+            Status.FAIL,
+            expected,
+            f"every node started and accepted {settings}",
+            excerpt=run.excerpt(run.history.now(), []),
+        )
+    )
 
 
 def run_scenario(

@@ -184,6 +184,11 @@ class Scenario:
     timeout: float
     settle: float
     where: SourceRef
+    #: settings of single nodes, over ``settings``
+    node_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the nodes must refuse to start, for a reason matching this regex (TO-3 on a
+    #: black box: a configuration it must reject is given at start)
+    start_refused: str | None = None
 
     def required_capabilities(self) -> list[str]:
         """Declared capabilities plus those the steps imply: without them the scenario
@@ -343,6 +348,20 @@ def load_scenario_file(path: Path) -> list[Scenario]:
             spath = [*base, "settings", key] if in_raw else ["defaults", "settings", key]
             at = SourceRef(path, *locate(doc, spath))
             settings[key] = parse_duration(value, at) if key in _DURATION_SETTINGS else value
+        node_settings: dict[str, dict[str, Any]] = {}
+        for node, values in raw.get("node_settings", {}).items():
+            if node not in topology.nodes:
+                raise ScenarioError(
+                    f"node_settings for unknown node {node!r}",
+                    where("node_settings", node),
+                    f"a node of topology {topology.name!r}: {', '.join(topology.nodes)}",
+                )
+            node_settings[node] = {
+                key: parse_duration(value, where("node_settings", node, key))
+                if key in _DURATION_SETTINGS
+                else value
+                for key, value in values.items()
+            }
         context = _Context(path, doc, topology, settings, list(merged["behaviours"]))
         steps = [
             context.step(step, [*base, "steps", i]) for i, step in enumerate(raw.get("steps", []))
@@ -371,6 +390,8 @@ def load_scenario_file(path: Path) -> list[Scenario]:
                 timeout=timeout,
                 settle=settle,
                 where=where(),
+                node_settings=node_settings,
+                start_refused=raw.get("start", {}).get("refused"),
             )
         )
     return out
@@ -529,9 +550,22 @@ class _Context:
             return Step(kind, arg, self.at(doc_path), check.behaviours, check.given)
         return Step(kind, arg, self.at(doc_path))
 
+    def evidenced(self, behaviours: list[str], doc_path: list[Any]) -> list[str]:
+        """The behaviour IDs a check says it evidences: each must be one the scenario names."""
+        for i, bid in enumerate(behaviours):
+            if bid not in self.behaviours:
+                raise ScenarioError(
+                    f"this check evidences {bid}, which the scenario does not name",
+                    self.at([*doc_path, "behaviours", i]),
+                    f"one of the scenario's behaviours ({', '.join(self.behaviours)}), "
+                    "or add it to the scenario's behaviours",
+                )
+        return list(behaviours)
+
     def session(self, arg: dict[str, Any], doc_path: list[Any]) -> None:
         """Check a session step and normalise its items to {send|message, reply?}."""
         self.node(arg["via"], [*doc_path, "via"])
+        self.evidenced(arg.get("behaviours", []), doc_path)
         for key in ("timeout", "idle", "keepalive"):
             if key in arg:
                 arg[key] = self.duration(arg[key], [*doc_path, key], timers=True)
@@ -614,15 +648,7 @@ class _Context:
         kind = next(iter(raw))
         arg = _plain(raw[kind])
         p = [*doc_path, kind]
-        behaviours = list(arg.pop("behaviours", []))
-        for i, bid in enumerate(behaviours):
-            if bid not in self.behaviours:
-                raise ScenarioError(
-                    f"this check evidences {bid}, which the scenario does not name",
-                    self.at([*p, "behaviours", i]),
-                    f"one of the scenario's behaviours ({', '.join(self.behaviours)}), "
-                    "or add it to the scenario's behaviours",
-                )
+        behaviours = self.evidenced(arg.pop("behaviours", []), p)
         given = arg.pop("given", None)
         if given is not None:
             self.matcher(given, [*p, "given"])
@@ -636,7 +662,7 @@ class _Context:
             self.node(arg["node"], [*p, "node"])
         if kind in ("delivered", "not_delivered") and "to" in arg:
             self.sink(arg["to"], [*p, "to"])
-        if kind == "delivered" and "by" in arg:
+        if kind in ("delivered", "not_delivered") and "by" in arg:
             self.node(arg["by"], [*p, "by"])
         if kind in ("lines", "connections"):
             self.link(arg["link"], [*p, "link"])

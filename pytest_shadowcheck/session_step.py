@@ -109,6 +109,7 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
                 _describe(answer),
                 where=item.get("where", str(step.where)),
                 excerpt=run.excerpt(around, [link]),
+                behaviours=list(arg.get("behaviours", [])),
             )
         )
 

@@ -89,6 +89,11 @@ class ShadowcheckState:
             title=scenario.title,
         )
         why = missing_capability_reason(scenario, target)
+        if why is None and scenario.node_settings and not target.per_node_settings:
+            why = (
+                f"target {target.label} cannot give single nodes settings of their own "
+                f"(node_settings for {', '.join(scenario.node_settings)})"
+            )
         if why is None and (other := target.cannot_run(scenario)):
             why = f"target {target.label}: {other}"
         if why:

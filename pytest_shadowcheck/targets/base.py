@@ -57,6 +57,9 @@ class ClusterPlan:
     secret: str = "shadowcheck"
     clock_start: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: settings of single nodes, over ``settings`` (only for a target that says
+    #: ``per_node_settings``)
+    node_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class Target(abc.ABC):
@@ -66,6 +69,9 @@ class Target(abc.ABC):
     name: str = "?"
     #: subset of CAPABILITIES this target supports
     capabilities: frozenset[str] = frozenset()
+    #: whether ClusterPlan.node_settings reach the nodes (scenarios giving one node
+    #: settings of its own are UNTESTABLE on a target without it)
+    per_node_settings: bool = False
     #: the latest virtual time a node reported after advance_clock (None: real
     #: clock or never advanced); a node started again should start there
     virtual_now: float | None = None
@@ -106,6 +112,11 @@ class Target(abc.ABC):
     def diagnostics(self) -> str:
         """Text worth showing when a scenario fails (e.g. the tail of node logs)."""
         return ""
+
+    def node_log(self, node: str) -> str | None:
+        """What ``node`` has logged so far, or None when the target cannot read its log
+        (a ``log`` check is then UNTESTABLE)."""
+        return None
 
     # -- node actions (only called with the matching capability) -------------
 

@@ -67,6 +67,8 @@ def cluster_document(plan: ClusterPlan) -> dict[str, Any]:
             entry["profile"] = spec.profile
         entry["peers"] = dict(plan.peers.get(name, {}))
         entry["next_hops"] = dict(plan.next_hops.get(name, {}))
+        if plan.node_settings.get(name):
+            entry["settings"] = dict(plan.node_settings[name])
         nodes[name] = entry
     cluster: dict[str, Any] = {
         "boundary": topo.boundary,
@@ -87,6 +89,7 @@ def cluster_document(plan: ClusterPlan) -> dict[str, Any]:
 class ReferenceTarget(Target):
     name = "reference"
     capabilities = frozenset(CAPABILITIES)
+    per_node_settings = True
 
     def __init__(self, python: str | None = None, launcher: list[str] | None = None) -> None:
         self.python = python or sys.executable
@@ -198,6 +201,12 @@ class ReferenceTarget(Target):
         tail = text.splitlines()[-lines:]
         return f"--- last lines of {node}.log ---\n" + "\n".join(tail) if tail else ""
 
+    def node_log(self, node: str) -> str | None:
+        try:
+            return self._log_path(node).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
     def diagnostics(self) -> str:
         if self.plan is None:
             return ""
@@ -259,7 +268,14 @@ class ReferenceTarget(Target):
 
 @hookimpl
 def shadowcheck_describe_targets() -> list[tuple[str, str]]:
-    return [("reference", "the bundled reference MTA, one local process per node (default)")]
+    return [
+        (
+            "reference",
+            "the bundled reference MTA, one local process per node (default); "
+            "reference:capabilities=kill,restart,... claims only those, to see what a "
+            "black-box MTA with them could certify",
+        )
+    ]
 
 
 @hookimpl
@@ -268,4 +284,14 @@ def shadowcheck_make_target(
 ) -> Target | None:
     if name != "reference":
         return None
+    if argument and argument.startswith("capabilities="):
+        claimed = frozenset(c for c in argument.partition("=")[2].split(",") if c)
+        unknown = sorted(claimed - set(CAPABILITIES))
+        if unknown:
+            raise TargetError(
+                f"unknown capabilities {', '.join(unknown)}; known: {', '.join(CAPABILITIES)}"
+            )
+        target = ReferenceTarget(python=os.environ.get("SHADOWCHECK_PYTHON") or None)
+        target.capabilities = claimed
+        return target
     return ReferenceTarget(python=argument or os.environ.get("SHADOWCHECK_PYTHON") or None)

@@ -189,7 +189,22 @@ def _forgets_dsn_fork() -> None:
     QueueDB.children = lambda self, message_id: 0  # type: ignore[method-assign]
 
 
+def _shadow_redundancy_off() -> None:
+    force_settings(ShadowRedundancyEnabled=False)
+
+
 VARIANTS: list[Variant] = [
+    Variant(
+        name="no-shadow-redundancy",
+        breaks="runs every node with ShadowRedundancyEnabled=false, whatever it is told",
+        # CR-1/CR-2 fail in these; XS-3 and TO-2 must not (test_verdicts_per_behaviour)
+        fails=(
+            "cr3_shadow_ack_before_sender_ack",
+            "xs3_stranger_cannot_shadow",
+            "to2_idle_shadow_session_closed",
+        ),
+        apply=_shadow_redundancy_off,
+    ),
     Variant(
         name="ack-before-shadow-copy",
         breaks="sends the sender its 250 before the shadow has acknowledged the copy",
