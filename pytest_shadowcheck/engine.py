@@ -505,9 +505,7 @@ async def _run(run: Run, verdict: Verdict, hooks: Any) -> None:
         await run.setup()
     except (TargetError, OSError, TimeoutError) as exc:
         # the target never got to show any behaviour: not a verdict on the MTA
-        verdict.inconclusive(
-            f"the nodes did not start: {exc or type(exc).__name__}", run.target.diagnostics()
-        )
+        verdict.inconclusive(f"the nodes did not start: {_first_line(exc)}", _evidence(run, exc))
         return
     if hooks is not None:
         hooks.shadowcheck_scenario_started(
@@ -518,14 +516,25 @@ async def _run(run: Run, verdict: Verdict, hooks: Any) -> None:
             await run.do(step, verdict)
         except (TargetError, OSError, ScenarioError) as exc:
             verdict.inconclusive(
-                f"step {step.kind} ({step.where}) could not be carried out: {exc}",
-                run.target.diagnostics(),
+                f"step {step.kind} ({step.where}) could not be carried out: {_first_line(exc)}",
+                _evidence(run, exc),
             )
             return
     for check in scenario.expect:
         verdict.add(await run_check(run, check))
     for result in await no_loss_invariant(run):
         verdict.add(result)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc) or type(exc).__name__).splitlines()[0]
+
+
+def _evidence(run: Run, exc: BaseException) -> str:
+    """The target's own account of an error, once: what the exception carried beyond its
+    first line (a target may put the log tail there), else the target's diagnostics."""
+    rest = "\n".join(str(exc).splitlines()[1:]).strip()
+    return rest or run.target.diagnostics()
 
 
 async def _expect_start_refused(run: Run, verdict: Verdict, reason: str) -> None:

@@ -134,6 +134,8 @@ class Verdict:
             lines.append(f"defined at {self.source}")
         for bid, status in self.by_behaviour.items():
             why = self.behaviour_reason(bid)
+            if why == self.reason and self.overall is not None:
+                why = ""  # said once, below
             lines.append(f"  {bid}: {status}" + (f" - {why}" if why and status != "PASS" else ""))
         if self.overall is not None:
             lines.append(f"{self.overall}: {self.reason}")
