@@ -19,10 +19,17 @@ from .targets.base import TargetError
 from .verdict import CheckResult, Status
 
 if TYPE_CHECKING:
-    from .engine import Run
+    from .evidence import RunView as Run
     from .scenario import Step
 
-__all__ = ["CHECKERS", "QUEUE_PATHS", "no_loss_invariant", "run_check"]
+__all__ = [
+    "CHECKERS",
+    "INVARIANT",
+    "QUEUE_PATHS",
+    "no_loss_invariant",
+    "queue_entries",
+    "run_check",
+]
 
 QUEUE_PATHS = {
     "active": "/queues/active",
@@ -531,11 +538,11 @@ async def check_connections(run: Run, step: Step) -> CheckResult:
 # --------------------------------------------------------------------------- control API
 
 
-def _flatten(answer: Any) -> list[dict[str, Any]]:
+def queue_entries(answer: Any) -> list[dict[str, Any]]:
     if isinstance(answer, dict):
         out: list[dict[str, Any]] = []
         for value in answer.values():
-            out.extend(_flatten(value))
+            out.extend(queue_entries(value))
         return out
     if isinstance(answer, list):
         return [x for x in answer if isinstance(x, dict)]
@@ -556,7 +563,7 @@ async def check_queue(run: Run, step: Step) -> CheckResult:
             state["error"] = str(exc)
             return False
         state["error"] = None
-        entries = _flatten(answer)
+        entries = queue_entries(answer)
         state["entries"] = entries
         ids = {e.get("message_id") for e in entries}
         ok = all(run.messages[r].message_id in ids for r in contains)
@@ -595,7 +602,7 @@ async def check_config_warning(run: Run, step: Step) -> CheckResult:
     arg = step.arg
     node, present = arg["node"], arg.get("present", True)
     try:
-        warnings = _flatten(await run.target.control(node, "GET", "/config/warnings"))
+        warnings = queue_entries(await run.target.control(node, "GET", "/config/warnings"))
     except TargetError as exc:
         return _result(step, f"config warnings of {node}", False, "an answer", str(exc))
     pattern = arg.get("code", ".*")

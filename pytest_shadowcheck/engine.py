@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checks import QUEUE_PATHS, no_loss_invariant, run_check
+from .checks import QUEUE_PATHS, no_loss_invariant, queue_entries, run_check
 from .durations import resolve_time
 from .errors import ScenarioError
 from .history import History
+from .messages import Message
 from .network import FaultProxy, MailSink
 from .network.client import RecordingClient, SendResult, make_message
 from .progress import Progress
@@ -36,56 +37,6 @@ __all__ = ["Run", "run_scenario"]
 
 SEND_TIMEOUT = 30.0
 START_TIMEOUT = 60.0
-
-
-@dataclass
-class Message:
-    """A message the scenario sent, and what the sender was told."""
-
-    ref: str
-    message_id: str
-    via: str
-    sent_t: float
-    nodes: list[str]
-    result: SendResult | None = None
-    task: asyncio.Task[SendResult] | None = None
-
-    @property
-    def code(self) -> int | None:
-        return self.result.code if self.result else None
-
-    @property
-    def enhanced(self) -> str | None:
-        return self.result.enhanced if self.result else None
-
-    @property
-    def text(self) -> str:
-        return self.result.text if self.result else ""
-
-    @property
-    def error(self) -> str | None:
-        if self.result is None:
-            return "still waiting for a reply"
-        return self.result.error
-
-    @property
-    def reply_t(self) -> float | None:
-        # The reply that accepted or refused the message, not the QUIT answer after it.
-        if self.result is None or self.result.deciding_reply is None:
-            return None
-        return self.result.deciding_reply.t
-
-    def links(self, all_nodes: bool = False) -> list[str]:
-        """Links worth showing for this message: the sender's, and the primary's."""
-        out = [f"client->{self.via}"]
-        for other in self.nodes:
-            if other != self.via:
-                out += [f"{self.via}->{other}", f"{other}->{self.via}"]
-        if all_nodes:
-            out = [f"client->{self.via}"] + [
-                f"{a}->{b}" for a in self.nodes for b in [*self.nodes, "*"] if a != b
-            ]
-        return out
 
 
 @dataclass
@@ -152,9 +103,7 @@ class Run:
                     answer = await self.target.control(node, "GET", QUEUE_PATHS[queue])
                 except TargetError:
                     continue
-                from .checks import _flatten
-
-                if any(e.get("message_id") == wanted for e in _flatten(answer)):
+                if any(e.get("message_id") == wanted for e in queue_entries(answer)):
                     return f"{node} ({queue} queue)"
         return None
 

@@ -4,8 +4,9 @@ A reference MTA with shadow redundancy off everywhere makes no copy: CR-1 must
 FAIL, while XS-3 (a stranger's XSHADOW is still refused) and TO-2 (there was
 no shadow session to time out) must not be blamed. The unbroken reference,
 claiming only what a docker target has for Postfix or Exim (kill, pause,
-restart, wipe_queue_db), must leave at most 12 behaviours UNTESTABLE and pass
-every other.
+restart, wipe_queue_db), must leave UNTESTABLE only what a black box cannot
+show - the Safety Net's contents and resubmission requests (SN-1..SN-12) and a
+second route appearing at run time (PR-6) - and pass every other behaviour.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def test_no_shadow_redundancy_fails_cr1_not_xs3_or_to2(tmp_path: Path) -> None:
     assert "never happened" in to2["to2_idle_shadow_session_closed"]["reason"]
 
 
-def test_black_box_capabilities_leave_at_most_12_untestable(tmp_path: Path) -> None:
+def test_black_box_capabilities_leave_only_internal_state_untestable(tmp_path: Path) -> None:
     found = run_suite(
         tmp_path,
         f"reference:capabilities={BLACK_BOX}",
@@ -56,7 +57,9 @@ def test_black_box_capabilities_leave_at_most_12_untestable(tmp_path: Path) -> N
     failed = {name: o for name, o in found.items() if o[0] in ("failed", "error")}
     assert not failed, failed
     statuses = {bid: b["status"] for bid, b in _certification(tmp_path).items()}
-    untestable = sorted(bid for bid, s in statuses.items() if s == "UNTESTABLE")
-    assert len(untestable) <= 12, untestable
+    untestable = {bid for bid, s in statuses.items() if s == "UNTESTABLE"}
+    assert untestable <= {f"SN-{n}" for n in range(1, 13)} | {"PR-6"}, sorted(untestable)
+    # SN-6 is flagged in the node's log, which a black box shows
+    assert statuses["SN-6"] == "PASS"
     others = {b: s for b, s in statuses.items() if s not in ("PASS", "UNTESTABLE")}
     assert others == {"PR-4": "OUTSIDE-GUARANTEE"}, others
