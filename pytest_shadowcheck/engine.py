@@ -24,6 +24,7 @@ from .checks import QUEUE_PATHS, no_loss_invariant, queue_entries, run_check
 from .durations import resolve_time
 from .errors import ScenarioError
 from .history import History
+from .integrity import integrity_invariant
 from .messages import Message
 from .network import FaultProxy, MailSink
 from .network.client import RecordingClient, SendResult, make_message
@@ -134,9 +135,26 @@ class Run:
                 state = None
         return state
 
-    def register_message(self, ref: str, message_id: str, via: str) -> Message:
+    def register_message(
+        self,
+        ref: str,
+        message_id: str,
+        via: str,
+        content: bytes = b"",
+        mail_from: str | None = None,
+        rcpt_to: list[str] | None = None,
+    ) -> Message:
         """A message the scenario sends (a send step, or a session step's content)."""
-        msg = Message(ref, message_id, via, self.history.now(), list(self.scenario.topology.nodes))
+        msg = Message(
+            ref,
+            message_id,
+            via,
+            self.history.now(),
+            list(self.scenario.topology.nodes),
+            content=content,
+            mail_from=mail_from,
+            rcpt_to=list(rcpt_to or []),
+        )
         self.messages[ref] = msg
         return msg
 
@@ -328,14 +346,14 @@ class Run:
         raw = make_message(
             message_id,
             subject=arg.get("subject", f"shadowcheck {self.scenario.name} {ref}"),
-            body=arg.get("body", f"scenario {self.scenario.name}, message {ref}\n"),
+            body=arg.get("body", default_body(self.scenario.name, ref)),
             size=arg.get("size"),
             mail_from=sender,
             to=", ".join(arg["to"]),
         )
         proxy = self.proxies[f"client->{via}"]
         client = RecordingClient(self.history, link=f"client->{via}")
-        msg = self.register_message(ref, message_id, via)
+        msg = self.register_message(ref, message_id, via, raw, sender, list(arg["to"]))
         timeout = arg.get("timeout", SEND_TIMEOUT)
         coro = client.send(*proxy.address, sender, list(arg["to"]), raw, timeout=timeout)
 
@@ -441,6 +459,19 @@ class Run:
         self.history.record("step", text=f"resubmit requested on {node}: {body} -> {answer}")
 
 
+def default_body(scenario: str, ref: str) -> str:
+    """What a message says unless the scenario gives a body: lines that a transport
+    must carry unchanged but easily mangles - dot-stuffing, a line near the 998-byte
+    limit - so that the integrity invariant catches a copy altered on its way."""
+    return (
+        f"scenario {scenario}, message {ref}\n"
+        ".a line starting with a dot: the transport dot-stuffs it on every hop\n"
+        "..and one starting with two\n"
+        ".\n" + "L" * 990 + "\n"
+        "the end\n"
+    )
+
+
 def _hp(address: tuple[str, int]) -> str:
     return f"{address[0]}:{address[1]}"
 
@@ -472,6 +503,8 @@ async def _run(run: Run, verdict: Verdict, hooks: Any) -> None:
     for check in scenario.expect:
         verdict.add(await run_check(run, check))
     for result in await no_loss_invariant(run):
+        verdict.add(result)
+    for result in integrity_invariant(run):
         verdict.add(result)
 
 

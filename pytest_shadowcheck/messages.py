@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .network.client import SendResult
 
@@ -21,6 +21,11 @@ class Message:
     nodes: list[str]
     result: SendResult | None = None
     task: asyncio.Task[SendResult] | None = None
+    #: what the sender sent (empty when the harness did not compose it): the integrity
+    #: invariant compares every delivered copy with it
+    content: bytes = b""
+    mail_from: str | None = None
+    rcpt_to: list[str] = field(default_factory=list)
 
     @property
     def code(self) -> int | None:

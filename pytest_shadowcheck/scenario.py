@@ -189,6 +189,9 @@ class Scenario:
     #: the nodes must refuse to start, for a reason matching this regex (TO-3 on a
     #: black box: a configuration it must reject is given at start)
     start_refused: str | None = None
+    #: header fields the transport may add to a message beyond the trace fields
+    #: (the integrity invariant)
+    permitted_headers: list[str] = field(default_factory=list)
 
     def required_capabilities(self) -> list[str]:
         """Declared capabilities plus those the steps imply: without them the scenario
@@ -392,6 +395,7 @@ def load_scenario_file(path: Path) -> list[Scenario]:
                 where=where(),
                 node_settings=node_settings,
                 start_refused=raw.get("start", {}).get("refused"),
+                permitted_headers=list(merged.get("permitted_headers", [])),
             )
         )
     return out
