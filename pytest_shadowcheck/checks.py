@@ -25,8 +25,10 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKERS",
     "INVARIANT",
+    "PRECONDITION",
     "QUEUE_PATHS",
     "no_loss_invariant",
+    "premise_missing",
     "queue_entries",
     "run_check",
 ]
@@ -41,6 +43,8 @@ QUEUE_PATHS = {
 DEFAULT_TOLERANCE = 0.5
 #: the pseudo-behaviour a passing no-loss check evidences (no behaviour of the catalogue)
 INVARIANT = "no-loss"
+#: the pseudo-behaviour a passing precondition evidences
+PRECONDITION = "precondition"
 POLL = 0.05
 
 
@@ -695,21 +699,44 @@ async def run_check(run: Run, step: Step) -> CheckResult:
             f"target {run.target.name} lacks {needed}: {CAPABILITY_NEED[needed]}",
             where=str(step.where),
         )
-    elif step.given is not None and find_event(run, step.given) is None:
+    elif (given := step.given or run.scenario.given) and find_event(run, given) is None:
         result = CheckResult(
             step.kind,
             Status.NOT_APPLICABLE,
-            f"applies once {_matcher_text(step.given)} has happened",
-            f"{_matcher_text(step.given)} never happened, so there was nothing to check",
+            f"applies once {_matcher_text(given)} has happened",
+            f"{_matcher_text(given)} never happened, so there was nothing to check",
             where=str(step.where),
         )
     else:
         result = await CHECKERS[step.kind](run, step)
     result.behaviours = list(step.behaviours)
+    if step.precondition:
+        if result.status == Status.PASS:
+            result.behaviours = [PRECONDITION]  # a premise proves no behaviour
+        elif result.status == Status.FAIL:
+            result.status = Status.NOT_APPLICABLE
+            result.observed = f"the scenario's premise did not hold: {result.observed}"
     return result
 
 
 # --------------------------------------------------------------------------- invariant
+
+
+def premise_missing(run: Run, results: list[CheckResult]) -> list[CheckResult]:
+    """The invariants' results when the scenario's ``given`` event never happened: a loss
+    there is the failure of the behaviour that required the event (no shadow copy: CR-1),
+    judged in its own scenarios; here it is NOT-APPLICABLE, with the loss named."""
+    given = run.scenario.given
+    if given is None or find_event(run, given) is not None:
+        return results
+    for result in results:
+        if result.status not in (Status.PASS, Status.NOT_APPLICABLE):
+            result.observed = (
+                f"{_matcher_text(given)} never happened, which every behaviour of this "
+                f"scenario presupposes: {result.observed}"
+            )
+            result.status = Status.NOT_APPLICABLE
+    return results
 
 
 async def no_loss_invariant(run: Run) -> list[CheckResult]:

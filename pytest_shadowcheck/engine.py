@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checks import QUEUE_PATHS, no_loss_invariant, queue_entries, run_check
+from .checks import QUEUE_PATHS, no_loss_invariant, premise_missing, queue_entries, run_check
 from .durations import resolve_time
 from .errors import ScenarioError
 from .history import History
@@ -332,7 +332,9 @@ class Run:
                 sink.script("DATA", arg["reply"])
         elif kind == "check":
             args = {k: v for k, v in arg.items() if k != "kind"}
-            inner = Step(arg["kind"], args, step.where, step.behaviours, step.given)
+            inner = Step(
+                arg["kind"], args, step.where, step.behaviours, step.given, step.precondition
+            )
             verdict.add(await run_check(self, inner))
         elif kind == "note":
             self.history.record("note", text=str(arg))
@@ -502,9 +504,8 @@ async def _run(run: Run, verdict: Verdict, hooks: Any) -> None:
             return
     for check in scenario.expect:
         verdict.add(await run_check(run, check))
-    for result in await no_loss_invariant(run):
-        verdict.add(result)
-    for result in integrity_invariant(run):
+    invariants = await no_loss_invariant(run) + integrity_invariant(run)
+    for result in premise_missing(run, invariants):
         verdict.add(result)
 
 

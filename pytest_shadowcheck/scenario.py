@@ -163,6 +163,9 @@ class Step:
     #: did not, the check is NOT-APPLICABLE (the behaviour that required the event is
     #: judged by a check of its own)
     given: dict[str, Any] | None = None
+    #: for a check: the scenario's premise (a message accepted, delivered), evidence of
+    #: nothing; when it fails the check's behaviours are NOT-APPLICABLE, not failed
+    precondition: bool = False
 
     def capability(self) -> str | None:
         """The capability a check needs to look (the control API for a queue), or None."""
@@ -192,6 +195,10 @@ class Scenario:
     #: header fields the transport may add to a message beyond the trace fields
     #: (the integrity invariant)
     permitted_headers: list[str] = field(default_factory=list)
+    #: the event every behaviour of the scenario presupposes (a shadow copy made): when
+    #: it never happened, the scenario's checks are NOT-APPLICABLE, and the behaviour
+    #: that required the event is judged in scenarios of its own
+    given: dict[str, Any] | None = None
 
     def required_capabilities(self) -> list[str]:
         """Declared capabilities plus those the steps imply: without them the scenario
@@ -370,6 +377,10 @@ def load_scenario_file(path: Path) -> list[Scenario]:
             context.step(step, [*base, "steps", i]) for i, step in enumerate(raw.get("steps", []))
         ]
         context.sent_all = True
+        scenario_given = raw.get("given")
+        if scenario_given is not None:
+            scenario_given = _plain(scenario_given)
+            context.matcher(scenario_given, [*base, "given"])
         expect = [
             context.check(check, [*base, "expect", i])
             for i, check in enumerate(merged.get("expect", []))
@@ -396,6 +407,7 @@ def load_scenario_file(path: Path) -> list[Scenario]:
                 node_settings=node_settings,
                 start_refused=raw.get("start", {}).get("refused"),
                 permitted_headers=list(merged.get("permitted_headers", [])),
+                given=scenario_given,
             )
         )
     return out
@@ -551,7 +563,9 @@ class _Context:
         elif kind == "check":
             check = self.check(raw[kind], p)
             arg = {"kind": check.kind, **check.arg}
-            return Step(kind, arg, self.at(doc_path), check.behaviours, check.given)
+            return Step(
+                kind, arg, self.at(doc_path), check.behaviours, check.given, check.precondition
+            )
         return Step(kind, arg, self.at(doc_path))
 
     def evidenced(self, behaviours: list[str], doc_path: list[Any]) -> list[str]:
@@ -656,6 +670,7 @@ class _Context:
         given = arg.pop("given", None)
         if given is not None:
             self.matcher(given, [*p, "given"])
+        precondition = bool(arg.pop("precondition", False))
         if "message" in arg and kind != "order":
             self.message(arg["message"], [*p, "message"])
         for key in ("contains", "absent"):
@@ -690,4 +705,4 @@ class _Context:
             first, then = ("first", "then") if kind == "order" else ("from", "to")
             self.matcher(arg[first], [*p, first])
             self.matcher(arg[then], [*p, then])
-        return Step(kind, arg, self.at(doc_path), behaviours=behaviours, given=given)
+        return Step(kind, arg, self.at(doc_path), behaviours, given, precondition)

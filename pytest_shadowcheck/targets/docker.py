@@ -27,6 +27,7 @@ import contextlib
 import io
 import os
 import random
+import re
 import secrets
 import socket
 import tarfile
@@ -342,6 +343,15 @@ class DockerTarget(Target):
                 f"{desc.name} cannot apply setting {', '.join(unsupported)} "
                 f"(settings.unsupported in {desc.path})"
             )
+        if scenario.start_refused is not None:
+            # the MTA must refuse a configuration: it must be given all of it first
+            named = [s for s in scenario.settings if re.search(scenario.start_refused, s)]
+            unrendered = sorted(s for s in named if not desc.renders(s))
+            if unrendered:
+                return (
+                    f"the configuration it must refuse cannot be given to {desc.name}: no "
+                    f"template of {desc.path.name} renders {', '.join(unrendered)}"
+                )
         return None
 
     # -- lifecycle -----------------------------------------------------------------

@@ -118,6 +118,12 @@ class Description:
     def where(self, key: str) -> SourceRef:
         return SourceRef(self.path, self.lines.get(key, 0))
 
+    def renders(self, setting: str) -> bool:
+        """Whether any template (files, command, environment) uses ``setting``: a
+        setting no template names never reaches the MTA."""
+        sources = [f.source for f in self.files] + self.command + list(self.environment.values())
+        return any(setting in source for source in sources)
+
 
 @dataclass(frozen=True)
 class NodePorts:
