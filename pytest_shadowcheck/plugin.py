@@ -11,6 +11,7 @@ terminal notes in :mod:`.progress`.
 
 from __future__ import annotations
 
+import re
 import uuid
 from importlib import resources
 from pathlib import Path
@@ -96,6 +97,24 @@ def bundled_scenarios() -> Path:
     return Path(str(resources.files("scenarios")))
 
 
+def _check_behaviour_markers(config: pytest.Config, catalogue: dict[str, Any]) -> None:
+    """``-m CR-99`` or ``-m cr-4`` would select nothing, silently: name the known IDs."""
+    expression = str(config.getoption("markexpr", "") or "")
+    unknown = [
+        word
+        for word in re.findall(r"(?<![\w-])[A-Za-z]{2}-\d+(?![\w-])", expression)
+        if word not in catalogue
+    ]
+    if unknown:
+        hint = ", ".join(
+            f"{w} (did you mean {w.upper()}?)" if w.upper() in catalogue else w for w in unknown
+        )
+        raise pytest.UsageError(
+            f"-m names behaviour IDs the catalogue does not have: {hint}\n"
+            f"known IDs: {', '.join(catalogue)}"
+        )
+
+
 def _library(config: pytest.Config, scenario_paths: list[Path]) -> list[Path]:
     """The library a certification is measured against: the configured scenario paths
     holding what was asked to run, or what was asked itself when it lies outside them
@@ -133,13 +152,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is not None and workerinput.get("shadowcheck_run_id"):
         run_id = workerinput["shadowcheck_run_id"]
     run_id = run_id or str(uuid.uuid4())
-    spec = config.getoption("shadowcheck_target") or config.getini("shadowcheck_target")
+    spec = _target_spec(config)
     report = config.getoption("shadowcheck_report") or config.getini("shadowcheck_report")
     history = config.getoption("shadowcheck_history")
     manager = target_manager(config)
     if spec == "help":
-        listing = "\n".join(f"  {n:<10} {d}" for n, d in known_targets(manager))
-        raise pytest.UsageError(f"shadowcheck targets:\n{listing}")
+        return  # pytest_cmdline_main lists the targets and ends the run
+    _check_behaviour_markers(config, catalogue)
     family = str(config.getini("junit_family") or "xunit2")
     state = ShadowcheckState(
         config=config,
@@ -167,6 +186,21 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(CertificationRecorder(state), "shadowcheck-certification")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistRunId(run_id), "shadowcheck-xdist")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """``--shadowcheck-target help``: list the targets (like ``--markers``), exit 0."""
+    if not enabled(config) or _target_spec(config) != "help":
+        return None
+    print("shadowcheck targets (--shadowcheck-target NAME[:ARG]):")
+    for name, description in known_targets(target_manager(config)):
+        print(f"  {name:<10} {description}")
+    return 0
+
+
+def _target_spec(config: pytest.Config) -> str:
+    return str(config.getoption("shadowcheck_target") or config.getini("shadowcheck_target"))
 
 
 class _XdistRunId:

@@ -111,6 +111,22 @@ def test_unknown_target_is_a_usage_error_listing_targets(pytester: pytest.Pytest
     )
 
 
+def test_target_help_lists_the_targets_and_exits_0(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--shadowcheck", "--shadowcheck-target=help")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["shadowcheck targets*", "*docker *", "*reference *"])
+    assert "ERROR" not in result.stdout.str() + result.stderr.str()
+
+
+def test_an_unknown_or_lower_case_behaviour_marker_is_an_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--shadowcheck", "-m", "cr-4 or CR-99 or PR-1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*-m names behaviour IDs the catalogue does not have: cr-4 (did you mean CR-4?), CR-99",
+         "known IDs: CR-1, CR-2, *"]
+    )  # fmt: skip
+
+
 def test_external_target_runs_and_missing_capabilities_are_untestable(
     pytester: pytest.Pytester, plain_smtp: ThreadedSink
 ) -> None:
