@@ -76,6 +76,14 @@ class ShadowcheckState:
             self._target = make_target(self.manager, self.target_spec, self.run_id)
         return self._target
 
+    def _workdir(self, name: str) -> Path:
+        """A fresh directory for one scenario run under pytest's basetemp (--basetemp is
+        honoured, old runs are pruned by pytest), or a plain temporary one without it."""
+        factory = getattr(self.config, "_tmp_path_factory", None)
+        if isinstance(factory, pytest.TempPathFactory):
+            return factory.mktemp(f"shadowcheck-{name[:40]}", numbered=True)
+        return Path(tempfile.mkdtemp(prefix=f"shadowcheck-{name[:40]}-"))
+
     def run(self, item: ScenarioItem) -> Verdict:
         from .engine import run_scenario
         from .progress import Progress
@@ -99,7 +107,7 @@ class ShadowcheckState:
         if why:
             verdict.untestable(why)
             return verdict
-        workdir = Path(tempfile.mkdtemp(prefix=f"shadowcheck-{scenario.name[:40]}-"))
+        workdir = self._workdir(scenario.name)
         history_file = None
         if self.history_dir is not None:
             safe = item.nodeid.replace("/", "_").replace("::", "__")
