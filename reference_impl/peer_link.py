@@ -152,6 +152,11 @@ class PeerLink:
     async def _transaction(self, sender: str, recipients: list[str], content: bytes) -> str:
         try:
             errors, message = await self.smtp.sendmail(sender, recipients, content)
+        except ValueError as exc:
+            # aiosmtplib refuses an address it cannot put on a command line; the
+            # session must not stay open waiting for a transaction that never comes.
+            self.smtp.close()
+            raise PeerError(f"{self.peer}: {exc}") from None
         except (aiosmtplib.SMTPException, OSError) as exc:
             if not isinstance(exc, aiosmtplib.SMTPResponseException) or exc.code >= 500:
                 self.smtp.close()

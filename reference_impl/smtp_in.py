@@ -33,6 +33,8 @@ REPLY_SHADOW_FIRST = "503 5.5.1 XSHADOWCOPY must come before MAIL"
 REPLY_SESSION_LIMIT = "421 4.4.2 Connection timed out"
 REPLY_SYNTAX = "501 5.5.4 Syntax: {syntax}"
 
+NULL_PATH = "<>"  # MAIL FROM:<> as aiosmtpd records it: a bounce (RFC 5321 4.5.5)
+
 _BARE_LF = re.compile(rb"(?<!\r)\n")
 # ``<local@domain>`` with dot-atom parts of RFC 5322 atext, then spaces (the
 # usual MAIL/RCPT argument); anything else goes to aiosmtpd's full parser.
@@ -281,7 +283,9 @@ class NodeHandler(ListsOnlyHooks):
             return REPLY_BARE_LF
         state = server.peer_state
         copy, state.pending_copy = state.pending_copy, None
-        sender = envelope.mail_from or ""
+        # aiosmtpd keeps the null reverse-path as "<>" (truthy, so RCPT works);
+        # the node's own form is "", which aiosmtplib sends as MAIL FROM:<>.
+        sender = "" if envelope.mail_from == NULL_PATH else envelope.mail_from or ""
         recipients = list(envelope.rcpt_tos)
         if copy is not None:
             assert state.peer_node is not None
