@@ -125,7 +125,7 @@ class Delivery:
         if message is None or fork is None or fork.state != "pending":
             return
         now = node.clock.now()
-        if now - message.received_at >= node.settings.MessageExpirationTimeout:
+        if now - message.received_at >= node.expiration_for(message.received_at):
             self._finish_fork(message, fork, "failed", "4.4.7 message expired in the queue")
             return
         route = node.route(domain)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
 import socket
 from collections.abc import Coroutine
@@ -19,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import messages
 from .clock import Clock, RealClock, VirtualClock
-from .config import ClusterConfig, NextHop
+from .config import ClusterConfig, ConfigError, NextHop
+from .credentials import node_password
 from .delivery import Delivery
 from .directory import Directory
 from .queue_db import Message, QueueDB, new_id
@@ -40,6 +42,11 @@ Plan = dict[str, tuple[list[str], list[str]]]
 
 class Node:
     def __init__(self, cluster: ClusterConfig, name: str, data_dir: Path) -> None:
+        if not cluster.secret:
+            raise ConfigError(
+                "no secret for the peers: give secret: in the cluster file, or start the "
+                "node with the command line, which makes one per run (credentials.py)"
+            )
         self.cluster = cluster
         self.config = cluster.node(name)
         self.name = name
@@ -72,6 +79,10 @@ class Node:
             "resubmitted": 0,
             "dsns": 0,
         }
+        #: failed AUTH per client address: (count, loop time of the last) (smtp_in)
+        self.auth_failures: dict[str, tuple[int, float]] = {}
+        self.expiration_history: list[tuple[float, float]] = []
+        self._note_expiration()
         self.shadowing = Shadowing(self)
         self.delivery = Delivery(self)
         self.safety_net = SafetyNet(self)
@@ -127,10 +138,11 @@ class Node:
     # -- identity and routing ---------------------------------------------------
 
     def is_boundary_peer(self, login: str, password: bytes) -> bool:
+        """AUTH PLAIN of a node of this cluster: its name and its own password."""
         return (
             login in self.cluster.nodes
             and login != self.name
-            and hmac.compare_digest(password, self.cluster.secret.encode())
+            and hmac.compare_digest(password, node_password(self.cluster.secret, login).encode())
         )
 
     def same_boundary(self, other: str) -> bool:
@@ -255,4 +267,27 @@ class Node:
         if settings.SmtpInProcesses != self.settings.SmtpInProcesses:
             raise SettingsError("SmtpInProcesses is read at start only (the cluster file)")
         self.settings = settings
+        self._note_expiration()
         return self.settings
+
+    def _note_expiration(self) -> None:
+        """Keep, on disk, when MessageExpirationTimeout took which value (expiration_for)."""
+        raw = self.db.meta("expiration_timeouts")
+        history = [(float(a), float(b)) for a, b in json.loads(raw)] if raw else []
+        value = self.settings.MessageExpirationTimeout
+        if not history or history[-1][1] != value:
+            history.append((self.clock.now(), value))
+            del history[:-100]  # old enough entries only matter for long-gone messages
+            self.db.set_meta("expiration_timeouts", json.dumps(history))
+        self.expiration_history = history
+
+    def expiration_for(self, received_at: float) -> float:
+        """MessageExpirationTimeout of a message received at ``received_at``: the value in
+        force then, or the current one if longer. A change never shortens the life of
+        a message already acknowledged (lowering it to 0 once made queued mail vanish)."""
+        then = self.expiration_history[0][1]
+        for since, value in self.expiration_history:
+            if since > received_at:
+                break
+            then = value
+        return max(then, self.settings.MessageExpirationTimeout)

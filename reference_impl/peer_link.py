@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import aiosmtplib
 
+from .credentials import node_password
+
 DiscardCallback = Callable[[str, str | None, list[str]], Awaitable[None]]
 
 
@@ -84,7 +86,7 @@ class PeerLink:
         try:
             await self.smtp.connect()
             await self.smtp.ehlo()
-            await self.smtp.auth_plain(self.local, self.secret)
+            await self.smtp.auth_plain(self.local, node_password(self.secret, self.local))
             # Again after AUTH: XSHADOW is advertised to authenticated peers only.
             reply = await self.smtp.ehlo()
         except (aiosmtplib.SMTPException, OSError) as exc:

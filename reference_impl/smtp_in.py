@@ -32,6 +32,15 @@ REPLY_BARE_LF = "550 5.6.11 Bare line feeds are not allowed"
 REPLY_SHADOW_FIRST = "503 5.5.1 XSHADOWCOPY must come before MAIL"
 REPLY_SESSION_LIMIT = "421 4.4.2 Connection timed out"
 REPLY_SYNTAX = "501 5.5.4 Syntax: {syntax}"
+REPLY_AUTH_TOO_MANY = "421 4.7.0 Too many authentication failures, closing connection"
+
+#: failed AUTH attempts a session may make; the next failure closes it
+AUTH_FAILURES_PER_SESSION = 3
+#: the first failure's delay before its 535; doubled per recent failure from
+#: the same address, up to AUTH_DELAY_MAX (throttles guessing across sessions too)
+AUTH_DELAY = 0.25
+AUTH_DELAY_MAX = 4.0
+AUTH_FAILURE_MEMORY = 60.0  # seconds an address's failures count against it
 
 NULL_PATH = "<>"  # MAIL FROM:<> as aiosmtpd records it: a bounce (RFC 5321 4.5.5)
 
@@ -104,6 +113,8 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
         )
         self._session_limit: asyncio.TimerHandle | None = None
         self._held: list[str] = []
+        self._auth_failures = 0
+        self._auth_delay = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -123,6 +134,30 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
             self.node.background(link.close())
         super().connection_lost(error)
 
+    def auth_failed(self, login: str) -> None:
+        """Count a refused AUTH, here and for the client's address (node-wide)."""
+        self._auth_failures += 1
+        address = str(self.session.peer[0]) if self.session and self.session.peer else "?"
+        now = self.loop.time()
+        count, last = self.node.auth_failures.get(address, (0, now))
+        count = 1 if now - last > AUTH_FAILURE_MEMORY else count + 1
+        failures = self.node.auth_failures
+        failures[address] = (count, now)
+        if len(failures) > 4096:  # many addresses: forget those that went quiet
+            for key in [k for k, (_, t) in failures.items() if now - t > AUTH_FAILURE_MEMORY]:
+                del failures[key]
+        self._auth_delay = min(AUTH_DELAY * 2 ** (count - 1), AUTH_DELAY_MAX)
+        log.warning(
+            "refused AUTH as %r from %s: failure %d of %d in this session, %d from this "
+            "address in the last %gs",
+            login,
+            address,
+            self._auth_failures,
+            AUTH_FAILURES_PER_SESSION,
+            count,
+            AUTH_FAILURE_MEMORY,
+        )
+
     async def push(self, status: AnyStr) -> None:
         """aiosmtpd writes each line of a reply on its own; the lines of a
         multi-line reply (``250-...``) are held and go out with its last line,
@@ -130,6 +165,13 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
         if isinstance(status, str) and status[3:4] == "-":
             self._held.append(status)
             return
+        if self._auth_delay and isinstance(status, str) and status.startswith("535"):
+            # A refused AUTH is answered late: guessing costs time, not just a packet.
+            delay, self._auth_delay = self._auth_delay, 0.0
+            await asyncio.sleep(delay)
+            if self._auth_failures >= AUTH_FAILURES_PER_SESSION:
+                self._close_with(REPLY_AUTH_TOO_MANY)
+                return
         if self._held:
             held = "\r\n".join(self._held)
             self._held.clear()
@@ -322,11 +364,13 @@ def authenticator(node: Node) -> Callable[..., AuthResult]:
     def authenticate(
         server: SMTP, session: Session, envelope: Envelope, mechanism: str, auth_data: Any
     ) -> AuthResult:
-        if isinstance(auth_data, LoginPassword) and node.is_boundary_peer(
-            auth_data.login.decode("utf-8", "replace"), auth_data.password
-        ):
+        if not isinstance(auth_data, LoginPassword):
+            return AuthResult(success=False, handled=False)
+        login = auth_data.login.decode("utf-8", "replace")
+        if node.is_boundary_peer(login, auth_data.password):
             return AuthResult(success=True, auth_data=auth_data)
-        log.info("refused AUTH from %s", session.peer)
+        if isinstance(server, NodeSMTP):
+            server.auth_failed(login)
         return AuthResult(success=False, handled=False)
 
     return authenticate
