@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REPLY_NOT_REDUNDANT = "451 4.4.0 Message failed to be made redundant"
+#: discard notifications per XQDISCARD reply: 300 lines of ~50 bytes, well under
+#: aiosmtplib's 32 KiB reply limit even with longer queue ids (docs/protocol.md 5)
+DISCARD_PAGE = 300
 
 Plan = dict[str, tuple[list[str], list[str]]]
 
@@ -237,14 +240,18 @@ class Node:
         domains = list(plan)
         self.db.when_flushed(lambda: self.delivery.submit(message.id, domains))
 
-    def answer_discard_query(self, shadow: str, limit: int) -> list[str]:
-        """XQDISCARD reply lines: DBID, one DISCARD line per message, a count."""
-        now = self.clock.now()
-        taken = self.db.take_discards(shadow, now, limit)
+    def answer_discard_query(self, shadow: str, limit: int) -> tuple[list[str], list[str]]:
+        """XQDISCARD reply lines (DBID, one DISCARD line per message, a count) and the
+        messages offered. At most DISCARD_PAGE a reply: aiosmtplib refuses a reply
+        over 32 KiB, and a refused reply once orphaned the copies it named."""
+        taken = self.db.take_discards(shadow, self.clock.now(), min(limit, DISCARD_PAGE))
         lines = [f"DBID {self.db.db_id}"]
         lines += [f"DISCARD {message}" for message in taken]
         lines.append(f"{len(taken)} discard notifications for {shadow}")
-        return lines
+        return lines, taken
+
+    def confirm_discards(self, shadow: str, messages: list[str]) -> None:
+        self.db.confirm_discards(shadow, messages, self.clock.now())
 
     async def answer_resubmit(self, requester: str, words: list[str]) -> str:
         return await self.safety_net.answer(requester, words)

@@ -15,7 +15,7 @@ import inspect
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AnyStr, cast
 
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
@@ -60,6 +60,7 @@ class PeerState:
     pending_copy: dict[str, Any] | None = None  # XSHADOWCOPY for the next transaction
     shadow_link: Any = None  # this session's own session to its shadow (CR-2)
     shadow_idle: asyncio.TimerHandle | None = None  # closes shadow_link when idle (TO-2)
+    offered_discards: list[str] = field(default_factory=list)  # XQDISCARD page, unconfirmed
 
 
 _HOOK_PREFIXES = ("smtp_", "auth_", "handle_")
@@ -257,17 +258,26 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
         await self.push("250 2.0.0 Ready for shadow copy")
 
     async def smtp_XQDISCARD(self, arg: str | None) -> None:
-        """XQDISCARD [max]: the discard notifications for the querying node (DI-3)."""
+        """XQDISCARD [max] [ACK]: the discard notifications for the querying node (DI-3).
+        ACK: the querier acted on the page this session gave it last; those count as
+        handed over, and the reply is the next page."""
         if await self._refuse_unless_peer("XQDISCARD"):
             return
-        limit = 1000
-        if arg:
-            if not arg.isdigit():
-                await self.push(REPLY_SYNTAX.format(syntax="XQDISCARD [max]"))
-                return
-            limit = int(arg)
-        assert self.peer_state.peer_node is not None
-        lines = self.node.answer_discard_query(self.peer_state.peer_node, limit)
+        words = (arg or "").split()
+        ack = bool(words) and words[-1].upper() == "ACK"
+        if ack:
+            words.pop()
+        if len(words) > 1 or (words and not words[0].isdigit()):
+            await self.push(REPLY_SYNTAX.format(syntax="XQDISCARD [max] [ACK]"))
+            return
+        limit = int(words[0]) if words else 1000
+        peer = self.peer_state.peer_node
+        assert peer is not None
+        if ack:
+            self.node.confirm_discards(peer, self.peer_state.offered_discards)
+            self.peer_state.offered_discards = []
+        lines, offered = self.node.answer_discard_query(peer, limit)
+        self.peer_state.offered_discards = offered
         for line in lines[:-1]:
             await self.push("250-" + line)
         await self.push("250 " + lines[-1])
