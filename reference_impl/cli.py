@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import json
 import logging
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -70,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    _raise_descriptor_limit()
     try:
         if args.command == "node":
             cluster = load_cluster(args.config)
@@ -106,6 +109,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _raise_descriptor_limit() -> None:
+    """Up to the hard limit: every SMTP session is a descriptor, and running out
+    makes SMTP and the control API unusable (the connection cap stays below it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _run(main: Coroutine[Any, Any, int | None]) -> int:

@@ -13,6 +13,7 @@ import asyncio
 import hmac
 import json
 import logging
+import resource
 import socket
 from collections.abc import Coroutine
 from pathlib import Path
@@ -39,6 +40,8 @@ REPLY_NOT_REDUNDANT = "451 4.4.0 Message failed to be made redundant"
 #: discard notifications per XQDISCARD reply: 300 lines of ~50 bytes, well under
 #: aiosmtplib's 32 KiB reply limit even with longer queue ids (docs/protocol.md 5)
 DISCARD_PAGE = 300
+#: descriptors kept back from SMTP-in sessions for everything else the node opens
+FD_RESERVE = 128
 
 Plan = dict[str, tuple[list[str], list[str]]]
 
@@ -84,6 +87,7 @@ class Node:
         }
         #: failed AUTH per client address: (count, loop time of the last) (smtp_in)
         self.auth_failures: dict[str, tuple[int, float]] = {}
+        self.inbound_connections = 0  # open SMTP sessions of this process (smtp_in)
         self.expiration_history: list[tuple[float, float]] = []
         self._note_expiration()
         self.shadowing = Shadowing(self)
@@ -147,6 +151,16 @@ class Node:
             and login != self.name
             and hmac.compare_digest(password, node_password(self.cluster.secret, login).encode())
         )
+
+    def connection_cap(self) -> int:
+        """Inbound SMTP sessions allowed at once: MaxInboundConnection, but never so many
+        that the process runs out of descriptors for its peers, next hops, database and
+        control API (FD_RESERVE of them)."""
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        limit = self.settings.MaxInboundConnection
+        if soft != resource.RLIM_INFINITY:
+            limit = min(limit, max(1, soft - FD_RESERVE))
+        return limit
 
     def same_boundary(self, other: str) -> bool:
         """Whether ``other`` is in this node's boundary: its DAG, or its AD site outside a DAG."""

@@ -32,6 +32,9 @@ REPLY_BARE_LF = "550 5.6.11 Bare line feeds are not allowed"
 REPLY_SHADOW_FIRST = "503 5.5.1 XSHADOWCOPY must come before MAIL"
 REPLY_SESSION_LIMIT = "421 4.4.2 Connection timed out"
 REPLY_SYNTAX = "501 5.5.4 Syntax: {syntax}"
+REPLY_TOO_MANY_CONNECTIONS = "421 4.3.2 Too many connections, try again later"
+REPLY_RESERVED = "421 4.3.2 Too many connections; the rest are kept for peers of the boundary"
+REPLY_TOO_MANY_UNKNOWN = "502 5.5.1 Too many unrecognized commands, goodbye."
 REPLY_AUTH_TOO_MANY = "421 4.7.0 Too many authentication failures, closing connection"
 
 #: failed AUTH attempts a session may make; the next failure closes it
@@ -41,6 +44,19 @@ AUTH_FAILURES_PER_SESSION = 3
 AUTH_DELAY = 0.25
 AUTH_DELAY_MAX = 4.0
 AUTH_FAILURE_MEMORY = 60.0  # seconds an address's failures count against it
+
+#: unknown verbs (and shadow verbs from a non-peer, answered the same) a session may
+#: send; the next closes it. aiosmtpd's own limit for unknown verbs alone is the
+#: same, so a stranger cannot tell the two apart by counting (XS-3)
+STRANGE_VERBS = 5
+#: what a boundary peer may add to a message it forwards (its Received header,
+#: the categoriser's stamp): a copy of a message just under SIZE still fits
+PEER_SIZE_HEADROOM = 16 * 1024
+#: commands a session in the peers' reserve may use before it authenticates
+_RESERVE_VERBS = frozenset({"EHLO", "HELO", "AUTH", "QUIT", "NOOP", "RSET"})
+# Control characters a mailbox must not carry (NUL first); TAB is left to aiosmtpd's
+# parser, which treats it as folding white space.
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 NULL_PATH = "<>"  # MAIL FROM:<> as aiosmtpd records it: a bounce (RFC 5321 4.5.5)
 
@@ -116,14 +132,38 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
         self._held: list[str] = []
         self._auth_failures = 0
         self._auth_delay = 0.0
+        self._strange = 0  # unknown or refused shadow verbs so far
+        self._last_bytes = 0.0  # loop time the client last sent anything
+        self._counted = False  # counted in node.inbound_connections
+        self._reserve_only = False  # admitted into the peers' reserve
+        self._smtp_methods = _Verbs(self._smtp_methods, self)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        self._last_bytes = self.loop.time()
         self._session_limit = self.loop.call_later(
             self.node.settings.ReceiveConnectionTimeout, self._close_with, REPLY_SESSION_LIMIT
         )
+        node = self.node
+        node.inbound_connections += 1
+        self._counted = True
+        cap = node.connection_cap()
+        if node.inbound_connections > cap:
+            # Written before aiosmtpd's greeting (its task has not run yet).
+            log.warning("connection refused: %d inbound connections", cap)
+            self._close_with(REPLY_TOO_MANY_CONNECTIONS)
+        elif node.inbound_connections > cap - reserve_for_peers(cap):
+            self._reserve_only = True
+
+    def data_received(self, data: bytes) -> None:
+        # Bytes, not only commands, show a live client: a slow DATA is not idle.
+        self._last_bytes = self.loop.time()
+        super().data_received(data)
 
     def connection_lost(self, error: Exception | None) -> None:
+        if self._counted:
+            self._counted = False
+            self.node.inbound_connections -= 1
         if self._session_limit is not None:
             self._session_limit.cancel()
         if self.peer_state.shadow_idle is not None:
@@ -135,7 +175,7 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
             self.node.background(link.close())
         super().connection_lost(error)
 
-    def auth_failed(self, login: str) -> None:
+    def note_auth_failure(self, login: str) -> None:
         """Count a refused AUTH, here and for the client's address (node-wide)."""
         self._auth_failures += 1
         address = str(self.session.peer[0]) if self.session and self.session.peer else "?"
@@ -188,7 +228,10 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
         (tests/reference/test_smtp_in_fast_paths.py compares the two)."""
         match = _SIMPLE_PATH.match(arg) if arg else None
         if match is None or arg.startswith("(", match.end()):
-            return super()._getaddr(arg)
+            address, rest = super()._getaddr(arg)
+            if address and _CONTROL_CHARACTERS.search(address):
+                return None, None  # NUL and friends: refused here, not after DATA
+            return address, rest
         address = match.group(1)
         if self.local_part_limit and len(address.rpartition("@")[0]) > self.local_part_limit:
             return None, None
@@ -198,7 +241,24 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
         return NodeSession(self.loop)
 
     def _timeout_cb(self) -> None:
+        idle = self.loop.time() - self._last_bytes
+        if idle < self._timeout_duration:
+            self._reset_timeout(self._timeout_duration - idle)  # bytes came since
+            return
         self._close_with(REPLY_SESSION_LIMIT)
+
+    def strange_verb(self) -> bool:
+        """Count an unknown verb, or a shadow verb from a non-peer; True: the last allowed
+        one is past and the session ends."""
+        self._strange += 1
+        return self._strange >= STRANGE_VERBS
+
+    async def _too_many_strange(self, arg: str | None) -> None:
+        log.warning("%r too many unrecognised commands", self.session and self.session.peer)
+        self._close_with(REPLY_TOO_MANY_UNKNOWN)
+
+    async def _reserved(self, arg: str | None) -> None:
+        self._close_with(REPLY_RESERVED)
 
     def _close_with(self, reply: str) -> None:
         # A stream transport (uvloop's is not an asyncio.WriteTransport subclass).
@@ -213,8 +273,16 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
     async def _refuse_unless_peer(self, verb: str) -> bool:
         if self._is_peer():
             return False
-        await self.push(REPLY_NOT_RECOGNISED.format(verb=verb))
+        if self.strange_verb():
+            await self._too_many_strange(None)
+        else:
+            await self.push(REPLY_NOT_RECOGNISED.format(verb=verb))
         return True
+
+    def _boundary_peer(self) -> str | None:
+        """The authenticated peer if it is of this node's boundary (DAG or site)."""
+        peer = self.peer_state.peer_node
+        return peer if peer is not None and self.node.same_boundary(peer) else None
 
     async def smtp_AUTH(self, arg: str) -> None:
         await super().smtp_AUTH(arg)
@@ -222,6 +290,8 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
         auth = self.session.auth_data
         if self.session.authenticated and isinstance(auth, LoginPassword):
             self.peer_state.peer_node = auth.login.decode()
+            # A peer forwards what it accepted plus its own headers (PEER_SIZE_HEADROOM).
+            self.data_size_limit = self.node.settings.MaxMessageSize + PEER_SIZE_HEADROOM
 
     async def smtp_XSHADOW(self, arg: str | None) -> None:
         """XSHADOW <node>: the sending hop keeps a shadow of what it sends here."""
@@ -273,6 +343,10 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
         limit = int(words[0]) if words else 1000
         peer = self.peer_state.peer_node
         assert peer is not None
+        if self._boundary_peer() is None:
+            # Another DAG or site: no notification is ever meant for it (docs/protocol.md 5).
+            await self.push(f"250 0 discard notifications for {peer}")
+            return
         if ack:
             self.node.confirm_discards(peer, self.peer_state.offered_discards)
             self.peer_state.offered_discards = []
@@ -293,6 +367,29 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
     async def smtp_RSET(self, arg: str) -> None:
         self.peer_state.pending_copy = None
         await super().smtp_RSET(arg)
+
+
+def reserve_for_peers(cap: int) -> int:
+    """Connections above ``cap - reserve`` serve boundary peers only (a tenth, 2 to 64)."""
+    return max(2, min(64, cap // 10))
+
+
+class _Verbs(dict[str, Any]):
+    """aiosmtpd's verb table, looked up for every command: counts unknown verbs
+    with the refused shadow verbs, and keeps the peers' reserve for peers."""
+
+    def __init__(self, table: dict[str, Any], owner: NodeSMTP) -> None:
+        super().__init__(table)
+        self.owner = owner
+
+    def get(self, key: str, default: Any = None) -> Any:
+        owner = self.owner
+        if owner._reserve_only and key not in _RESERVE_VERBS and not owner._is_peer():
+            return owner._reserved
+        method = super().get(key, default)
+        if method is None and owner.strange_verb():
+            return owner._too_many_strange
+        return method
 
 
 class NodeHandler(ListsOnlyHooks):
@@ -380,7 +477,7 @@ def authenticator(node: Node) -> Callable[..., AuthResult]:
         if node.is_boundary_peer(login, auth_data.password):
             return AuthResult(success=True, auth_data=auth_data)
         if isinstance(server, NodeSMTP):
-            server.auth_failed(login)
+            server.note_auth_failure(login)
         return AuthResult(success=False, handled=False)
 
     return authenticate

@@ -147,6 +147,10 @@ def test_an_anonymous_query_cannot_consume_discard_events(node: Cluster, sink: S
     peer.cmd("EHLO mbx2")
     reply = peer.cmd("XQDISCARD")
     assert f"250-DISCARD {events[0]['message']}" in reply.splitlines()
+    # handed over once the peer confirms it acted on them (ACK), never again after
+    assert peer.cmd("XQDISCARD 1000 ACK").splitlines()[-1] == (
+        "250 0 discard notifications for mbx2"
+    )
     assert peer.cmd("XQDISCARD").splitlines()[-1] == "250 0 discard notifications for mbx2"
 
 
