@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import faulthandler
 import gc
 import json
 import logging
@@ -67,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # kill -USR1 <pid> writes every thread's stack to the log: a hung node can say where
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,
@@ -215,6 +218,7 @@ class _Supervised:
         self.info: dict[str, Any] = {}
         self.started_at = 0.0
         self.quick_deaths = 0  # deaths soon after a start, in a row
+        self.wanted = False  # dead, and to be started again
 
     def start(self, extra: list[str]) -> bool:
         self.proc = subprocess.Popen([*self.argv, *extra], stdout=subprocess.PIPE, text=True)
@@ -262,12 +266,13 @@ def run_cluster(config_path: Path, data: Path, log_level: str, restart: bool = F
         for node in nodes.values():
             print(json.dumps(node.info), flush=True)
         while True:
-            alive = [n for n in nodes.values() if n.proc is not None and n.proc.poll() is None]
-            if not alive:
-                return 1
             for node in nodes.values():
                 if node.proc is not None and node.proc.poll() is not None:
-                    _node_died(cluster, node, nodes, token, restart)
+                    _node_died(node, restart)
+                if node.proc is None and node.wanted:
+                    _restart(cluster, node, nodes, token)
+            if all(node.proc is None and not node.wanted for node in nodes.values()):
+                return 1  # every node is gone for good
             time.sleep(0.2)
     except KeyboardInterrupt:
         return 0
@@ -284,32 +289,46 @@ def run_cluster(config_path: Path, data: Path, log_level: str, restart: bool = F
                 node.proc.kill()
 
 
-def _node_died(
-    cluster: ClusterConfig,
-    node: _Supervised,
-    nodes: dict[str, _Supervised],
-    token: str | None,
-    restart: bool,
-) -> None:
+def _node_died(node: _Supervised, restart: bool) -> None:
     assert node.proc is not None
     code = node.proc.returncode
     node.proc = None
-    quick = time.monotonic() - node.started_at < QUICK_DEATH
-    node.quick_deaths = node.quick_deaths + 1 if quick else 0
     event: dict[str, Any] = {"node": node.name, "event": "exited", "exit_code": code}
-    if restart and node.quick_deaths >= RESTART_GIVE_UP:
+    node.wanted = restart and _worth_restarting(node, event)
+    print(json.dumps(event), flush=True)
+
+
+def _worth_restarting(node: _Supervised, event: dict[str, Any]) -> bool:
+    # Killed from outside (an operator, a chaos test) is no crash loop, however often.
+    killed = event.get("exit_code") in (-signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT)
+    quick = not killed and time.monotonic() - node.started_at < QUICK_DEATH
+    node.quick_deaths = node.quick_deaths + 1 if quick else 0
+    if node.quick_deaths >= RESTART_GIVE_UP:
         event["restart"] = (
             f"given up: died within {QUICK_DEATH:g}s of starting, {RESTART_GIVE_UP} times"
         )
-        restart = False
-    print(json.dumps(event), flush=True)
-    if not restart:
-        return
+        return False
+    return True
+
+
+def _restart(
+    cluster: ClusterConfig, node: _Supervised, nodes: dict[str, _Supervised], token: str | None
+) -> None:
+    """Start ``node`` again where it listened; a failed start is retried next round."""
     if not node.start(node.same_addresses()):
-        print(json.dumps({"node": node.name, "event": "restart failed"}), flush=True)
+        code = node.proc.returncode if node.proc else None
         node.proc = None
+        event = {"node": node.name, "event": "restart failed", "exit_code": code}
+        node.wanted = _worth_restarting(node, event)
+        print(json.dumps(event), flush=True)
         return
-    _tell_peers(cluster, node, nodes, token)
+    node.wanted = False
+    try:
+        _tell_peers(cluster, node, nodes, token)
+    except OSError as exc:
+        # It listens where it did, so its peers still reach it; it may lack their
+        # addresses until the next restart: say so, keep supervising.
+        print(f"warning: could not tell {node.name} where its peers are: {exc}", file=sys.stderr)
     print(json.dumps({**node.info, "event": "restarted"}), flush=True)
 
 
