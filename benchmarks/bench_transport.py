@@ -240,8 +240,11 @@ def reference_cluster(
         shutil.rmtree(base, ignore_errors=True)
 
 
-def control_get(address: str, path: str) -> Any:
-    with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as response:
+def control_get(address: str, path: str, token: str | None = None) -> Any:
+    # the node's control API wants the token of its JSON start line
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(f"http://{address}{path}", headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())
 
 
@@ -489,8 +492,8 @@ def run_target(key: str, result: Result, work: Path, sink: Sink, args: argparse.
                 # each node's process and its SMTP-in workers (SmtpInProcesses)
                 cpu=lambda: sum(cpu_seconds(pid, tree=True) for pid in pids),
             )
-            first = control_get(entry["control"], "/stats")
-            second = control_get(nodes["mbx2"]["control"], "/stats")
+            first = control_get(entry["control"], "/stats", entry.get("token"))
+            second = control_get(nodes["mbx2"]["control"], "/stats", nodes["mbx2"].get("token"))
             result.notes.append(
                 f"mbx1 received={first['received']} delivered={first['delivered']} "
                 f"shadow_copies_made={first['shadow_copies_made']} "

@@ -1,7 +1,10 @@
 """Command line: ``node`` runs one node, ``cluster`` runs one process per node.
 
-Both print one JSON line per node once it listens (the harness reads them)
-and run until SIGINT/SIGTERM.
+Both print one JSON line per node once it listens (the harness reads them:
+addresses, pid, queue database ID and the control API's token) and run until
+SIGINT/SIGTERM. ``cluster`` keeps the others running when one node dies and
+reports it as a JSON line (``"event": "exited"``); with ``--restart`` it starts
+the node again on the same data directory (``"event": "restarted"``).
 """
 
 from __future__ import annotations
@@ -10,14 +13,17 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import faulthandler
 import gc
 import json
 import logging
 import os
+import resource
 import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Coroutine, Mapping
 from pathlib import Path
@@ -26,6 +32,7 @@ from typing import Any
 import uvloop
 
 from .config import ClusterConfig, ConfigError, load_cluster, parse_address, parse_time
+from .credentials import default_path, resolve, write_fresh
 from .node import Node
 from .workers import ForkedWorker, WorkerPool, fork_workers, listen, run_worker
 
@@ -42,25 +49,44 @@ def _parser() -> argparse.ArgumentParser:
     node.add_argument(
         "--clock-start", help="virtual clock only: start at this time (epoch or ISO 8601)"
     )
+    node.add_argument(
+        "--credentials",
+        help="the run's credentials file, made if missing (default: CONFIG.credentials.json)",
+    )
     node.add_argument("--log-level", default=os.environ.get("SHADOWCHECK_LOG", "WARNING"))
     cluster = sub.add_parser("cluster", help="run every node of a cluster as its own process")
     cluster.add_argument("config", help="the cluster YAML file")
     cluster.add_argument("--data", required=True, help="directory; one subdirectory per node")
     cluster.add_argument("--log-level", default=os.environ.get("SHADOWCHECK_LOG", "WARNING"))
+    cluster.add_argument(
+        "--restart",
+        action="store_true",
+        help="start a node that died again, on the same data directory and addresses",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # kill -USR1 <pid> writes every thread's stack to the log: a hung node can say where
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    _raise_descriptor_limit()
     try:
         if args.command == "node":
             cluster = load_cluster(args.config)
             cluster.node(args.name)
+            credentials = resolve(
+                cluster,
+                Path(args.credentials) if args.credentials else default_path(Path(args.config)),
+            )
+            cluster = dataclasses.replace(
+                cluster, secret=credentials.secret, control_token=credentials.token or ""
+            )
             if args.clock_start:
                 cluster = dataclasses.replace(
                     cluster, clock_start=parse_time(args.clock_start, "--clock-start")
@@ -79,13 +105,22 @@ def main(argv: list[str] | None = None) -> int:
             )
             return _run(run_node(cluster, args.name, data, smtp, control, listening, forked))
         else:
-            return run_cluster(Path(args.config), Path(args.data), args.log_level)
+            return run_cluster(Path(args.config), Path(args.data), args.log_level, args.restart)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _raise_descriptor_limit() -> None:
+    """Up to the hard limit: every SMTP session is a descriptor, and running out
+    makes SMTP and the control API unusable (the connection cap stays below it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _run(main: Coroutine[Any, Any, int | None]) -> int:
@@ -135,6 +170,8 @@ async def run_node(
                 "control": f"{control_address[0]}:{control_address[1]}",
                 "pid": os.getpid(),
                 "queue_db_id": node.db.db_id,
+                # the control API's bearer token (credentials.py); null: none needed
+                "token": node.cluster.control_token or None,
             }
         ),
         flush=True,
@@ -150,72 +187,170 @@ async def run_node(
     return 1 if lost else 0
 
 
-def run_cluster(config_path: Path, data: Path, log_level: str) -> int:
-    """Start every node, then tell each where its peers listen."""
+def _node_argv(
+    config_path: Path, name: str, data: Path, log_level: str, credentials: Path
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "reference_impl",
+        "node",
+        "--config",
+        str(config_path),
+        "--name",
+        name,
+        "--data",
+        str(data / name),
+        "--credentials",
+        str(credentials),
+        "--log-level",
+        log_level,
+    ]
+
+
+class _Supervised:
+    """One node process of ``cluster`` and what it said when it started."""
+
+    def __init__(self, name: str, argv: list[str]) -> None:
+        self.name = name
+        self.argv = argv
+        self.proc: subprocess.Popen[str] | None = None
+        self.info: dict[str, Any] = {}
+        self.started_at = 0.0
+        self.quick_deaths = 0  # deaths soon after a start, in a row
+        self.wanted = False  # dead, and to be started again
+
+    def start(self, extra: list[str]) -> bool:
+        self.proc = subprocess.Popen([*self.argv, *extra], stdout=subprocess.PIPE, text=True)
+        self.started_at = time.monotonic()
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait()
+            return False
+        self.info = json.loads(line)
+        return True
+
+    def same_addresses(self) -> list[str]:
+        # A restarted node listens where it did, so its peers need not be told.
+        return ["--smtp", str(self.info["smtp"]), "--control", str(self.info["control"])]
+
+
+#: a node that dies this soon after (re)starting, RESTART_GIVE_UP times in a
+#: row, is not restarted again (it would only crash in a loop)
+QUICK_DEATH = 10.0
+RESTART_GIVE_UP = 5
+
+
+def run_cluster(config_path: Path, data: Path, log_level: str, restart: bool = False) -> int:
+    """Start every node, tell each where its peers listen, then supervise: a node
+    that dies is reported (a JSON line) and, with ``restart``, started again on
+    the same data directory and addresses; the others keep running."""
     cluster = load_cluster(config_path)
-    processes: dict[str, subprocess.Popen[str]] = {}
-    lines: dict[str, dict[str, object]] = {}
+    credentials_path = data / "credentials.json"
+    write_fresh(credentials_path, cluster)  # a new secret and token for each run
+    token = resolve(cluster, credentials_path).token
+    nodes = {
+        name: _Supervised(name, _node_argv(config_path, name, data, log_level, credentials_path))
+        for name in cluster.nodes
+    }
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        for name in cluster.nodes:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "reference_impl",
-                    "node",
-                    "--config",
-                    str(config_path),
-                    "--name",
-                    name,
-                    "--data",
-                    str(data / name),
-                    "--log-level",
-                    log_level,
-                ],
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            processes[name] = proc
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            if not line:
-                print(f"error: node {name} did not start (exit {proc.wait()})", file=sys.stderr)
+        for node in nodes.values():
+            if not node.start([]):
+                code = node.proc.returncode if node.proc else None
+                print(f"error: node {node.name} did not start (exit {code})", file=sys.stderr)
                 return 1
-            lines[name] = json.loads(line)
-        peers = {name: str(info["smtp"]) for name, info in lines.items()}
-        for name, info in lines.items():
-            # Addresses given in the file win: they may be proxies in between.
-            wanted = {
-                p: a for p, a in peers.items() if p != name and p not in cluster.node(name).peers
-            }
-            if wanted:
-                _put(f"http://{info['control']}/topology/peers", wanted)
-        for info in lines.values():
-            print(json.dumps(info), flush=True)
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-        while all(p.poll() is None for p in processes.values()):
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                next(iter(processes.values())).wait(timeout=1.0)
-        return 1
+        for node in nodes.values():
+            _tell_peers(cluster, node, nodes, token)
+        for node in nodes.values():
+            print(json.dumps(node.info), flush=True)
+        while True:
+            for node in nodes.values():
+                if node.proc is not None and node.proc.poll() is not None:
+                    _node_died(node, restart)
+                if node.proc is None and node.wanted:
+                    _restart(cluster, node, nodes, token)
+            if all(node.proc is None and not node.wanted for node in nodes.values()):
+                return 1  # every node is gone for good
+            time.sleep(0.2)
     except KeyboardInterrupt:
         return 0
     finally:
-        for proc in processes.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in processes.values():
+        for node in nodes.values():
+            if node.proc is not None and node.proc.poll() is None:
+                node.proc.terminate()
+        for node in nodes.values():
+            if node.proc is None:
+                continue
             try:
-                proc.wait(timeout=10)
+                node.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                node.proc.kill()
 
 
-def _put(url: str, body: Mapping[str, object]) -> None:
+def _node_died(node: _Supervised, restart: bool) -> None:
+    assert node.proc is not None
+    code = node.proc.returncode
+    node.proc = None
+    event: dict[str, Any] = {"node": node.name, "event": "exited", "exit_code": code}
+    node.wanted = restart and _worth_restarting(node, event)
+    print(json.dumps(event), flush=True)
+
+
+def _worth_restarting(node: _Supervised, event: dict[str, Any]) -> bool:
+    # Killed from outside (an operator, a chaos test) is no crash loop, however often.
+    killed = event.get("exit_code") in (-signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT)
+    quick = not killed and time.monotonic() - node.started_at < QUICK_DEATH
+    node.quick_deaths = node.quick_deaths + 1 if quick else 0
+    if node.quick_deaths >= RESTART_GIVE_UP:
+        event["restart"] = (
+            f"given up: died within {QUICK_DEATH:g}s of starting, {RESTART_GIVE_UP} times"
+        )
+        return False
+    return True
+
+
+def _restart(
+    cluster: ClusterConfig, node: _Supervised, nodes: dict[str, _Supervised], token: str | None
+) -> None:
+    """Start ``node`` again where it listened; a failed start is retried next round."""
+    if not node.start(node.same_addresses()):
+        code = node.proc.returncode if node.proc else None
+        node.proc = None
+        event = {"node": node.name, "event": "restart failed", "exit_code": code}
+        node.wanted = _worth_restarting(node, event)
+        print(json.dumps(event), flush=True)
+        return
+    node.wanted = False
+    try:
+        _tell_peers(cluster, node, nodes, token)
+    except OSError as exc:
+        # It listens where it did, so its peers still reach it; it may lack their
+        # addresses until the next restart: say so, keep supervising.
+        print(f"warning: could not tell {node.name} where its peers are: {exc}", file=sys.stderr)
+    print(json.dumps({**node.info, "event": "restarted"}), flush=True)
+
+
+def _tell_peers(
+    cluster: ClusterConfig, node: _Supervised, nodes: dict[str, _Supervised], token: str | None
+) -> None:
+    # Addresses given in the file win: they may be proxies in between.
+    wanted = {
+        p: str(other.info["smtp"])
+        for p, other in nodes.items()
+        if p != node.name and other.info and p not in cluster.node(node.name).peers
+    }
+    if wanted:
+        _put(f"http://{node.info['control']}/topology/peers", wanted, token)
+
+
+def _put(url: str, body: Mapping[str, object], token: str | None) -> None:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        method="PUT",
-        headers={"Content-Type": "application/json"},
+        url, data=json.dumps(body).encode(), method="PUT", headers=headers
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         response.read()

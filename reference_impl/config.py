@@ -2,7 +2,8 @@
 
 One YAML file describes a whole boundary; every node process reads the same
 file and picks its own entry (``--name``), so nodes agree on who their peers
-are, which site each is in, and the shared secret they authenticate with.
+are, which site each is in, and the secret they authenticate with (if the
+file has none, one is made per run: credentials.py).
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ class ClusterConfig:
     settings: Settings
     clock_mode: str = "real"
     clock_start: float | None = None
+    #: the control API's bearer token: None not given (one is generated per run,
+    #: see credentials.py), "" none wanted (the API then listens on loopback only)
+    control_token: str | None = None
 
     def node(self, name: str) -> NodeConfig:
         try:
@@ -161,6 +165,7 @@ def parse_cluster(raw: Any) -> ClusterConfig:
     unknown = set(top) - {
         "boundary",
         "secret",
+        "control_token",
         "profile",
         "clock",
         "nodes",
@@ -214,7 +219,9 @@ def parse_cluster(raw: Any) -> ClusterConfig:
     start = parse_time(clock["start"], "clock.start") if "start" in clock else None
     return ClusterConfig(
         boundary=boundary,
-        secret=str(top.get("secret", f"shadowcheck-{boundary}")),
+        # No built-in secret: "" until credentials.resolve() fills one in.
+        secret=str(top["secret"]) if top.get("secret") else "",
+        control_token=_control_token(top),
         nodes=nodes,
         next_hops=routes,
         recipients=recipients,
@@ -223,6 +230,17 @@ def parse_cluster(raw: Any) -> ClusterConfig:
         clock_mode=mode,
         clock_start=start,
     )
+
+
+def _control_token(top: dict[str, Any]) -> str | None:
+    if "control_token" not in top:
+        return None
+    value = top["control_token"]
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str) or len(value) < 16:
+        raise ConfigError("control_token: expected text of at least 16 characters, or null")
+    return value
 
 
 def _parse_node(name: str, raw: Any, default_profile: str) -> NodeConfig:

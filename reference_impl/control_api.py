@@ -2,10 +2,18 @@
 
 Schema: ``reference_impl/openapi.yaml``. Times are the node clock's epoch
 seconds. Errors are ``{"error": "..."}`` with a 4xx status.
+
+Every request needs ``Authorization: Bearer <token>`` (the cluster run's
+token, credentials.py) and a Host naming this listener; a request with a body
+needs ``Content-Type: application/json``; a browser's cross-site request
+(a foreign ``Origin``) is refused. Without a token (``control_token: null``)
+the API listens on loopback only.
 """
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -22,6 +30,9 @@ if TYPE_CHECKING:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 NODE_KEY = web.AppKey("node", object)
+#: {"hosts": Host header values this listener answers to, or None: any (a wildcard
+#: bind)}; filled in once bound, when the app can no longer take new keys
+HOSTS_KEY = web.AppKey("hosts", dict)
 
 
 def _node(request: web.Request) -> Node:
@@ -243,6 +254,34 @@ async def push_to_workers(request: web.Request, handler: Handler) -> web.StreamR
     return response
 
 
+@web.middleware
+async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Token, Host, Origin and content type, before any handler runs."""
+    hosts: set[str] | None = request.app[HOSTS_KEY]["hosts"]
+    host = request.headers.get("Host", "").lower()
+    if hosts is not None and host not in hosts:
+        # DNS rebinding: a browser page under another name must not reach us.
+        return _error(421, f"Host {host!r} is not this control API ({', '.join(sorted(hosts))})")
+    origin = request.headers.get("Origin")
+    if origin is not None and (hosts is None or origin.lower().partition("://")[2] not in hosts):
+        return _error(403, f"cross-origin requests are refused (Origin {origin!r})")
+    token = _node(request).cluster.control_token
+    if token:
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            given.strip().encode(), token.encode()
+        ):
+            response = _error(
+                401, "give Authorization: Bearer <token> (the token the node printed at start)"
+            )
+            response.headers["WWW-Authenticate"] = 'Bearer realm="shadowcheck control API"'
+            return response
+    if request.method != "GET" and request.content_type != "application/json":
+        # A browser form or a text/plain fetch cannot send this content type cross-site.
+        return _error(415, f"send the body as application/json, not {request.content_type}")
+    return await handler(request)
+
+
 ROUTES: list[tuple[str, str, Handler]] = [
     ("GET", "/health", health),
     ("GET", "/queue-db", queue_db),
@@ -267,15 +306,42 @@ ROUTES: list[tuple[str, str, Handler]] = [
 
 
 def make_app(node: Node) -> web.Application:
-    app = web.Application(middlewares=[push_to_workers])
+    app = web.Application(middlewares=[guard, push_to_workers])
     app[NODE_KEY] = node
+    app[HOSTS_KEY] = {"hosts": set()}  # set once the listener is bound (start_control)
     for method, path, handler in ROUTES:
         app.router.add_route(method, path, handler)
     return app
 
 
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def allowed_hosts(host: str, port: int) -> set[str] | None:
+    """Host header values for a listener on host:port; None for a wildcard bind,
+    whose names cannot be known (the token is then what protects it)."""
+    if host in ("", "0.0.0.0", "::"):
+        return None
+    names = {host.lower(), f"[{host}]" if ":" in host else host}
+    if is_loopback(host):
+        names |= {"localhost", "127.0.0.1", "[::1]"}
+    return {f"{name}:{port}" for name in names}
+
+
 async def start_control(node: Node, host: str, port: int) -> tuple[web.AppRunner, tuple[str, int]]:
-    runner = web.AppRunner(make_app(node), access_log=None)
+    if not node.cluster.control_token and not is_loopback(host):
+        raise ConfigError(
+            f"the control API would listen on {host} without a token: listen on loopback "
+            "(127.0.0.1), or drop control_token: null from the cluster file so that one is made"
+        )
+    app = make_app(node)
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
@@ -284,4 +350,5 @@ async def start_control(node: Node, host: str, port: int) -> tuple[web.AppRunner
     sockets = getattr(site._server, "sockets", None)
     assert sockets, "the control API site is not listening"
     sockname = sockets[0].getsockname()
+    app[HOSTS_KEY]["hosts"] = allowed_hosts(host, sockname[1])
     return runner, (sockname[0], sockname[1])

@@ -103,7 +103,18 @@ class Delivery:
                     except TimeoutError:
                         await session.close()
                         message_id = await queue.get()
-                await self._attempt(session, message_id, domain)
+                try:
+                    await self._attempt(session, message_id, domain)
+                except Exception:
+                    # One message that breaks the code must not take one of the
+                    # hop's few workers with it (four such once stopped a hop).
+                    log.exception("delivery of %s to %s failed; retrying later", message_id, domain)
+                    await session.close()
+                    self._retry_later(
+                        message_id,
+                        domain,
+                        self.node.clock.now() + self.node.settings.TransientFailureRetryInterval,
+                    )
         finally:
             await session.close()
 
@@ -114,7 +125,7 @@ class Delivery:
         if message is None or fork is None or fork.state != "pending":
             return
         now = node.clock.now()
-        if now - message.received_at >= node.settings.MessageExpirationTimeout:
+        if now - message.received_at >= node.expiration_for(message.received_at):
             self._finish_fork(message, fork, "failed", "4.4.7 message expired in the queue")
             return
         route = node.route(domain)
@@ -263,6 +274,10 @@ class _Session:
                 return RETRY, describe(exc)
         try:
             errors, _ = await self.smtp.sendmail(message.sender, fork.recipients, message.content)
+        except ValueError as exc:
+            # An address aiosmtplib will not put on a command line never will be.
+            await self.close()
+            return FINAL, f"5.1.3 {exc}"
         except aiosmtplib.SMTPRecipientsRefused as exc:
             # Every recipient refused: final only if every refusal was permanent.
             permanent = all(r.code >= 500 for r in exc.recipients)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
+import resource
 import socket
 from collections.abc import Coroutine
 from pathlib import Path
@@ -19,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import messages
 from .clock import Clock, RealClock, VirtualClock
-from .config import ClusterConfig, NextHop
+from .config import ClusterConfig, ConfigError, NextHop
+from .credentials import node_password
 from .delivery import Delivery
 from .directory import Directory
 from .queue_db import Message, QueueDB, new_id
@@ -34,12 +37,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REPLY_NOT_REDUNDANT = "451 4.4.0 Message failed to be made redundant"
+#: discard notifications per XQDISCARD reply: 300 lines of ~50 bytes, well under
+#: aiosmtplib's 32 KiB reply limit even with longer queue ids (docs/protocol.md 5)
+DISCARD_PAGE = 300
+#: descriptors kept back from SMTP-in sessions for everything else the node opens
+FD_RESERVE = 128
 
 Plan = dict[str, tuple[list[str], list[str]]]
 
 
 class Node:
     def __init__(self, cluster: ClusterConfig, name: str, data_dir: Path) -> None:
+        if not cluster.secret:
+            raise ConfigError(
+                "no secret for the peers: give secret: in the cluster file, or start the "
+                "node with the command line, which makes one per run (credentials.py)"
+            )
         self.cluster = cluster
         self.config = cluster.node(name)
         self.name = name
@@ -72,6 +85,11 @@ class Node:
             "resubmitted": 0,
             "dsns": 0,
         }
+        #: failed AUTH per client address: (count, loop time of the last) (smtp_in)
+        self.auth_failures: dict[str, tuple[int, float]] = {}
+        self.inbound_connections = 0  # open SMTP sessions of this process (smtp_in)
+        self.expiration_history: list[tuple[float, float]] = []
+        self._note_expiration()
         self.shadowing = Shadowing(self)
         self.delivery = Delivery(self)
         self.safety_net = SafetyNet(self)
@@ -130,11 +148,22 @@ class Node:
     # -- identity and routing ---------------------------------------------------
 
     def is_boundary_peer(self, login: str, password: bytes) -> bool:
+        """AUTH PLAIN of a node of this cluster: its name and its own password."""
         return (
             login in self.cluster.nodes
             and login != self.name
-            and hmac.compare_digest(password, self.cluster.secret.encode())
+            and hmac.compare_digest(password, node_password(self.cluster.secret, login).encode())
         )
+
+    def connection_cap(self) -> int:
+        """Inbound SMTP sessions allowed at once: MaxInboundConnection, but never so many
+        that the process runs out of descriptors for its peers, next hops, database and
+        control API (FD_RESERVE of them)."""
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        limit = self.settings.MaxInboundConnection
+        if soft != resource.RLIM_INFINITY:
+            limit = min(limit, max(1, soft - FD_RESERVE))
+        return limit
 
     def same_boundary(self, other: str) -> bool:
         """Whether ``other`` is in this node's boundary: its DAG, or its AD site outside a DAG."""
@@ -228,14 +257,18 @@ class Node:
         domains = list(plan)
         self.db.when_flushed(lambda: self.delivery.submit(message.id, domains))
 
-    def answer_discard_query(self, shadow: str, limit: int) -> list[str]:
-        """XQDISCARD reply lines: DBID, one DISCARD line per message, a count."""
-        now = self.clock.now()
-        taken = self.db.take_discards(shadow, now, limit)
+    def answer_discard_query(self, shadow: str, limit: int) -> tuple[list[str], list[str]]:
+        """XQDISCARD reply lines (DBID, one DISCARD line per message, a count) and the
+        messages offered. At most DISCARD_PAGE a reply: aiosmtplib refuses a reply
+        over 32 KiB, and a refused reply once orphaned the copies it named."""
+        taken = self.db.take_discards(shadow, self.clock.now(), min(limit, DISCARD_PAGE))
         lines = [f"DBID {self.db.db_id}"]
         lines += [f"DISCARD {message}" for message in taken]
         lines.append(f"{len(taken)} discard notifications for {shadow}")
-        return lines
+        return lines, taken
+
+    def confirm_discards(self, shadow: str, messages: list[str]) -> None:
+        self.db.confirm_discards(shadow, messages, self.clock.now())
 
     async def answer_resubmit(self, requester: str, words: list[str]) -> str:
         return await self.safety_net.answer(requester, words)
@@ -258,4 +291,27 @@ class Node:
         if settings.SmtpInProcesses != self.settings.SmtpInProcesses:
             raise SettingsError("SmtpInProcesses is read at start only (the cluster file)")
         self.settings = settings
+        self._note_expiration()
         return self.settings
+
+    def _note_expiration(self) -> None:
+        """Keep, on disk, when MessageExpirationTimeout took which value (expiration_for)."""
+        raw = self.db.meta("expiration_timeouts")
+        history = [(float(a), float(b)) for a, b in json.loads(raw)] if raw else []
+        value = self.settings.MessageExpirationTimeout
+        if not history or history[-1][1] != value:
+            history.append((self.clock.now(), value))
+            del history[:-100]  # old enough entries only matter for long-gone messages
+            self.db.set_meta("expiration_timeouts", json.dumps(history))
+        self.expiration_history = history
+
+    def expiration_for(self, received_at: float) -> float:
+        """MessageExpirationTimeout of a message received at ``received_at``: the value in
+        force then, or the current one if longer. A change never shortens the life of
+        a message already acknowledged (lowering it to 0 once made queued mail vanish)."""
+        then = self.expiration_history[0][1]
+        for since, value in self.expiration_history:
+            if since > received_at:
+                break
+            then = value
+        return max(then, self.settings.MessageExpirationTimeout)

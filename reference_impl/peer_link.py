@@ -13,6 +13,13 @@ from dataclasses import dataclass
 
 import aiosmtplib
 
+from .credentials import node_password
+
+#: notifications asked for per XQDISCARD (the server may send fewer) and pages
+#: per session: the rest waits for the next session or heartbeat
+DISCARD_PAGE = 300
+MAX_DISCARD_PAGES = 50
+
 DiscardCallback = Callable[[str, str | None, list[str]], Awaitable[None]]
 
 
@@ -84,7 +91,7 @@ class PeerLink:
         try:
             await self.smtp.connect()
             await self.smtp.ehlo()
-            await self.smtp.auth_plain(self.local, self.secret)
+            await self.smtp.auth_plain(self.local, node_password(self.secret, self.local))
             # Again after AUTH: XSHADOW is advertised to authenticated peers only.
             reply = await self.smtp.ehlo()
         except (aiosmtplib.SMTPException, OSError) as exc:
@@ -95,14 +102,26 @@ class PeerLink:
             await self.query_discards()
 
     async def query_discards(self) -> list[str]:
-        """DI-2: ask for the discards meant for this node; hand them to the callback."""
+        """DI-2: ask for the discards meant for this node; hand them to the callback.
+
+        Page by page: each page is acted on (the callback returns once the moves
+        are on disk) before ``XQDISCARD <n> ACK`` confirms it and asks for the
+        next, so a reply lost on the way is offered again, not orphaned."""
+        taken: list[str] = []
         reply = await self._command("XQDISCARD")
-        db_id, ids = parse_discard_reply(reply)
-        if self.on_discards is not None:
-            await self.on_discards(
-                self.peer, db_id or (self.advert.db_id if self.advert else None), ids
-            )
-        return ids
+        for page in range(MAX_DISCARD_PAGES):
+            db_id, ids = parse_discard_reply(reply)
+            if self.on_discards is not None:
+                await self.on_discards(
+                    self.peer, db_id or (self.advert.db_id if self.advert else None), ids
+                )
+            if not ids:
+                break
+            taken += ids
+            # the last page allowed in this session is confirmed without asking for more
+            more = DISCARD_PAGE if page + 1 < MAX_DISCARD_PAGES else 0
+            reply = await self._command("XQDISCARD", str(more), "ACK")
+        return taken
 
     async def send_copy(
         self,
@@ -152,6 +171,11 @@ class PeerLink:
     async def _transaction(self, sender: str, recipients: list[str], content: bytes) -> str:
         try:
             errors, message = await self.smtp.sendmail(sender, recipients, content)
+        except ValueError as exc:
+            # aiosmtplib refuses an address it cannot put on a command line; the
+            # session must not stay open waiting for a transaction that never comes.
+            self.smtp.close()
+            raise PeerError(f"{self.peer}: {exc}") from None
         except (aiosmtplib.SMTPException, OSError) as exc:
             if not isinstance(exc, aiosmtplib.SMTPResponseException) or exc.code >= 500:
                 self.smtp.close()

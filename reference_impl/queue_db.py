@@ -460,22 +460,27 @@ class QueueDB:
     # -- discard events (primary side) --------------------------------------
 
     def take_discards(self, shadow_node: str, now: float, limit: int = 1000) -> list[str]:
-        """DI-3: the notifications for one shadow, each handed over once (also when
-        several processes of the node answer XQDISCARD: read and marked in one
-        write transaction)."""
-        query = (
-            "SELECT message FROM discard_events "
-            "WHERE shadow_node = ? AND handed_out_at IS NULL ORDER BY created_at LIMIT ?"
-        )
-        if not self.conn.execute(query, (shadow_node, limit)).fetchone():
-            return []  # the usual answer: nothing to write, no write lock taken
+        """DI-3: the notifications for one shadow that it has not confirmed yet, oldest
+        first. Reading marks nothing: a notification counts as handed over once the
+        shadow confirms it acted on it (:meth:`confirm_discards`), so a lost reply
+        costs a repetition, never an orphaned shadow copy."""
+        rows = self.conn.execute(
+            "SELECT message FROM discard_events WHERE shadow_node = ? AND handed_out_at IS NULL "
+            "ORDER BY created_at, rowid LIMIT ?",
+            (shadow_node, limit),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def confirm_discards(self, shadow_node: str, messages: list[str], now: float) -> None:
+        """The shadow acted on these notifications: handed over, never offered again."""
+        if not messages:
+            return
         with self.transaction(durable=False) as c:
-            ids = [str(r[0]) for r in c.execute(query, (shadow_node, limit)).fetchall()]
             c.executemany(
-                "UPDATE discard_events SET handed_out_at = ? WHERE shadow_node = ? AND message = ?",
-                [(now, shadow_node, m) for m in ids],
+                "UPDATE discard_events SET handed_out_at = ? "
+                "WHERE shadow_node = ? AND message = ? AND handed_out_at IS NULL",
+                [(now, shadow_node, m) for m in messages],
             )
-        return ids
 
     def discard_events(self) -> list[dict[str, Any]]:
         rows = self.conn.execute("SELECT * FROM discard_events ORDER BY created_at").fetchall()

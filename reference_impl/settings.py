@@ -50,6 +50,10 @@ class Settings:
     # message is retried after a 4xx or a failed connection, and the DATA limit.
     TransientFailureRetryInterval: float = 5 * MINUTE
     MaxMessageSize: int = 10 * 1024 * 1024
+    # Exchange's Receive connector limit on simultaneous inbound connections. Above
+    # it a client is answered 421; the last tenth (2 to 64) is kept for peers of the
+    # boundary, and the node lowers it to what its descriptor limit allows.
+    MaxInboundConnection: int = 5000
     # Not Exchange's either: how many processes of a node accept SMTP (workers.py).
     # 1: the node process itself; N >= 2: N forked workers, the node process
     # keeping delivery, timers and the control API. Read at start only. 1 by
@@ -94,6 +98,10 @@ class Settings:
                 raise SettingsError(f"{name} must not be negative (got {value})")
         if self.ShadowHeartbeatFrequency <= 0:
             raise SettingsError("ShadowHeartbeatFrequency must be positive")
+        if self.MaxInboundConnection < 3:
+            raise SettingsError(
+                f"MaxInboundConnection must be at least 3 (got {self.MaxInboundConnection})"
+            )
         if not 1 <= self.SmtpInProcesses <= 64:
             raise SettingsError(f"SmtpInProcesses must be 1 to 64 (got {self.SmtpInProcesses})")
 

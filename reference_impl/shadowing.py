@@ -281,7 +281,10 @@ class Shadowing:
         node = self.node
         now = node.clock.now()
         if ids:
-            node.db.shadow_to_safety_net(primary, ids, self._safety_net_entry)
+            with node.db.transaction(durable=True):
+                node.db.shadow_to_safety_net(primary, ids, self._safety_net_entry)
+            # on disk before the primary hears we acted on them (XQDISCARD ACK)
+            await node.db.flushed()
         if db_id is not None:
             stale = node.db.stale_shadows(primary, db_id)
             if stale:

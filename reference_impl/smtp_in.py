@@ -15,7 +15,7 @@ import inspect
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AnyStr, cast
 
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
@@ -32,6 +32,33 @@ REPLY_BARE_LF = "550 5.6.11 Bare line feeds are not allowed"
 REPLY_SHADOW_FIRST = "503 5.5.1 XSHADOWCOPY must come before MAIL"
 REPLY_SESSION_LIMIT = "421 4.4.2 Connection timed out"
 REPLY_SYNTAX = "501 5.5.4 Syntax: {syntax}"
+REPLY_TOO_MANY_CONNECTIONS = "421 4.3.2 Too many connections, try again later"
+REPLY_RESERVED = "421 4.3.2 Too many connections; the rest are kept for peers of the boundary"
+REPLY_TOO_MANY_UNKNOWN = "502 5.5.1 Too many unrecognized commands, goodbye."
+REPLY_AUTH_TOO_MANY = "421 4.7.0 Too many authentication failures, closing connection"
+
+#: failed AUTH attempts a session may make; the next failure closes it
+AUTH_FAILURES_PER_SESSION = 3
+#: the first failure's delay before its 535; doubled per recent failure from
+#: the same address, up to AUTH_DELAY_MAX (throttles guessing across sessions too)
+AUTH_DELAY = 0.25
+AUTH_DELAY_MAX = 4.0
+AUTH_FAILURE_MEMORY = 60.0  # seconds an address's failures count against it
+
+#: unknown verbs (and shadow verbs from a non-peer, answered the same) a session may
+#: send; the next closes it. aiosmtpd's own limit for unknown verbs alone is the
+#: same, so a stranger cannot tell the two apart by counting (XS-3)
+STRANGE_VERBS = 5
+#: what a boundary peer may add to a message it forwards (its Received header,
+#: the categoriser's stamp): a copy of a message just under SIZE still fits
+PEER_SIZE_HEADROOM = 16 * 1024
+#: commands a session in the peers' reserve may use before it authenticates
+_RESERVE_VERBS = frozenset({"EHLO", "HELO", "AUTH", "QUIT", "NOOP", "RSET"})
+# Control characters a mailbox must not carry (NUL first); TAB is left to aiosmtpd's
+# parser, which treats it as folding white space.
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+NULL_PATH = "<>"  # MAIL FROM:<> as aiosmtpd records it: a bounce (RFC 5321 4.5.5)
 
 _BARE_LF = re.compile(rb"(?<!\r)\n")
 # ``<local@domain>`` with dot-atom parts of RFC 5322 atext, then spaces (the
@@ -49,6 +76,7 @@ class PeerState:
     pending_copy: dict[str, Any] | None = None  # XSHADOWCOPY for the next transaction
     shadow_link: Any = None  # this session's own session to its shadow (CR-2)
     shadow_idle: asyncio.TimerHandle | None = None  # closes shadow_link when idle (TO-2)
+    offered_discards: list[str] = field(default_factory=list)  # XQDISCARD page, unconfirmed
 
 
 _HOOK_PREFIXES = ("smtp_", "auth_", "handle_")
@@ -102,14 +130,40 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
         )
         self._session_limit: asyncio.TimerHandle | None = None
         self._held: list[str] = []
+        self._auth_failures = 0
+        self._auth_delay = 0.0
+        self._strange = 0  # unknown or refused shadow verbs so far
+        self._last_bytes = 0.0  # loop time the client last sent anything
+        self._counted = False  # counted in node.inbound_connections
+        self._reserve_only = False  # admitted into the peers' reserve
+        self._smtp_methods = _Verbs(self._smtp_methods, self)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        self._last_bytes = self.loop.time()
         self._session_limit = self.loop.call_later(
             self.node.settings.ReceiveConnectionTimeout, self._close_with, REPLY_SESSION_LIMIT
         )
+        node = self.node
+        node.inbound_connections += 1
+        self._counted = True
+        cap = node.connection_cap()
+        if node.inbound_connections > cap:
+            # Written before aiosmtpd's greeting (its task has not run yet).
+            log.warning("connection refused: %d inbound connections", cap)
+            self._close_with(REPLY_TOO_MANY_CONNECTIONS)
+        elif node.inbound_connections > cap - reserve_for_peers(cap):
+            self._reserve_only = True
+
+    def data_received(self, data: bytes) -> None:
+        # Bytes, not only commands, show a live client: a slow DATA is not idle.
+        self._last_bytes = self.loop.time()
+        super().data_received(data)
 
     def connection_lost(self, error: Exception | None) -> None:
+        if self._counted:
+            self._counted = False
+            self.node.inbound_connections -= 1
         if self._session_limit is not None:
             self._session_limit.cancel()
         if self.peer_state.shadow_idle is not None:
@@ -121,6 +175,30 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
             self.node.background(link.close())
         super().connection_lost(error)
 
+    def note_auth_failure(self, login: str) -> None:
+        """Count a refused AUTH, here and for the client's address (node-wide)."""
+        self._auth_failures += 1
+        address = str(self.session.peer[0]) if self.session and self.session.peer else "?"
+        now = self.loop.time()
+        count, last = self.node.auth_failures.get(address, (0, now))
+        count = 1 if now - last > AUTH_FAILURE_MEMORY else count + 1
+        failures = self.node.auth_failures
+        failures[address] = (count, now)
+        if len(failures) > 4096:  # many addresses: forget those that went quiet
+            for key in [k for k, (_, t) in failures.items() if now - t > AUTH_FAILURE_MEMORY]:
+                del failures[key]
+        self._auth_delay = min(AUTH_DELAY * 2 ** (count - 1), AUTH_DELAY_MAX)
+        log.warning(
+            "refused AUTH as %r from %s: failure %d of %d in this session, %d from this "
+            "address in the last %gs",
+            login,
+            address,
+            self._auth_failures,
+            AUTH_FAILURES_PER_SESSION,
+            count,
+            AUTH_FAILURE_MEMORY,
+        )
+
     async def push(self, status: AnyStr) -> None:
         """aiosmtpd writes each line of a reply on its own; the lines of a
         multi-line reply (``250-...``) are held and go out with its last line,
@@ -128,6 +206,13 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
         if isinstance(status, str) and status[3:4] == "-":
             self._held.append(status)
             return
+        if self._auth_delay and isinstance(status, str) and status.startswith("535"):
+            # A refused AUTH is answered late: guessing costs time, not just a packet.
+            delay, self._auth_delay = self._auth_delay, 0.0
+            await asyncio.sleep(delay)
+            if self._auth_failures >= AUTH_FAILURES_PER_SESSION:
+                self._close_with(REPLY_AUTH_TOO_MANY)
+                return
         if self._held:
             held = "\r\n".join(self._held)
             self._held.clear()
@@ -143,7 +228,10 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
         (tests/reference/test_smtp_in_fast_paths.py compares the two)."""
         match = _SIMPLE_PATH.match(arg) if arg else None
         if match is None or arg.startswith("(", match.end()):
-            return super()._getaddr(arg)
+            address, rest = super()._getaddr(arg)
+            if address and _CONTROL_CHARACTERS.search(address):
+                return None, None  # NUL and friends: refused here, not after DATA
+            return address, rest
         address = match.group(1)
         if self.local_part_limit and len(address.rpartition("@")[0]) > self.local_part_limit:
             return None, None
@@ -153,7 +241,24 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
         return NodeSession(self.loop)
 
     def _timeout_cb(self) -> None:
+        idle = self.loop.time() - self._last_bytes
+        if idle < self._timeout_duration:
+            self._reset_timeout(self._timeout_duration - idle)  # bytes came since
+            return
         self._close_with(REPLY_SESSION_LIMIT)
+
+    def strange_verb(self) -> bool:
+        """Count an unknown verb, or a shadow verb from a non-peer; True: the last allowed
+        one is past and the session ends."""
+        self._strange += 1
+        return self._strange >= STRANGE_VERBS
+
+    async def _too_many_strange(self, arg: str | None) -> None:
+        log.warning("%r too many unrecognised commands", self.session and self.session.peer)
+        self._close_with(REPLY_TOO_MANY_UNKNOWN)
+
+    async def _reserved(self, arg: str | None) -> None:
+        self._close_with(REPLY_RESERVED)
 
     def _close_with(self, reply: str) -> None:
         # A stream transport (uvloop's is not an asyncio.WriteTransport subclass).
@@ -168,8 +273,16 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
     async def _refuse_unless_peer(self, verb: str) -> bool:
         if self._is_peer():
             return False
-        await self.push(REPLY_NOT_RECOGNISED.format(verb=verb))
+        if self.strange_verb():
+            await self._too_many_strange(None)
+        else:
+            await self.push(REPLY_NOT_RECOGNISED.format(verb=verb))
         return True
+
+    def _boundary_peer(self) -> str | None:
+        """The authenticated peer if it is of this node's boundary (DAG or site)."""
+        peer = self.peer_state.peer_node
+        return peer if peer is not None and self.node.same_boundary(peer) else None
 
     async def smtp_AUTH(self, arg: str) -> None:
         await super().smtp_AUTH(arg)
@@ -177,6 +290,8 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
         auth = self.session.auth_data
         if self.session.authenticated and isinstance(auth, LoginPassword):
             self.peer_state.peer_node = auth.login.decode()
+            # A peer forwards what it accepted plus its own headers (PEER_SIZE_HEADROOM).
+            self.data_size_limit = self.node.settings.MaxMessageSize + PEER_SIZE_HEADROOM
 
     async def smtp_XSHADOW(self, arg: str | None) -> None:
         """XSHADOW <node>: the sending hop keeps a shadow of what it sends here."""
@@ -213,17 +328,30 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
         await self.push("250 2.0.0 Ready for shadow copy")
 
     async def smtp_XQDISCARD(self, arg: str | None) -> None:
-        """XQDISCARD [max]: the discard notifications for the querying node (DI-3)."""
+        """XQDISCARD [max] [ACK]: the discard notifications for the querying node (DI-3).
+        ACK: the querier acted on the page this session gave it last; those count as
+        handed over, and the reply is the next page."""
         if await self._refuse_unless_peer("XQDISCARD"):
             return
-        limit = 1000
-        if arg:
-            if not arg.isdigit():
-                await self.push(REPLY_SYNTAX.format(syntax="XQDISCARD [max]"))
-                return
-            limit = int(arg)
-        assert self.peer_state.peer_node is not None
-        lines = self.node.answer_discard_query(self.peer_state.peer_node, limit)
+        words = (arg or "").split()
+        ack = bool(words) and words[-1].upper() == "ACK"
+        if ack:
+            words.pop()
+        if len(words) > 1 or (words and not words[0].isdigit()):
+            await self.push(REPLY_SYNTAX.format(syntax="XQDISCARD [max] [ACK]"))
+            return
+        limit = int(words[0]) if words else 1000
+        peer = self.peer_state.peer_node
+        assert peer is not None
+        if self._boundary_peer() is None:
+            # Another DAG or site: no notification is ever meant for it (docs/protocol.md 5).
+            await self.push(f"250 0 discard notifications for {peer}")
+            return
+        if ack:
+            self.node.confirm_discards(peer, self.peer_state.offered_discards)
+            self.peer_state.offered_discards = []
+        lines, offered = self.node.answer_discard_query(peer, limit)
+        self.peer_state.offered_discards = offered
         for line in lines[:-1]:
             await self.push("250-" + line)
         await self.push("250 " + lines[-1])
@@ -239,6 +367,29 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
     async def smtp_RSET(self, arg: str) -> None:
         self.peer_state.pending_copy = None
         await super().smtp_RSET(arg)
+
+
+def reserve_for_peers(cap: int) -> int:
+    """Connections above ``cap - reserve`` serve boundary peers only (a tenth, 2 to 64)."""
+    return max(2, min(64, cap // 10))
+
+
+class _Verbs(dict[str, Any]):
+    """aiosmtpd's verb table, looked up for every command: counts unknown verbs
+    with the refused shadow verbs, and keeps the peers' reserve for peers."""
+
+    def __init__(self, table: dict[str, Any], owner: NodeSMTP) -> None:
+        super().__init__(table)
+        self.owner = owner
+
+    def get(self, key: str, default: Any = None) -> Any:
+        owner = self.owner
+        if owner._reserve_only and key not in _RESERVE_VERBS and not owner._is_peer():
+            return owner._reserved
+        method = super().get(key, default)
+        if method is None and owner.strange_verb():
+            return owner._too_many_strange
+        return method
 
 
 class NodeHandler(ListsOnlyHooks):
@@ -281,7 +432,9 @@ class NodeHandler(ListsOnlyHooks):
             return REPLY_BARE_LF
         state = server.peer_state
         copy, state.pending_copy = state.pending_copy, None
-        sender = envelope.mail_from or ""
+        # aiosmtpd keeps the null reverse-path as "<>" (truthy, so RCPT works);
+        # the node's own form is "", which aiosmtplib sends as MAIL FROM:<>.
+        sender = "" if envelope.mail_from == NULL_PATH else envelope.mail_from or ""
         recipients = list(envelope.rcpt_tos)
         if copy is not None:
             assert state.peer_node is not None
@@ -318,11 +471,13 @@ def authenticator(node: Node) -> Callable[..., AuthResult]:
     def authenticate(
         server: SMTP, session: Session, envelope: Envelope, mechanism: str, auth_data: Any
     ) -> AuthResult:
-        if isinstance(auth_data, LoginPassword) and node.is_boundary_peer(
-            auth_data.login.decode("utf-8", "replace"), auth_data.password
-        ):
+        if not isinstance(auth_data, LoginPassword):
+            return AuthResult(success=False, handled=False)
+        login = auth_data.login.decode("utf-8", "replace")
+        if node.is_boundary_peer(login, auth_data.password):
             return AuthResult(success=True, auth_data=auth_data)
-        log.info("refused AUTH from %s", session.peer)
+        if isinstance(server, NodeSMTP):
+            server.note_auth_failure(login)
         return AuthResult(success=False, handled=False)
 
     return authenticate

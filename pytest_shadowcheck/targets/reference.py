@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 
 from ..hookspecs import hookimpl
@@ -101,6 +102,7 @@ class ReferenceTarget(Target):
         self.config_path: Path | None = None
         self.procs: dict[str, NodeProcess] = {}
         self.handles: dict[str, NodeHandle] = {}
+        self.tokens: dict[str, str | None] = {}
         self.paused: set[str] = set()
         # the cluster's virtual time, as the last clock move reported it: a node
         # (re)started later starts there, so a new queue database is dated right (SN-8)
@@ -172,6 +174,8 @@ class ReferenceTarget(Target):
                 f"node {node} did not start (exit code {proc.poll()}): {line!r}\n"
                 + self._tail(node)
             ) from None
+        # the node's control API wants this token (reference_impl/credentials.py)
+        self.tokens[node] = info.get("token")
         handle = NodeHandle(
             name=node,
             smtp=_addr(info["smtp"]),
@@ -225,6 +229,27 @@ class ReferenceTarget(Target):
         self.paused.clear()
         # one target runs many scenarios: the next start must not hand back these nodes
         self.handles.clear()
+
+    async def control(self, node: str, method: str, path: str, body: Any = None) -> Any:
+        """Target.control with the bearer token the node printed when it started."""
+        handle = self.handle(node)
+        if handle.control is None:
+            raise TargetError(f"node {node} has no control API")
+        url = f"http://{handle.control[0]}:{handle.control[1]}{path}"
+        token = self.tokens.get(node)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        timeout = aiohttp.ClientTimeout(total=15)
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as session,
+                session.request(method, url, json=body, headers=headers) as response,
+            ):
+                text = await response.text()
+                if response.status >= 400:
+                    raise TargetError(f"{method} {path} on {node}: HTTP {response.status} {text}")
+                return await response.json(content_type=None) if text else None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise TargetError(f"{method} {path} on {node}: {exc!r}") from None
 
     # -- node actions --------------------------------------------------------------
 

@@ -294,9 +294,11 @@ class Cluster:
     def api(self, name: str, method: str, path: str, body: Any = None) -> Any:
         url = f"http://{self.nodes[name].info['control']}{path}"
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            url, data=data, method=method, headers={"Content-Type": "application/json"}
-        )
+        headers = {"Content-Type": "application/json"}
+        token = self.nodes[name].info.get("token")
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        request = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 return json.loads(response.read())

@@ -18,6 +18,8 @@ import pytest
 import yaml
 from clusterkit import Cluster, Sink, wait_until
 
+from reference_impl.credentials import node_password
+
 SECRET = "s3cret"
 
 
@@ -120,7 +122,7 @@ def test_wrong_secret_is_refused_and_grants_nothing(node: Cluster) -> None:
 def test_authenticated_peer_sees_xshadow_with_queue_db_id(node: Cluster) -> None:
     wire = connect(node)
     wire.cmd("EHLO mbx2")
-    assert wire.cmd(f"AUTH PLAIN {plain('mbx2', SECRET)}").startswith("235 ")
+    assert wire.cmd(f"AUTH PLAIN {plain('mbx2', node_password(SECRET, 'mbx2'))}").startswith("235 ")
     ehlo = wire.cmd("EHLO mbx2")
     db_id = node.api("mbx1", "GET", "/queue-db")["id"]
     assert f"250-XSHADOW mbx1 {db_id}" in ehlo.splitlines()  # XS-1, PR-2's carrier
@@ -141,10 +143,14 @@ def test_an_anonymous_query_cannot_consume_discard_events(node: Cluster, sink: S
     assert node.api("mbx1", "GET", "/discard-events")[0]["handed_out_at"] is None
     peer = connect(node)
     peer.cmd("EHLO mbx2")
-    peer.cmd(f"AUTH PLAIN {plain('mbx2', SECRET)}")
+    peer.cmd(f"AUTH PLAIN {plain('mbx2', node_password(SECRET, 'mbx2'))}")
     peer.cmd("EHLO mbx2")
     reply = peer.cmd("XQDISCARD")
     assert f"250-DISCARD {events[0]['message']}" in reply.splitlines()
+    # handed over once the peer confirms it acted on them (ACK), never again after
+    assert peer.cmd("XQDISCARD 1000 ACK").splitlines()[-1] == (
+        "250 0 discard notifications for mbx2"
+    )
     assert peer.cmd("XQDISCARD").splitlines()[-1] == "250 0 discard notifications for mbx2"
 
 

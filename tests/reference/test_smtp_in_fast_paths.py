@@ -21,6 +21,7 @@ from reference_impl.smtp_in import _SIMPLE_PATH, NodeHandler, NodeSMTP
 
 CLUSTER = """\
 boundary: b
+secret: fast-paths-secret
 nodes:
   n1: {site: s}
   n2: {site: s}
