@@ -101,6 +101,27 @@ def _shadow_deletes_discarded_copies() -> None:
     Shadowing._safety_net_entry = safety_net_entry  # type: ignore[method-assign]
 
 
+def _heartbeats_stop_after_a_notification() -> None:
+    # Once a primary's notification arrived, the shadow stops asking it, although it still
+    # holds copies from it (DI-2).
+    from reference_impl.shadowing import Shadowing
+
+    original_on, original_beat = Shadowing.on_discards, Shadowing.heartbeat
+    told: set[str] = set()
+
+    async def on_discards(self: Shadowing, primary: str, db_id: str | None, ids: list[str]) -> None:
+        if ids:
+            told.add(primary)
+        await original_on(self, primary, db_id, ids)
+
+    async def heartbeat(self: Shadowing, primary: str) -> None:
+        if primary not in told:
+            await original_beat(self, primary)
+
+    Shadowing.on_discards = on_discards  # type: ignore[method-assign]
+    Shadowing.heartbeat = heartbeat  # type: ignore[method-assign]
+
+
 def _shadow_ignores_notifications() -> None:
     # The shadow reads the discard notifications and does nothing with them: its copy
     # stays in the shadow queue, to be promoted once the primary is gone (DI-4).
@@ -231,6 +252,12 @@ VARIANTS: list[Variant] = [
         "Shadow Safety Net",
         fails=("di1_di4_discard_once_next_hop_acknowledged",),
         apply=_shadow_deletes_discarded_copies,
+    ),
+    Variant(
+        name="heartbeats-stop-after-a-notification",
+        breaks="stops heartbeating a primary once it handed out a notification",
+        fails=("di2_heartbeats_go_on_after_a_notification",),
+        apply=_heartbeats_stop_after_a_notification,
     ),
     Variant(
         name="shadow-ignores-notifications",
