@@ -35,7 +35,7 @@ def _ignores_queue_database_id() -> None:
 
 
 def _promotes_late() -> None:
-    # The primary is given twice ShadowResubmitTimeSpan before its copies are promoted.
+    # The primary is given three times ShadowResubmitTimeSpan before its copies are promoted.
     from reference_impl.shadowing import Shadowing
 
     original = Shadowing._primary_unreachable
@@ -44,7 +44,7 @@ def _promotes_late() -> None:
         peer = self.node.db.peer(primary)
         last = peer["last_contact"] if peer else None
         span = self.node.settings.ShadowResubmitTimeSpan
-        waiting = last is not None and self.node.clock.now() - last < 2 * span
+        waiting = last is not None and self.node.clock.now() - last < 3 * span
         if self.node.profile != "2010" and waiting:
             self._failed_since_contact.add(primary)
             return
@@ -165,7 +165,7 @@ def _ignores_heartbeat_retry_count() -> None:
 VARIANTS: list[Variant] = [
     Variant(
         name="promotes-late",
-        breaks="promotes copies only after twice ShadowResubmitTimeSpan",
+        breaks="promotes copies only after three times ShadowResubmitTimeSpan",
         fails=(
             "pr1_shadow_promotes_after_primary_killed",
             "pr1_shadow_promotes_after_primary_paused",
