@@ -147,6 +147,10 @@ class Target(abc.ABC):
     def handle(self, node: str) -> NodeHandle:
         raise TargetError(f"target {self.name} has no node {node!r}")
 
+    def control_headers(self, node: str) -> dict[str, str]:
+        """HTTP headers for ``node``'s control API (e.g. its bearer token)."""
+        return {}
+
     async def control(self, node: str, method: str, path: str, body: Any = None) -> Any:
         """Call the node's control API (docs/contracts.md section 2); return the JSON answer.
 
@@ -160,7 +164,9 @@ class Target(abc.ABC):
         try:
             async with (
                 aiohttp.ClientSession(timeout=timeout) as session,
-                session.request(method, url, json=body) as response,
+                session.request(
+                    method, url, json=body, headers=self.control_headers(node)
+                ) as response,
             ):
                 text = await response.text()
                 if response.status >= 400:

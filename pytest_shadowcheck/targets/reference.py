@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import yaml
 
 from ..hookspecs import hookimpl
@@ -230,26 +229,10 @@ class ReferenceTarget(Target):
         # one target runs many scenarios: the next start must not hand back these nodes
         self.handles.clear()
 
-    async def control(self, node: str, method: str, path: str, body: Any = None) -> Any:
-        """Target.control with the bearer token the node printed when it started."""
-        handle = self.handle(node)
-        if handle.control is None:
-            raise TargetError(f"node {node} has no control API")
-        url = f"http://{handle.control[0]}:{handle.control[1]}{path}"
+    def control_headers(self, node: str) -> dict[str, str]:
+        """The bearer token the node printed when it started."""
         token = self.tokens.get(node)
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        timeout = aiohttp.ClientTimeout(total=15)
-        try:
-            async with (
-                aiohttp.ClientSession(timeout=timeout) as session,
-                session.request(method, url, json=body, headers=headers) as response,
-            ):
-                text = await response.text()
-                if response.status >= 400:
-                    raise TargetError(f"{method} {path} on {node}: HTTP {response.status} {text}")
-                return await response.json(content_type=None) if text else None
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise TargetError(f"{method} {path} on {node}: {exc!r}") from None
+        return {"Authorization": f"Bearer {token}"} if token else {}
 
     # -- node actions --------------------------------------------------------------
 
