@@ -8,7 +8,8 @@ each delivery of a message the scenario sent with what the sender sent:
 - the body, byte for byte;
 - the header section: the sender's lines unchanged, as the last lines of the
   delivered header section; above them only trace fields the transport may
-  prepend (``Received``, ``Return-Path``, plus what the scenario permits with
+  prepend (``Received``, ``Return-Path``, what the target says its MTA adds -
+  ``Target.added_headers`` - and what the scenario permits with
   ``permitted_headers``);
 - the envelope sender (a null reverse-path stays null);
 - the recipients: no recipient the sender did not name (a group named in the
@@ -36,8 +37,7 @@ __all__ = ["TRACE_HEADERS", "integrity_invariant"]
 
 #: header fields a transport adds on its way (RFC 5321 section 4.4): permitted on top
 TRACE_HEADERS = frozenset({"received", "return-path"})
-#: fields a target's capability says it stamps (the categoriser's mark, SN-11)
-CAPABILITY_HEADERS = {"categoriser_stamp": "x-categorized-by"}
+
 INVARIANT = "integrity"
 
 
@@ -149,7 +149,7 @@ def _recipient_problems(
 def integrity_invariant(run: RunView) -> list[CheckResult]:
     """One result per message the scenario composed and that was delivered."""
     permitted = TRACE_HEADERS | {h.lower() for h in run.scenario.permitted_headers}
-    permitted |= {h for c, h in CAPABILITY_HEADERS.items() if c in run.target.capabilities}
+    permitted |= {h.lower() for h in run.target.added_headers}
     groups = _expandable(run)
     # a sender that sends again reuses its Message-ID (CR-8): a copy may be any of them
     same_id: dict[str, list[Message]] = {}

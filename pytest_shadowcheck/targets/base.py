@@ -69,6 +69,9 @@ class Target(abc.ABC):
     name: str = "?"
     #: subset of CAPABILITIES this target supports
     capabilities: frozenset[str] = frozenset()
+    #: header fields the MTA adds to every message beyond the trace fields (the
+    #: integrity invariant permits them on top of the sender's header section)
+    added_headers: frozenset[str] = frozenset()
     #: whether ClusterPlan.node_settings reach the nodes (scenarios giving one node
     #: settings of its own are UNTESTABLE on a target without it)
     per_node_settings: bool = False

@@ -251,6 +251,7 @@ class DockerTarget(Target):
         # "docker:postfix" in reasons: "target docker:postfix lacks capability control_api"
         self.name = f"docker:{self.description.name}"
         self.capabilities = self.description.capabilities
+        self.added_headers = self.description.added_headers
         self.run_id = run_id or secrets.token_hex(8)
         self.client = docker_client()
         self.image = self._find_image()

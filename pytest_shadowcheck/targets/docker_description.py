@@ -57,6 +57,7 @@ _KEYS = {
     "version": "how to read the MTA's version: command + format, or text",
     "capabilities": "capabilities beyond docker's own",
     "settings": "unsupported: settings the MTA cannot apply",
+    "added_headers": "header fields the MTA adds to every message beyond Received/Return-Path",
 }
 
 
@@ -108,6 +109,7 @@ class Description:
     version_text: str | None
     claimed: frozenset[str]
     unsupported_settings: frozenset[str]
+    added_headers: frozenset[str] = frozenset()
     lines: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -307,6 +309,9 @@ def load_description(path: str | Path) -> Description:
         claimed=frozenset(claimed),
         unsupported_settings=frozenset(
             _str_list(settings.get("unsupported") or [], at("settings"), "settings.unsupported")
+        ),
+        added_headers=frozenset(
+            _str_list(data.get("added_headers") or [], at("added_headers"), "added_headers")
         ),
         lines=lines,
     )

@@ -90,6 +90,8 @@ class ReferenceTarget(Target):
     name = "reference"
     capabilities = frozenset(CAPABILITIES)
     per_node_settings = True
+    # each categorisation stamps the message (docs/protocol.md; SN-11 reads it)
+    added_headers = frozenset({"X-Categorized-By"})
 
     def __init__(self, python: str | None = None, launcher: list[str] | None = None) -> None:
         self.python = python or sys.executable
