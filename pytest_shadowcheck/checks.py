@@ -1,5 +1,6 @@
-"""Expectation checkers over the run's History, and the always-on no-loss invariant.
+"""The wire checks: expectations over what the harness saw on the links and at the sinks.
 
+Replies, deliveries, the order and timing of events, SMTP lines and connections.
 Each checker returns a :class:`~pytest_shadowcheck.verdict.CheckResult` with
 what was expected, what was observed and the history excerpt around it (the
 SMTP lines on the links involved), so a failure reads like an incident report.
@@ -14,8 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from .history import Event
 from .network.smtp_text import header_section
-from .scenario import CAPABILITY_NEED
-from .targets.base import TargetError
 from .verdict import CheckResult, Status
 
 if TYPE_CHECKING:
@@ -23,32 +22,28 @@ if TYPE_CHECKING:
     from .scenario import Step
 
 __all__ = [
-    "CHECKERS",
-    "INVARIANT",
-    "PRECONDITION",
-    "QUEUE_PATHS",
-    "no_loss_invariant",
-    "premise_missing",
-    "queue_entries",
-    "run_check",
+    "DEFAULT_TOLERANCE",
+    "POLL",
+    "check_connections",
+    "check_delivered",
+    "check_lines",
+    "check_not_delivered",
+    "check_order",
+    "check_reply",
+    "check_timing",
+    "deliveries",
+    "describe_deliveries",
+    "find_event",
+    "matcher_text",
+    "poll",
+    "result",
 ]
 
-QUEUE_PATHS = {
-    "active": "/queues/active",
-    "shadow": "/queues/shadow",
-    "safetynet_primary": "/safetynet/primary",
-    "safetynet_shadow": "/safetynet/shadow",
-    "discard_events": "/discard-events",
-}
 DEFAULT_TOLERANCE = 0.5
-#: the pseudo-behaviour a passing no-loss check evidences (no behaviour of the catalogue)
-INVARIANT = "no-loss"
-#: the pseudo-behaviour a passing precondition evidences
-PRECONDITION = "precondition"
 POLL = 0.05
 
 
-def _result(
+def result(
     step: Step, name: str, ok: bool, expected: str, observed: str, excerpt: str = ""
 ) -> CheckResult:
     return CheckResult(
@@ -61,7 +56,7 @@ def _result(
     )
 
 
-async def _poll(condition: Callable[[], Awaitable[bool]], within: float) -> bool:
+async def poll(condition: Callable[[], Awaitable[bool]], within: float) -> bool:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     while True:
@@ -88,7 +83,7 @@ async def check_reply(run: Run, step: Step) -> CheckResult:
     if "text" in arg:
         ok = ok and bool(re.search(arg["text"], text or ""))
     observed = f"{code} {text}".strip() if code is not None else f"no reply ({msg.error})"
-    return _result(
+    return result(
         step,
         f"reply to {arg['message']}",
         ok,
@@ -101,7 +96,7 @@ async def check_reply(run: Run, step: Step) -> CheckResult:
 # --------------------------------------------------------------------------- delivery
 
 
-def _deliveries(run: Run, ref: str, sink: str | None = None, by: str | None = None) -> list[Any]:
+def deliveries(run: Run, ref: str, sink: str | None = None, by: str | None = None) -> list[Any]:
     msg = run.messages[ref]
     out = []
     for name, s in run.sinks.items():
@@ -120,7 +115,7 @@ def _helo_is(helo: str | None, node: str) -> bool:
     return helo == node or helo.split(".")[0] == node
 
 
-def _describe_deliveries(found: list[Any]) -> str:
+def describe_deliveries(found: list[Any]) -> str:
     if not found:
         return "not delivered"
     parts = [f"{sink} at +{d.t:.2f}s by {d.helo} rcpt={','.join(d.rcpt_tos)}" for sink, d in found]
@@ -138,11 +133,11 @@ async def check_delivered(run: Run, step: Step) -> CheckResult:
     run.progress.waiting(within, f"for {ref} to be delivered{where}")
 
     async def arrived() -> bool:
-        found = _deliveries(run, ref, sink, by)
+        found = deliveries(run, ref, sink, by)
         return len(found) >= (2 if duplicates == "expected" else 1)
 
-    await _poll(arrived, within)
-    found = _deliveries(run, ref, sink, by)
+    await poll(arrived, within)
+    found = deliveries(run, ref, sink, by)
     count = len(found)
     ok = count >= 1
     expected = f"{ref} delivered{where} within {within:g}s"
@@ -159,7 +154,7 @@ async def check_delivered(run: Run, step: Step) -> CheckResult:
         missing = [r for r in arg["recipients"] if r not in got]
         ok = not missing
         expected += f" to {', '.join(arg['recipients'])}"
-    observed = _describe_deliveries(found)
+    observed = describe_deliveries(found)
     if "headers" in arg:
         wanted, wrong = _check_headers(found, arg["headers"])
         expected += f", every copy with {wanted}"
@@ -167,12 +162,12 @@ async def check_delivered(run: Run, step: Step) -> CheckResult:
             ok = False
             observed += "; " + "; ".join(wrong)
     if not found:
-        others = _deliveries(run, ref)
+        others = deliveries(run, ref)
         if others and (sink or by):
-            observed += f" as required; elsewhere: {_describe_deliveries(others)}"
+            observed += f" as required; elsewhere: {describe_deliveries(others)}"
     msg = run.messages[ref]
     around = found[0][1].t if found else run.history.now()
-    return _result(
+    return result(
         step,
         f"delivered {ref}",
         ok,
@@ -222,14 +217,14 @@ async def check_not_delivered(run: Run, step: Step) -> CheckResult:
     if remaining > 0:
         run.progress.waiting(remaining, f"to see that {ref} is not delivered")
         await asyncio.sleep(remaining)
-    found = _deliveries(run, ref, sink, by)
+    found = deliveries(run, ref, sink, by)
     where = (f" to {sink}" if sink else "") + (f" by {by}" if by else "")
-    return _result(
+    return result(
         step,
         f"not delivered {ref}",
         not found,
         f"{ref} not delivered{where}" + (f" for {hold:g}s after it was sent" if hold else ""),
-        _describe_deliveries(found),
+        describe_deliveries(found),
         run.excerpt(found[0][1].t if found else run.history.now(), msg.links(all_nodes=True)),
     )
 
@@ -245,7 +240,7 @@ def find_event(run: Run, matcher: dict[str, Any]) -> tuple[float, str] | None:
             return None
         return msg.reply_t, f"the sender got {msg.code} {msg.text} for {matcher['reply']}"
     if "delivered" in matcher:
-        found = _deliveries(run, matcher["delivered"], matcher.get("to"))
+        found = deliveries(run, matcher["delivered"], matcher.get("to"))
         if not found:
             return None
         first = min(found, key=lambda item: item[1].t)
@@ -303,7 +298,7 @@ def _find_close(
     return None
 
 
-def _matcher_text(matcher: dict[str, Any]) -> str:
+def matcher_text(matcher: dict[str, Any]) -> str:
     if "reply" in matcher:
         return f"the sender's reply for {matcher['reply']}"
     if "delivered" in matcher:
@@ -339,8 +334,8 @@ async def _await_event(run: Run, matcher: dict[str, Any], within: float) -> None
         return find_event(run, matcher) is not None
 
     if not await seen():
-        run.progress.waiting(within, f"for {_matcher_text(matcher)}")
-        await _poll(seen, within)
+        run.progress.waiting(within, f"for {matcher_text(matcher)}")
+        await poll(seen, within)
 
 
 async def check_order(run: Run, step: Step) -> CheckResult:
@@ -348,23 +343,23 @@ async def check_order(run: Run, step: Step) -> CheckResult:
     # once 'then' happened the order is decided, whatever comes later
     await _await_event(run, then, step.arg.get("within", run.scenario.settle))
     a, b = find_event(run, first), find_event(run, then)
-    expected = f"{_matcher_text(first)} before {_matcher_text(then)}"
+    expected = f"{matcher_text(first)} before {matcher_text(then)}"
     if a is None and b is not None:
         # 'then' came and 'first' had not: the order is broken whatever happens later
         observed = (
-            f"+{b[0]:.3f}s {b[1]}; {_matcher_text(first)} had not happened "
+            f"+{b[0]:.3f}s {b[1]}; {matcher_text(first)} had not happened "
             f"by then (checked at +{run.history.now():.3f}s)"
         )
         ok = False
     elif a is None or b is None:
-        missing = [_matcher_text(m) for m, e in ((first, a), (then, b)) if e is None]
+        missing = [matcher_text(m) for m, e in ((first, a), (then, b)) if e is None]
         observed = "never happened: " + "; ".join(missing)
         ok = False
     else:
         ok = a[0] < b[0]
         observed = f"+{a[0]:.3f}s {a[1]}  /  +{b[0]:.3f}s {b[1]}"
     around = (a or b or (run.history.now(), ""))[0]
-    return _result(
+    return result(
         step, "order", ok, expected, observed, run.excerpt(around, _matcher_links(run, first, then))
     )
 
@@ -388,8 +383,8 @@ async def check_timing(run: Run, step: Step) -> CheckResult:
     if "at_most" in arg:
         bounds.append(f"at most {arg['at_most']:g}s")
     expected = (
-        f"{_matcher_text(arg['to'])} {' and '.join(bounds) or 'any time'} after "
-        f"{_matcher_text(arg['from'])} (tolerance {tolerance:g}s)"
+        f"{matcher_text(arg['to'])} {' and '.join(bounds) or 'any time'} after "
+        f"{matcher_text(arg['from'])} (tolerance {tolerance:g}s)"
     )
     if a is None:
         # the clock never started: the behaviour timed here did not come into play
@@ -397,16 +392,16 @@ async def check_timing(run: Run, step: Step) -> CheckResult:
             "timing",
             Status.NOT_APPLICABLE,
             expected,
-            f"{_matcher_text(arg['from'])} never happened, so there was nothing to time",
+            f"{matcher_text(arg['from'])} never happened, so there was nothing to time",
             where=str(step.where),
         )
     if b is None:
-        return _result(
+        return result(
             step,
             "timing",
             False,
             expected,
-            f"+{a[0]:.3f}s {a[1]}; then {_matcher_text(arg['to'])} never happened",
+            f"+{a[0]:.3f}s {a[1]}; then {matcher_text(arg['to'])} never happened",
             run.excerpt(run.history.now(), _matcher_links(run, arg["from"], arg["to"])),
         )
     delta = b[0] - a[0]
@@ -415,7 +410,7 @@ async def check_timing(run: Run, step: Step) -> CheckResult:
         ok = ok and delta >= arg["at_least"] - tolerance
     if "at_most" in arg:
         ok = ok and delta <= arg["at_most"] + tolerance
-    return _result(
+    return result(
         step,
         "timing",
         ok,
@@ -440,7 +435,7 @@ async def check_lines(run: Run, step: Step) -> CheckResult:
             )
 
         run.progress.waiting(arg["within"], f"for /{arg['contains']}/ on {link}")
-        await _poll(seen, arg["within"])
+        await poll(seen, arg["within"])
     lines = [
         e
         for e in run.history.events(kind="line", link=link)
@@ -481,7 +476,7 @@ async def check_lines(run: Run, step: Step) -> CheckResult:
         else:
             observed.append(f"none among {len(lines)} lines")
     around = hit.t if hit else (lines[-1].t if lines else run.history.now())
-    return _result(
+    return result(
         step,
         f"lines on {link}",
         ok,
@@ -513,20 +508,20 @@ async def check_connections(run: Run, step: Step) -> CheckResult:
     for key, word in (("from", "after"), ("to", "before")):
         if key in arg:
             window[key] = find_event(run, arg[key])
-            expected += f", {word} {_matcher_text(arg[key])}"
+            expected += f", {word} {matcher_text(arg[key])}"
     if window.get("from", ()) is None:
         return CheckResult(
             f"connections on {link}",
             Status.NOT_APPLICABLE,
             expected,
-            f"{_matcher_text(arg['from'])} never happened, so the window never opened",
+            f"{matcher_text(arg['from'])} never happened, so the window never opened",
             where=str(step.where),
         )
-    missing = [_matcher_text(arg[key]) for key, found in window.items() if found is None]
+    missing = [matcher_text(arg[key]) for key, found in window.items() if found is None]
     if missing:
         observed = "the window never happened: " + "; ".join(missing)
         excerpt = run.excerpt(run.history.now(), [link])
-        return _result(step, f"connections on {link}", False, expected, observed, excerpt)
+        return result(step, f"connections on {link}", False, expected, observed, excerpt)
     start, end = window.get("from"), window.get("to")
     opened = [e for e in opened if (not start or e.t >= start[0]) and (not end or e.t <= end[0])]
     n = len(opened)
@@ -536,275 +531,4 @@ async def check_connections(run: Run, step: Step) -> CheckResult:
         observed += ": " + ", ".join(f"#{e.conn} at +{e.t:.3f}s" for e in opened)
     around = opened[-1].t if opened else (end[0] if end else run.history.now())
     excerpt = run.excerpt(around, [link])
-    return _result(step, f"connections on {link}", ok, expected, observed, excerpt)
-
-
-# --------------------------------------------------------------------------- control API
-
-
-def queue_entries(answer: Any) -> list[dict[str, Any]]:
-    if isinstance(answer, dict):
-        out: list[dict[str, Any]] = []
-        for value in answer.values():
-            out.extend(queue_entries(value))
-        return out
-    if isinstance(answer, list):
-        return [x for x in answer if isinstance(x, dict)]
-    return []
-
-
-async def check_queue(run: Run, step: Step) -> CheckResult:
-    arg = step.arg
-    node, queue = arg["node"], arg["queue"]
-    contains, absent = arg.get("contains", []), arg.get("absent", [])
-    within = arg.get("within", 0.0)
-    state: dict[str, Any] = {"entries": [], "error": None}
-
-    async def satisfied() -> bool:
-        try:
-            answer = await run.target.control(node, "GET", QUEUE_PATHS[queue])
-        except TargetError as exc:
-            state["error"] = str(exc)
-            return False
-        state["error"] = None
-        entries = queue_entries(answer)
-        state["entries"] = entries
-        ids = {e.get("message_id") for e in entries}
-        ok = all(run.messages[r].message_id in ids for r in contains)
-        ok = ok and not any(run.messages[r].message_id in ids for r in absent)
-        if "count" in arg:
-            ok = ok and len(entries) == arg["count"]
-        return ok
-
-    if within:
-        run.progress.waiting(within, f"for the {queue} queue of {node}")
-    ok = await _poll(satisfied, within)
-    by_id = {m.message_id: ref for ref, m in run.messages.items()}
-    held = [by_id.get(e.get("message_id"), e.get("message_id")) for e in state["entries"]]
-    expected = []
-    if contains:
-        expected.append(f"holds {', '.join(contains)}")
-    if absent:
-        expected.append(f"does not hold {', '.join(absent)}")
-    if "count" in arg:
-        expected.append(f"holds exactly {arg['count']} message(s)")
-    observed = state["error"] or f"holds {len(held)}: {', '.join(map(str, held)) or '(empty)'}"
-    run.history.record("snapshot", node=node, queue=queue, entries=held)
-    return _result(
-        step,
-        f"{queue} queue of {node}",
-        ok,
-        f"the {queue} queue of {node} "
-        + " and ".join(expected or ["answers"])
-        + (f" within {within:g}s" if within else ""),
-        observed,
-        run.excerpt(run.history.now(), [], before=3.0, after=0.0),
-    )
-
-
-async def check_config_warning(run: Run, step: Step) -> CheckResult:
-    arg = step.arg
-    node, present = arg["node"], arg.get("present", True)
-    try:
-        warnings = queue_entries(await run.target.control(node, "GET", "/config/warnings"))
-    except TargetError as exc:
-        return _result(step, f"config warnings of {node}", False, "an answer", str(exc))
-    pattern = arg.get("code", ".*")
-    hits = [w for w in warnings if re.search(pattern, str(w.get("code", "")))]
-    ok = bool(hits) == present
-    observed = "; ".join(f"{w.get('code')}: {w.get('message')}" for w in warnings) or "no warnings"
-    return _result(
-        step,
-        f"config warnings of {node}",
-        ok,
-        f"{node} {'flags' if present else 'does not flag'} a warning /{pattern}/",
-        observed,
-    )
-
-
-async def check_log(run: Run, step: Step) -> CheckResult:
-    """What a node wrote to its log: where an MTA flags a configuration it accepts but
-    that puts a guarantee at risk (SN-6), readable on a black box."""
-    arg = step.arg
-    node = arg["node"]
-    name = f"log of {node}"
-    wanted = []
-    if "contains" in arg:
-        wanted.append(f"a line matching /{arg['contains']}/")
-    if "absent" in arg:
-        wanted.append(f"no line matching /{arg['absent']}/")
-    expected = f"{node} logs " + " and ".join(wanted)
-    text: str | None = None
-
-    async def satisfied() -> bool:
-        nonlocal text
-        text = run.target.node_log(node)
-        if text is None:
-            return True  # nothing to wait for
-        lines = text.splitlines()
-        ok = "contains" not in arg or any(re.search(arg["contains"], x) for x in lines)
-        return ok and not ("absent" in arg and any(re.search(arg["absent"], x) for x in lines))
-
-    within = arg.get("within", 0.0)
-    if within:
-        run.progress.waiting(within, f"for the log of {node}")
-    ok = await _poll(satisfied, within)
-    if text is None:
-        return CheckResult(
-            name,
-            Status.UNTESTABLE,
-            expected,
-            f"target {run.target.name} cannot read the log of {node}",
-            where=str(step.where),
-        )
-    lines = text.splitlines()
-    hits = [x for x in lines if "absent" in arg and re.search(arg["absent"], x)]
-    found = [x for x in lines if "contains" in arg and re.search(arg["contains"], x)]
-    observed = (
-        f"found: {hits[0]}"
-        if hits
-        else (f"found: {found[0]}" if found else f"no such line among {len(lines)}")
-    )
-    tail = "\n".join(lines[-10:])
-    return _result(
-        step, name, ok, expected, observed, f"--- last lines of {node}'s log ---\n{tail}"
-    )
-
-
-CHECKERS: dict[str, Callable[[Run, Step], Awaitable[CheckResult]]] = {
-    "log": check_log,
-    "reply": check_reply,
-    "delivered": check_delivered,
-    "not_delivered": check_not_delivered,
-    "order": check_order,
-    "timing": check_timing,
-    "lines": check_lines,
-    "connections": check_connections,
-    "queue": check_queue,
-    "config_warning": check_config_warning,
-}
-
-
-async def run_check(run: Run, step: Step) -> CheckResult:
-    """Run one check, tagged with the behaviours it evidences. A check the target cannot
-    look at is UNTESTABLE (alone: the scenario's other checks still count); a check whose
-    ``given`` event never happened is NOT-APPLICABLE."""
-    needed = step.capability()
-    if needed is not None and needed not in run.target.capabilities:
-        what = ", ".join(f"{k}={v}" for k, v in step.arg.items() if not isinstance(v, dict))
-        result = CheckResult(
-            f"{step.kind} ({what})",
-            Status.UNTESTABLE,
-            f"a look at {needed}",
-            f"target {run.target.name} lacks {needed}: {CAPABILITY_NEED[needed]}",
-            where=str(step.where),
-        )
-    elif (given := step.given or run.scenario.given) and find_event(run, given) is None:
-        result = CheckResult(
-            step.kind,
-            Status.NOT_APPLICABLE,
-            f"applies once {_matcher_text(given)} has happened",
-            f"{_matcher_text(given)} never happened, so there was nothing to check",
-            where=str(step.where),
-        )
-    else:
-        result = await CHECKERS[step.kind](run, step)
-    result.behaviours = list(step.behaviours)
-    if step.precondition:
-        if result.status == Status.PASS:
-            result.behaviours = [PRECONDITION]  # a premise proves no behaviour
-        elif result.status == Status.FAIL:
-            result.status = Status.NOT_APPLICABLE
-            result.observed = f"the scenario's premise did not hold: {result.observed}"
-    return result
-
-
-# --------------------------------------------------------------------------- invariant
-
-
-def premise_missing(run: Run, results: list[CheckResult]) -> list[CheckResult]:
-    """The invariants' results when the scenario's ``given`` event never happened: a loss
-    there is the failure of the behaviour that required the event (no shadow copy: CR-1),
-    judged in its own scenarios; here it is NOT-APPLICABLE, with the loss named."""
-    given = run.scenario.given
-    if given is None or find_event(run, given) is not None:
-        return results
-    for result in results:
-        if result.status not in (Status.PASS, Status.NOT_APPLICABLE):
-            result.observed = (
-                f"{_matcher_text(given)} never happened, which every behaviour of this "
-                f"scenario presupposes: {result.observed}"
-            )
-            result.status = Status.NOT_APPLICABLE
-    return results
-
-
-async def no_loss_invariant(run: Run) -> list[CheckResult]:
-    """Every acknowledged message is delivered (or still held by a live node), unless
-    every node holding a copy failed: then it is OUTSIDE-GUARANTEE (PR-4).
-
-    A loss is blamed on every behaviour of the scenario; a message that arrived proves
-    none of them (it would make an idle-timeout behaviour PASS where nothing was timed),
-    so a pass evidences only the invariant itself."""
-    acknowledged = [ref for ref, m in run.messages.items() if m.code is not None and m.code < 300]
-    if not acknowledged or not run.sinks:
-        # without next hops the harness sees, deliveries cannot be observed
-        return []
-    settle = run.scenario.settle
-
-    async def all_delivered() -> bool:
-        return all(_deliveries(run, ref) for ref in acknowledged)
-
-    if not await all_delivered():
-        run.progress.waiting(settle, "for acknowledged messages to be delivered (no-loss check)")
-        await _poll(all_delivered, settle)
-    results = []
-    for ref in acknowledged:
-        msg = run.messages[ref]
-        found = _deliveries(run, ref)
-        name = f"no loss of {ref}"
-        expected = f"acknowledged message {ref} is delivered (or still queued on a live node)"
-        if found:
-            results.append(
-                CheckResult(
-                    name, Status.PASS, expected, _describe_deliveries(found), behaviours=[INVARIANT]
-                )
-            )
-            continue
-        held = await run.still_held(ref)
-        if held:
-            results.append(
-                CheckResult(
-                    name, Status.PASS, expected, f"still queued on {held}", behaviours=[INVARIANT]
-                )
-            )
-            continue
-        holders = run.copy_holders(ref)
-        failed = {node: why for node in holders if (why := run.copy_lost(node, msg.sent_t))}
-        excerpt = run.excerpt(run.history.now(), msg.links(all_nodes=True), before=settle + 5)
-        if holders and len(failed) == len(holders):
-            why = ", ".join(f"{n} {w}" for n, w in failed.items())
-            results.append(
-                CheckResult(
-                    name,
-                    Status.OUTSIDE_GUARANTEE,
-                    expected,
-                    f"{ref} lost, but every node holding a copy failed ({why}): "
-                    "primary and shadow failing together is outside the guarantee (PR-4)",
-                    excerpt=excerpt,
-                )
-            )
-        else:
-            alive = [n for n in holders if n not in failed]
-            results.append(
-                CheckResult(
-                    name,
-                    Status.FAIL,
-                    expected,
-                    f"{ref} was acknowledged ({msg.code} {msg.text}) and never delivered "
-                    f"within {settle:g}s; copies were on {', '.join(holders)} "
-                    f"({', '.join(alive)} still up)",
-                    excerpt=excerpt,
-                )
-            )
-    return results
+    return result(step, f"connections on {link}", ok, expected, observed, excerpt)

@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checks import QUEUE_PATHS, no_loss_invariant, premise_missing, queue_entries, run_check
 from .durations import resolve_time
 from .errors import ScenarioError
+from .evaluate import run_check
 from .history import History
+from .inside_checks import QUEUE_PATHS, queue_entries
 from .integrity import integrity_invariant
+from .invariants import no_loss_invariant, premise_missing
 from .messages import Message
 from .network import FaultProxy, MailSink
 from .network.client import RecordingClient, SendResult, make_message
