@@ -14,14 +14,24 @@ from typing import TYPE_CHECKING, Any
 
 from .history import Event
 from .network.smtp_text import header_section
+from .scenario import CAPABILITY_NEED
 from .targets.base import TargetError
 from .verdict import CheckResult, Status
 
 if TYPE_CHECKING:
-    from .engine import Run
+    from .evidence import RunView as Run
     from .scenario import Step
 
-__all__ = ["CHECKERS", "QUEUE_PATHS", "no_loss_invariant", "run_check"]
+__all__ = [
+    "CHECKERS",
+    "INVARIANT",
+    "PRECONDITION",
+    "QUEUE_PATHS",
+    "no_loss_invariant",
+    "premise_missing",
+    "queue_entries",
+    "run_check",
+]
 
 QUEUE_PATHS = {
     "active": "/queues/active",
@@ -31,6 +41,10 @@ QUEUE_PATHS = {
     "discard_events": "/discard-events",
 }
 DEFAULT_TOLERANCE = 0.5
+#: the pseudo-behaviour a passing no-loss check evidences (no behaviour of the catalogue)
+INVARIANT = "no-loss"
+#: the pseudo-behaviour a passing precondition evidences
+PRECONDITION = "precondition"
 POLL = 0.05
 
 
@@ -201,15 +215,15 @@ def _check_headers(found: list[Any], rule: dict[str, str]) -> tuple[str, list[st
 
 async def check_not_delivered(run: Run, step: Step) -> CheckResult:
     arg = step.arg
-    ref, sink = arg["message"], arg.get("to")
+    ref, sink, by = arg["message"], arg.get("to"), arg.get("by")
     msg = run.messages[ref]
     hold = arg.get("for", 0.0)
     remaining = msg.sent_t + hold - run.history.now()
     if remaining > 0:
         run.progress.waiting(remaining, f"to see that {ref} is not delivered")
         await asyncio.sleep(remaining)
-    found = _deliveries(run, ref, sink)
-    where = f" to {sink}" if sink else ""
+    found = _deliveries(run, ref, sink, by)
+    where = (f" to {sink}" if sink else "") + (f" by {by}" if by else "")
     return _result(
         step,
         f"not delivered {ref}",
@@ -317,8 +331,22 @@ def _matcher_links(run: Run, *matchers: dict[str, Any]) -> list[str]:
     return sorted(set(links))
 
 
+async def _await_event(run: Run, matcher: dict[str, Any], within: float) -> None:
+    """Wait (up to ``within``) for an event the history may not have yet: the steps do
+    not wait for what the wire shows later, so a check must."""
+
+    async def seen() -> bool:
+        return find_event(run, matcher) is not None
+
+    if not await seen():
+        run.progress.waiting(within, f"for {_matcher_text(matcher)}")
+        await _poll(seen, within)
+
+
 async def check_order(run: Run, step: Step) -> CheckResult:
     first, then = step.arg["first"], step.arg["then"]
+    # once 'then' happened the order is decided, whatever comes later
+    await _await_event(run, then, step.arg.get("within", run.scenario.settle))
     a, b = find_event(run, first), find_event(run, then)
     expected = f"{_matcher_text(first)} before {_matcher_text(then)}"
     if a is None and b is not None:
@@ -343,8 +371,17 @@ async def check_order(run: Run, step: Step) -> CheckResult:
 
 async def check_timing(run: Run, step: Step) -> CheckResult:
     arg = step.arg
-    a, b = find_event(run, arg["from"]), find_event(run, arg["to"])
     tolerance = arg.get("tolerance", DEFAULT_TOLERANCE)
+    within = arg.get("within", run.scenario.settle)
+    await _await_event(run, arg["from"], within)
+    a = find_event(run, arg["from"])
+    if a is not None:
+        # the 'to' event can only count until the upper bound has passed
+        limit = within
+        if "at_most" in arg:
+            limit = max(0.0, a[0] + arg["at_most"] + tolerance - run.history.now()) + POLL
+        await _await_event(run, arg["to"], limit)
+    b = find_event(run, arg["to"])
     bounds = []
     if "at_least" in arg:
         bounds.append(f"at least {arg['at_least']:g}s")
@@ -354,14 +391,22 @@ async def check_timing(run: Run, step: Step) -> CheckResult:
         f"{_matcher_text(arg['to'])} {' and '.join(bounds) or 'any time'} after "
         f"{_matcher_text(arg['from'])} (tolerance {tolerance:g}s)"
     )
-    if a is None or b is None:
-        missing = [_matcher_text(m) for m, e in ((arg["from"], a), (arg["to"], b)) if e is None]
+    if a is None:
+        # the clock never started: the behaviour timed here did not come into play
+        return CheckResult(
+            "timing",
+            Status.NOT_APPLICABLE,
+            expected,
+            f"{_matcher_text(arg['from'])} never happened, so there was nothing to time",
+            where=str(step.where),
+        )
+    if b is None:
         return _result(
             step,
             "timing",
             False,
             expected,
-            "never happened: " + "; ".join(missing),
+            f"+{a[0]:.3f}s {a[1]}; then {_matcher_text(arg['to'])} never happened",
             run.excerpt(run.history.now(), _matcher_links(run, arg["from"], arg["to"])),
         )
     delta = b[0] - a[0]
@@ -469,6 +514,14 @@ async def check_connections(run: Run, step: Step) -> CheckResult:
         if key in arg:
             window[key] = find_event(run, arg[key])
             expected += f", {word} {_matcher_text(arg[key])}"
+    if window.get("from", ()) is None:
+        return CheckResult(
+            f"connections on {link}",
+            Status.NOT_APPLICABLE,
+            expected,
+            f"{_matcher_text(arg['from'])} never happened, so the window never opened",
+            where=str(step.where),
+        )
     missing = [_matcher_text(arg[key]) for key, found in window.items() if found is None]
     if missing:
         observed = "the window never happened: " + "; ".join(missing)
@@ -489,11 +542,11 @@ async def check_connections(run: Run, step: Step) -> CheckResult:
 # --------------------------------------------------------------------------- control API
 
 
-def _flatten(answer: Any) -> list[dict[str, Any]]:
+def queue_entries(answer: Any) -> list[dict[str, Any]]:
     if isinstance(answer, dict):
         out: list[dict[str, Any]] = []
         for value in answer.values():
-            out.extend(_flatten(value))
+            out.extend(queue_entries(value))
         return out
     if isinstance(answer, list):
         return [x for x in answer if isinstance(x, dict)]
@@ -514,7 +567,7 @@ async def check_queue(run: Run, step: Step) -> CheckResult:
             state["error"] = str(exc)
             return False
         state["error"] = None
-        entries = _flatten(answer)
+        entries = queue_entries(answer)
         state["entries"] = entries
         ids = {e.get("message_id") for e in entries}
         ok = all(run.messages[r].message_id in ids for r in contains)
@@ -553,7 +606,7 @@ async def check_config_warning(run: Run, step: Step) -> CheckResult:
     arg = step.arg
     node, present = arg["node"], arg.get("present", True)
     try:
-        warnings = _flatten(await run.target.control(node, "GET", "/config/warnings"))
+        warnings = queue_entries(await run.target.control(node, "GET", "/config/warnings"))
     except TargetError as exc:
         return _result(step, f"config warnings of {node}", False, "an answer", str(exc))
     pattern = arg.get("code", ".*")
@@ -569,7 +622,57 @@ async def check_config_warning(run: Run, step: Step) -> CheckResult:
     )
 
 
+async def check_log(run: Run, step: Step) -> CheckResult:
+    """What a node wrote to its log: where an MTA flags a configuration it accepts but
+    that puts a guarantee at risk (SN-6), readable on a black box."""
+    arg = step.arg
+    node = arg["node"]
+    name = f"log of {node}"
+    wanted = []
+    if "contains" in arg:
+        wanted.append(f"a line matching /{arg['contains']}/")
+    if "absent" in arg:
+        wanted.append(f"no line matching /{arg['absent']}/")
+    expected = f"{node} logs " + " and ".join(wanted)
+    text: str | None = None
+
+    async def satisfied() -> bool:
+        nonlocal text
+        text = run.target.node_log(node)
+        if text is None:
+            return True  # nothing to wait for
+        lines = text.splitlines()
+        ok = "contains" not in arg or any(re.search(arg["contains"], x) for x in lines)
+        return ok and not ("absent" in arg and any(re.search(arg["absent"], x) for x in lines))
+
+    within = arg.get("within", 0.0)
+    if within:
+        run.progress.waiting(within, f"for the log of {node}")
+    ok = await _poll(satisfied, within)
+    if text is None:
+        return CheckResult(
+            name,
+            Status.UNTESTABLE,
+            expected,
+            f"target {run.target.name} cannot read the log of {node}",
+            where=str(step.where),
+        )
+    lines = text.splitlines()
+    hits = [x for x in lines if "absent" in arg and re.search(arg["absent"], x)]
+    found = [x for x in lines if "contains" in arg and re.search(arg["contains"], x)]
+    observed = (
+        f"found: {hits[0]}"
+        if hits
+        else (f"found: {found[0]}" if found else f"no such line among {len(lines)}")
+    )
+    tail = "\n".join(lines[-10:])
+    return _result(
+        step, name, ok, expected, observed, f"--- last lines of {node}'s log ---\n{tail}"
+    )
+
+
 CHECKERS: dict[str, Callable[[Run, Step], Awaitable[CheckResult]]] = {
+    "log": check_log,
     "reply": check_reply,
     "delivered": check_delivered,
     "not_delivered": check_not_delivered,
@@ -583,15 +686,66 @@ CHECKERS: dict[str, Callable[[Run, Step], Awaitable[CheckResult]]] = {
 
 
 async def run_check(run: Run, step: Step) -> CheckResult:
-    return await CHECKERS[step.kind](run, step)
+    """Run one check, tagged with the behaviours it evidences. A check the target cannot
+    look at is UNTESTABLE (alone: the scenario's other checks still count); a check whose
+    ``given`` event never happened is NOT-APPLICABLE."""
+    needed = step.capability()
+    if needed is not None and needed not in run.target.capabilities:
+        what = ", ".join(f"{k}={v}" for k, v in step.arg.items() if not isinstance(v, dict))
+        result = CheckResult(
+            f"{step.kind} ({what})",
+            Status.UNTESTABLE,
+            f"a look at {needed}",
+            f"target {run.target.name} lacks {needed}: {CAPABILITY_NEED[needed]}",
+            where=str(step.where),
+        )
+    elif (given := step.given or run.scenario.given) and find_event(run, given) is None:
+        result = CheckResult(
+            step.kind,
+            Status.NOT_APPLICABLE,
+            f"applies once {_matcher_text(given)} has happened",
+            f"{_matcher_text(given)} never happened, so there was nothing to check",
+            where=str(step.where),
+        )
+    else:
+        result = await CHECKERS[step.kind](run, step)
+    result.behaviours = list(step.behaviours)
+    if step.precondition:
+        if result.status == Status.PASS:
+            result.behaviours = [PRECONDITION]  # a premise proves no behaviour
+        elif result.status == Status.FAIL:
+            result.status = Status.NOT_APPLICABLE
+            result.observed = f"the scenario's premise did not hold: {result.observed}"
+    return result
 
 
 # --------------------------------------------------------------------------- invariant
 
 
+def premise_missing(run: Run, results: list[CheckResult]) -> list[CheckResult]:
+    """The invariants' results when the scenario's ``given`` event never happened: a loss
+    there is the failure of the behaviour that required the event (no shadow copy: CR-1),
+    judged in its own scenarios; here it is NOT-APPLICABLE, with the loss named."""
+    given = run.scenario.given
+    if given is None or find_event(run, given) is not None:
+        return results
+    for result in results:
+        if result.status not in (Status.PASS, Status.NOT_APPLICABLE):
+            result.observed = (
+                f"{_matcher_text(given)} never happened, which every behaviour of this "
+                f"scenario presupposes: {result.observed}"
+            )
+            result.status = Status.NOT_APPLICABLE
+    return results
+
+
 async def no_loss_invariant(run: Run) -> list[CheckResult]:
     """Every acknowledged message is delivered (or still held by a live node), unless
-    every node holding a copy failed: then it is OUTSIDE-GUARANTEE (PR-4)."""
+    every node holding a copy failed: then it is OUTSIDE-GUARANTEE (PR-4).
+
+    A loss is blamed on every behaviour of the scenario; a message that arrived proves
+    none of them (it would make an idle-timeout behaviour PASS where nothing was timed),
+    so a pass evidences only the invariant itself."""
     acknowledged = [ref for ref, m in run.messages.items() if m.code is not None and m.code < 300]
     if not acknowledged or not run.sinks:
         # without next hops the harness sees, deliveries cannot be observed
@@ -611,11 +765,19 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
         name = f"no loss of {ref}"
         expected = f"acknowledged message {ref} is delivered (or still queued on a live node)"
         if found:
-            results.append(CheckResult(name, Status.PASS, expected, _describe_deliveries(found)))
+            results.append(
+                CheckResult(
+                    name, Status.PASS, expected, _describe_deliveries(found), behaviours=[INVARIANT]
+                )
+            )
             continue
         held = await run.still_held(ref)
         if held:
-            results.append(CheckResult(name, Status.PASS, expected, f"still queued on {held}"))
+            results.append(
+                CheckResult(
+                    name, Status.PASS, expected, f"still queued on {held}", behaviours=[INVARIANT]
+                )
+            )
             continue
         holders = run.copy_holders(ref)
         failed = {node: why for node in holders if (why := run.copy_lost(node, msg.sent_t))}

@@ -14,9 +14,10 @@ from _pytest._code.code import ExceptionInfo, TerminalRepr
 
 from .errors import ScenarioError
 from .scenario import Scenario, load_scenario_file
+from .statuses import VERDICTS_PROPERTY, format_verdicts
 from .verdict import Status, Verdict
 
-__all__ = ["ScenarioFailure", "ScenarioFile", "ScenarioItem"]
+__all__ = ["ScenarioFailure", "ScenarioFile", "ScenarioInconclusive", "ScenarioItem"]
 
 
 class ScenarioFailure(Exception):
@@ -25,6 +26,11 @@ class ScenarioFailure(Exception):
     def __init__(self, verdict: Verdict) -> None:
         super().__init__(verdict.reason)
         self.verdict = verdict
+
+
+class ScenarioInconclusive(ScenarioFailure):
+    """Raised in setup when the target or the harness broke: a pytest *error*, not a
+    failure, so JUnit shows ``<error>`` and the MTA is not blamed."""
 
 
 class ScenarioFile(pytest.File):
@@ -48,28 +54,41 @@ class ScenarioFile(pytest.File):
 
 
 class ScenarioItem(pytest.Item):
-    """One scenario run against the configured target."""
+    """One scenario run against the configured target.
+
+    The scenario runs in the setup phase, so that a target or harness error
+    (INCONCLUSIVE) is a pytest error; the call phase turns the verdict into the
+    outcome: passed, failed (FAIL), skipped (UNTESTABLE, NOT-APPLICABLE) or xfailed
+    (OUTSIDE-GUARANTEE).
+    """
 
     def __init__(self, *, scenario: Scenario, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.scenario = scenario
         self.verdict: Verdict | None = None
 
-    def runtest(self) -> None:
-        from .plugin import get_state
+    def setup(self) -> None:
+        from .state import get_state
 
         state = get_state(self.config)
-        verdict = state.run(self)
-        self.verdict = verdict
+        verdict = self.verdict = state.run(self)
         if state.junit_properties_per_case:
             self.user_properties.append(("shadowcheck.behaviours", ",".join(verdict.behaviours)))
             self.user_properties.append(("shadowcheck.verdict", str(verdict.status)))
-        if verdict.status == Status.UNTESTABLE:
+            self.user_properties.append((VERDICTS_PROPERTY, format_verdicts(verdict.by_behaviour)))
+        if verdict.status == Status.INCONCLUSIVE:
+            raise ScenarioInconclusive(verdict)
+
+    def runtest(self) -> None:
+        verdict = self.verdict
+        assert verdict is not None, "setup() runs the scenario"
+        status = verdict.status
+        if status in (Status.UNTESTABLE, Status.NOT_APPLICABLE):
             # reported at the scenario's location (like a skip marker), not at this line
-            raise pytest.skip.Exception(f"UNTESTABLE: {verdict.reason}", _use_item_location=True)
-        if verdict.status == Status.OUTSIDE_GUARANTEE:
-            pytest.xfail(f"OUTSIDE-GUARANTEE: {verdict.reason}")
-        if verdict.status == Status.FAIL:
+            raise pytest.skip.Exception(f"{status}: {verdict.summary()}", _use_item_location=True)
+        if status == Status.OUTSIDE_GUARANTEE:
+            pytest.xfail(f"OUTSIDE-GUARANTEE: {verdict.summary()}")
+        if status == Status.FAIL:
             raise ScenarioFailure(verdict)
 
     def repr_failure(

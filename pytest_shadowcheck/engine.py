@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import secrets
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checks import QUEUE_PATHS, no_loss_invariant, run_check
+from .checks import QUEUE_PATHS, no_loss_invariant, premise_missing, queue_entries, run_check
 from .durations import resolve_time
 from .errors import ScenarioError
 from .history import History
+from .integrity import integrity_invariant
+from .messages import Message
 from .network import FaultProxy, MailSink
 from .network.client import RecordingClient, SendResult, make_message
 from .progress import Progress
@@ -34,56 +38,6 @@ __all__ = ["Run", "run_scenario"]
 
 SEND_TIMEOUT = 30.0
 START_TIMEOUT = 60.0
-
-
-@dataclass
-class Message:
-    """A message the scenario sent, and what the sender was told."""
-
-    ref: str
-    message_id: str
-    via: str
-    sent_t: float
-    nodes: list[str]
-    result: SendResult | None = None
-    task: asyncio.Task[SendResult] | None = None
-
-    @property
-    def code(self) -> int | None:
-        return self.result.code if self.result else None
-
-    @property
-    def enhanced(self) -> str | None:
-        return self.result.enhanced if self.result else None
-
-    @property
-    def text(self) -> str:
-        return self.result.text if self.result else ""
-
-    @property
-    def error(self) -> str | None:
-        if self.result is None:
-            return "still waiting for a reply"
-        return self.result.error
-
-    @property
-    def reply_t(self) -> float | None:
-        # The reply that accepted or refused the message, not the QUIT answer after it.
-        if self.result is None or self.result.deciding_reply is None:
-            return None
-        return self.result.deciding_reply.t
-
-    def links(self, all_nodes: bool = False) -> list[str]:
-        """Links worth showing for this message: the sender's, and the primary's."""
-        out = [f"client->{self.via}"]
-        for other in self.nodes:
-            if other != self.via:
-                out += [f"{self.via}->{other}", f"{other}->{self.via}"]
-        if all_nodes:
-            out = [f"client->{self.via}"] + [
-                f"{a}->{b}" for a in self.nodes for b in [*self.nodes, "*"] if a != b
-            ]
-        return out
 
 
 @dataclass
@@ -150,9 +104,7 @@ class Run:
                     answer = await self.target.control(node, "GET", QUEUE_PATHS[queue])
                 except TargetError:
                     continue
-                from .checks import _flatten
-
-                if any(e.get("message_id") == wanted for e in _flatten(answer)):
+                if any(e.get("message_id") == wanted for e in queue_entries(answer)):
                     return f"{node} ({queue} queue)"
         return None
 
@@ -183,9 +135,26 @@ class Run:
                 state = None
         return state
 
-    def register_message(self, ref: str, message_id: str, via: str) -> Message:
+    def register_message(
+        self,
+        ref: str,
+        message_id: str,
+        via: str,
+        content: bytes = b"",
+        mail_from: str | None = None,
+        rcpt_to: list[str] | None = None,
+    ) -> Message:
         """A message the scenario sends (a send step, or a session step's content)."""
-        msg = Message(ref, message_id, via, self.history.now(), list(self.scenario.topology.nodes))
+        msg = Message(
+            ref,
+            message_id,
+            via,
+            self.history.now(),
+            list(self.scenario.topology.nodes),
+            content=content,
+            mail_from=mail_from,
+            rcpt_to=list(rcpt_to or []),
+        )
         self.messages[ref] = msg
         return msg
 
@@ -225,6 +194,7 @@ class Run:
             next_hops=next_hops,
             workdir=self.workdir,
             secret=f"shadowcheck-{self.token}",
+            node_settings={n: dict(v) for n, v in self.scenario.node_settings.items()},
         )
         self.history.record(
             "step", text=f"start nodes {', '.join(topo.nodes)} ({self.target.name})"
@@ -361,7 +331,10 @@ class Run:
             if arg["reply"] != "accept":
                 sink.script("DATA", arg["reply"])
         elif kind == "check":
-            inner = Step(arg["kind"], {k: v for k, v in arg.items() if k != "kind"}, step.where)
+            args = {k: v for k, v in arg.items() if k != "kind"}
+            inner = Step(
+                arg["kind"], args, step.where, step.behaviours, step.given, step.precondition
+            )
             verdict.add(await run_check(self, inner))
         elif kind == "note":
             self.history.record("note", text=str(arg))
@@ -375,14 +348,14 @@ class Run:
         raw = make_message(
             message_id,
             subject=arg.get("subject", f"shadowcheck {self.scenario.name} {ref}"),
-            body=arg.get("body", f"scenario {self.scenario.name}, message {ref}\n"),
+            body=arg.get("body", default_body(self.scenario.name, ref)),
             size=arg.get("size"),
             mail_from=sender,
             to=", ".join(arg["to"]),
         )
         proxy = self.proxies[f"client->{via}"]
         client = RecordingClient(self.history, link=f"client->{via}")
-        msg = self.register_message(ref, message_id, via)
+        msg = self.register_message(ref, message_id, via, raw, sender, list(arg["to"]))
         timeout = arg.get("timeout", SEND_TIMEOUT)
         coro = client.send(*proxy.address, sender, list(arg["to"]), raw, timeout=timeout)
 
@@ -488,23 +461,33 @@ class Run:
         self.history.record("step", text=f"resubmit requested on {node}: {body} -> {answer}")
 
 
+def default_body(scenario: str, ref: str) -> str:
+    """What a message says unless the scenario gives a body: lines that a transport
+    must carry unchanged but easily mangles - dot-stuffing, a line near the 998-byte
+    limit - so that the integrity invariant catches a copy altered on its way."""
+    return (
+        f"scenario {scenario}, message {ref}\n"
+        ".a line starting with a dot: the transport dot-stuffs it on every hop\n"
+        "..and one starting with two\n"
+        ".\n" + "L" * 990 + "\n"
+        "the end\n"
+    )
+
+
 def _hp(address: tuple[str, int]) -> str:
     return f"{address[0]}:{address[1]}"
 
 
 async def _run(run: Run, verdict: Verdict, hooks: Any) -> None:
     scenario = run.scenario
+    if scenario.start_refused is not None:
+        await _expect_start_refused(run, verdict, scenario.start_refused)
+        return
     try:
         await run.setup()
     except (TargetError, OSError, TimeoutError) as exc:
-        verdict.add(
-            CheckResult(
-                "start the nodes",
-                Status.FAIL,
-                "every node starts and listens",
-                f"{exc}\n{run.target.diagnostics()}".strip(),
-            )
-        )
+        # the target never got to show any behaviour: not a verdict on the MTA
+        verdict.inconclusive(f"the nodes did not start: {_first_line(exc)}", _evidence(run, exc))
         return
     if hooks is not None:
         hooks.shadowcheck_scenario_started(
@@ -514,21 +497,58 @@ async def _run(run: Run, verdict: Verdict, hooks: Any) -> None:
         try:
             await run.do(step, verdict)
         except (TargetError, OSError, ScenarioError) as exc:
-            verdict.add(
-                CheckResult(
-                    f"step {step.kind}",
-                    Status.FAIL,
-                    f"step {step.kind} succeeds",
-                    str(exc),
-                    where=str(step.where),
-                    excerpt=run.excerpt(run.history.now(), []),
-                )
+            verdict.inconclusive(
+                f"step {step.kind} ({step.where}) could not be carried out: {_first_line(exc)}",
+                _evidence(run, exc),
             )
             return
     for check in scenario.expect:
         verdict.add(await run_check(run, check))
-    for result in await no_loss_invariant(run):
+    invariants = await no_loss_invariant(run) + integrity_invariant(run)
+    for result in premise_missing(run, invariants):
         verdict.add(result)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc) or type(exc).__name__).splitlines()[0]
+
+
+def _evidence(run: Run, exc: BaseException) -> str:
+    """The target's own account of an error, once: what the exception carried beyond its
+    first line (a target may put the log tail there), else the target's diagnostics."""
+    rest = "\n".join(str(exc).splitlines()[1:]).strip()
+    return rest or run.target.diagnostics()
+
+
+async def _expect_start_refused(run: Run, verdict: Verdict, reason: str) -> None:
+    """The nodes must refuse to start with the scenario's settings, saying why. A refusal
+    for another reason proves nothing about the settings: INCONCLUSIVE."""
+    expected = f"the nodes refuse to start, for a reason matching /{reason}/"
+    try:
+        await run.setup()
+    except (TargetError, OSError, TimeoutError) as exc:
+        said = f"{exc}\n{run.target.diagnostics()}"
+        if re.search(reason, said):
+            verdict.add(CheckResult("start refused", Status.PASS, expected, str(exc)))
+        else:
+            verdict.inconclusive(
+                f"the nodes did not start, but not for the reason expected (/{reason}/): {exc}",
+                run.target.diagnostics(),
+            )
+        return
+    settings = ", ".join(
+        f"{k}={v:g}s" if isinstance(v, float) else f"{k}={v}"
+        for k, v in run.scenario.settings.items()
+    )
+    verdict.add(
+        CheckResult(
+            "start refused",
+            Status.FAIL,
+            expected,
+            f"every node started and accepted {settings}",
+            excerpt=run.excerpt(run.history.now(), []),
+        )
+    )
 
 
 def run_scenario(
@@ -550,14 +570,17 @@ def run_scenario(
         try:
             await asyncio.wait_for(_run(run, verdict, hooks), scenario.timeout)
         except TimeoutError:
-            verdict.add(
-                CheckResult(
-                    "scenario timeout",
-                    Status.FAIL,
-                    f"the scenario finishes within {scenario.timeout:g}s",
-                    "it did not",
-                    excerpt=run.excerpt(history.now(), []),
-                )
+            verdict.inconclusive(
+                f"the scenario did not finish within its timeout ({scenario.timeout:g}s): "
+                "the harness could not judge what was still to come",
+                target.diagnostics(),
+            )
+        except Exception as exc:  # a harness defect must not read as a verdict on the MTA
+            verdict.inconclusive(
+                "the harness failed: "
+                + "".join(traceback.format_exception_only(exc)).strip()
+                + "\n"
+                + "".join(traceback.format_tb(exc.__traceback__)[-3:]),
             )
         finally:
             if hooks is not None:
@@ -565,15 +588,11 @@ def run_scenario(
                     hooks.shadowcheck_scenario_finished(
                         scenario=scenario, target=target, history=history, verdict=verdict
                     )
-            if verdict.status == Status.FAIL:
-                diagnostics = target.diagnostics()
-                if diagnostics and verdict.failures:
-                    verdict.failures[0].excerpt += "\n" + diagnostics
+            if verdict.status == Status.FAIL and not verdict.diagnostics:
+                verdict.diagnostics = target.diagnostics()
             await run.teardown()
 
     asyncio.run(main())
     if history_file is not None:
         history.write_json(history_file)
-    if not verdict.checks:
-        verdict.add(CheckResult("scenario ran", Status.PASS, "no expectations", "ran"))
     return verdict

@@ -11,32 +11,25 @@ terminal notes in :mod:`.progress`.
 
 from __future__ import annotations
 
-import importlib
-import shutil
-import tempfile
+import re
 import uuid
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import pluggy
 import pytest
 
-from . import __version__, hookspecs
-from .collect import ScenarioFile
+from . import __version__
+from .certification import is_scenario_file
+from .collect import ScenarioFile, ScenarioInconclusive
 from .scenario import load_behaviours
-from .targets.base import Target, TargetError
-from .verdict import Status, Verdict
+from .state import STATE_KEY, ShadowcheckState, get_state
+from .targets.registry import known_targets, make_target, target_manager
+from .verdict import Verdict
 
-if TYPE_CHECKING:
-    from .collect import ScenarioItem
-
-__all__ = ["ShadowcheckState", "get_state"]
+__all__ = ["enabled"]
 
 BUNDLED = "bundled"
-TARGET_ENTRY_POINT_GROUP = "shadowcheck.targets"
-STATE_KEY = pytest.StashKey["ShadowcheckState"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -104,117 +97,36 @@ def bundled_scenarios() -> Path:
     return Path(str(resources.files("scenarios")))
 
 
-@dataclass
-class ShadowcheckState:
-    """Per-process state, kept in ``config.stash``."""
-
-    config: pytest.Config
-    run_id: str
-    target_spec: str
-    manager: pluggy.PluginManager
-    scenario_paths: list[Path]
-    report_dir: Path | None
-    history_dir: Path | None
-    junit_properties_per_case: bool
-    _target: Target | None = None
-    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    @property
-    def target(self) -> Target:
-        if self._target is None:
-            self._target = make_target(self.manager, self.target_spec, self.run_id)
-        return self._target
-
-    def run(self, item: ScenarioItem) -> Verdict:
-        from .engine import run_scenario
-        from .progress import Progress
-
-        scenario = item.scenario
-        target = self.target
-        base = Verdict(
-            scenario=scenario.name,
-            behaviours=scenario.behaviours,
-            source=str(scenario.where),
-            title=scenario.title,
+def _check_behaviour_markers(config: pytest.Config, catalogue: dict[str, Any]) -> None:
+    """``-m CR-99`` or ``-m cr-4`` would select nothing, silently: name the known IDs."""
+    expression = str(config.getoption("markexpr", "") or "")
+    unknown = [
+        word
+        for word in re.findall(r"(?<![\w-])[A-Za-z]{2}-\d+(?![\w-])", expression)
+        if word not in catalogue
+    ]
+    if unknown:
+        hint = ", ".join(
+            f"{w} (did you mean {w.upper()}?)" if w.upper() in catalogue else w for w in unknown
         )
-        missing = [c for c in scenario.required_capabilities() if c not in target.capabilities]
-        if missing:
-            base.status = Status.UNTESTABLE
-            base.reason = f"target {target.name} lacks capability {', '.join(missing)}"
-            return base
-        why = target.cannot_run(scenario)
-        if why:
-            base.status = Status.UNTESTABLE
-            base.reason = f"target {target.name}: {why}"
-            return base
-        workdir = Path(tempfile.mkdtemp(prefix=f"shadowcheck-{scenario.name[:40]}-"))
-        history_file = None
-        if self.history_dir is not None:
-            safe = item.nodeid.replace("/", "_").replace("::", "__")
-            history_file = self.history_dir / f"{safe}.json"
-        verdict = run_scenario(
-            scenario,
-            target,
-            workdir=workdir,
-            progress=Progress(self.config, scenario.name),
-            hooks=self.manager.hook,
-            history_file=history_file,
-            verdict=base,
+        raise pytest.UsageError(
+            f"-m names behaviour IDs the catalogue does not have: {hint}\n"
+            f"known IDs: {', '.join(catalogue)}"
         )
-        if verdict.status in (Status.PASS, Status.UNTESTABLE):
-            shutil.rmtree(workdir, ignore_errors=True)
-        else:
-            # keep the workdir: node data and logs are evidence
-            verdict.reason += f" (node data and logs kept in {workdir})"
-        return verdict
 
 
-def get_state(config: pytest.Config) -> ShadowcheckState:
-    return config.stash[STATE_KEY]
-
-
-def target_manager(config: pytest.Config) -> pluggy.PluginManager:
-    """The ``shadowcheck`` plugin manager: built-in targets, entry points, named modules."""
-    from .targets import docker, external, reference
-
-    manager = pluggy.PluginManager(hookspecs.PROJECT)
-    manager.add_hookspecs(hookspecs)
-    manager.register(reference, "shadowcheck-reference")
-    manager.register(external, "shadowcheck-external")
-    manager.register(docker, "shadowcheck-docker")
-    manager.load_setuptools_entrypoints(TARGET_ENTRY_POINT_GROUP)
-    modules = list(config.getini("shadowcheck_target_plugins"))
-    modules += config.getoption("shadowcheck_target_plugin") or []
-    for name in modules:
-        try:
-            module = importlib.import_module(name)
-        except ImportError as exc:
-            raise pytest.UsageError(f"--shadowcheck-target-plugin {name}: {exc}") from None
-        if manager.get_plugin(name) is None:
-            manager.register(module, name)
-    return manager
-
-
-def known_targets(manager: pluggy.PluginManager) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    for result in manager.hook.shadowcheck_describe_targets():
-        out.extend(result or [])
-    return sorted(out)
-
-
-def make_target(manager: pluggy.PluginManager, spec: str, run_id: str) -> Target:
-    name, _, argument = spec.partition(":")
-    try:
-        target = manager.hook.shadowcheck_make_target(
-            name=name, argument=argument or None, options={"run_id": run_id}
-        )
-    except TargetError as exc:
-        raise pytest.UsageError(f"--shadowcheck-target {spec}: {exc}") from None
-    if target is None:
-        listing = "\n".join(f"  {n:<10} {d}" for n, d in known_targets(manager))
-        raise pytest.UsageError(f"unknown shadowcheck target {spec!r}; known targets:\n{listing}")
-    assert isinstance(target, Target)
-    return target
+def _library(config: pytest.Config, scenario_paths: list[Path]) -> list[Path]:
+    """The library a certification is measured against: the configured scenario paths
+    holding what was asked to run, or what was asked itself when it lies outside them
+    (a file or node id of the bundled library still counts the whole library, so that
+    running part of it gives a PARTIAL certification, not a PASS)."""
+    out: list[Path] = []
+    for arg in config.args:
+        path = (config.invocation_params.dir / str(arg).split("::")[0]).resolve()
+        home = next((p for p in scenario_paths if p == path or p in path.parents), path)
+        if home not in out:
+            out.append(home)
+    return out
 
 
 def _scenario_paths(config: pytest.Config) -> list[Path]:
@@ -240,13 +152,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is not None and workerinput.get("shadowcheck_run_id"):
         run_id = workerinput["shadowcheck_run_id"]
     run_id = run_id or str(uuid.uuid4())
-    spec = config.getoption("shadowcheck_target") or config.getini("shadowcheck_target")
+    spec = _target_spec(config)
     report = config.getoption("shadowcheck_report") or config.getini("shadowcheck_report")
     history = config.getoption("shadowcheck_history")
     manager = target_manager(config)
     if spec == "help":
-        listing = "\n".join(f"  {n:<10} {d}" for n, d in known_targets(manager))
-        raise pytest.UsageError(f"shadowcheck targets:\n{listing}")
+        return  # pytest_cmdline_main lists the targets and ends the run
+    _check_behaviour_markers(config, catalogue)
     family = str(config.getini("junit_family") or "xunit2")
     state = ShadowcheckState(
         config=config,
@@ -265,6 +177,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.args = [str(p) for p in state.scenario_paths]
     elif config.getoption("shadowcheck_scenarios"):
         config.args = [*config.args, *(str(p) for p in state.scenario_paths)]
+    state.library_paths = _library(config, state.scenario_paths)
     from .certification import CertificationRecorder
     from .results import JUnitProperties
 
@@ -273,6 +186,21 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(CertificationRecorder(state), "shadowcheck-certification")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistRunId(run_id), "shadowcheck-xdist")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """``--shadowcheck-target help``: list the targets (like ``--markers``), exit 0."""
+    if not enabled(config) or _target_spec(config) != "help":
+        return None
+    print("shadowcheck targets (--shadowcheck-target NAME[:ARG]):")
+    for name, description in known_targets(target_manager(config)):
+        print(f"  {name:<10} {description}")
+    return 0
+
+
+def _target_spec(config: pytest.Config) -> str:
+    return str(config.getoption("shadowcheck_target") or config.getini("shadowcheck_target"))
 
 
 class _XdistRunId:
@@ -286,11 +214,7 @@ class _XdistRunId:
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    if not enabled(parent.config) or file_path.suffix not in (".yaml", ".yml"):
-        return None
-    if "topologies" in file_path.parts or file_path.name.startswith(("_", ".")):
-        return None
-    if file_path.name == "behaviours.yaml" and file_path.parent.name == "pytest_shadowcheck":
+    if not enabled(parent.config) or not is_scenario_file(file_path):
         return None
     return ScenarioFile.from_parent(parent, path=file_path)
 
@@ -299,7 +223,15 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
     verdict = getattr(item, "verdict", None)
-    if call.when == "call" and isinstance(verdict, Verdict):
+    if not isinstance(verdict, Verdict):
+        return report
+    inconclusive = call.when == "setup" and isinstance(
+        call.excinfo and call.excinfo.value, ScenarioInconclusive
+    )
+    if inconclusive:
+        # pytest shows a setup error as a traceback; the admin needs the verdict's text
+        report.longrepr = verdict.render()
+    if call.when == "call" or inconclusive:
         data = verdict.to_dict()
         data["file"] = str(item.path)
         report.shadowcheck = data

@@ -1,26 +1,32 @@
 """JUnit properties: what the report side reads from every run.
 
 Testsuite properties (valid in every JUnit family, including xunit2):
-``shadowcheck.run_id``, ``shadowcheck.target``, ``shadowcheck.target_version``,
-``shadowcheck.harness_version``.
+``shadowcheck.run_id``, ``shadowcheck.target`` (the target's label: the
+description's name, whatever path was typed), ``shadowcheck.target_version``,
+``shadowcheck.target_spec`` (what was given to ``--shadowcheck-target``),
+``shadowcheck.harness_version``; at the end of the session the certification
+adds ``shadowcheck.partial`` and ``shadowcheck.certification``.
 
-Per test case, the behaviour IDs are in the test name (``name[CR-4,CR-5]``)
-and the verdict is the outcome (passed / failure / skipped "UNTESTABLE: ..." /
-skipped "OUTSIDE-GUARANTEE: ..." as xfail). ``shadowcheck.behaviours`` and
-``shadowcheck.verdict`` test case properties are added only for the
-``xunit1``/``legacy`` families: xunit2 forbids properties in a test case.
+Per test case, the behaviour IDs are in the test name (``name[CR-4,CR-5]``),
+the scenario's status is the outcome (see :mod:`.statuses`), and the status of
+each behaviour is the property ``shadowcheck.verdicts``: a ``<property>`` for
+the ``xunit1``/``legacy`` families, a Jenkins ``[[PROPERTY|name=value]]`` line
+in the test case's ``system-out`` for xunit2, whose schema forbids properties
+in a test case.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from xml.etree import ElementTree as ET
 
 import pytest
 
 from . import __version__
+from .statuses import VERDICTS_PROPERTY
 
 if TYPE_CHECKING:
-    from .plugin import ShadowcheckState
+    from .state import ShadowcheckState
 
 __all__ = ["JUnitProperties", "suite_properties"]
 
@@ -29,24 +35,39 @@ def suite_properties(state: ShadowcheckState) -> dict[str, str]:
     target = state.target
     return {
         "shadowcheck.run_id": state.run_id,
-        "shadowcheck.target": state.target_spec,
+        "shadowcheck.target": target.label,
         "shadowcheck.target_version": target.version(),
+        "shadowcheck.target_spec": state.target_spec,
         "shadowcheck.harness_version": __version__,
     }
 
 
 class JUnitProperties:
-    """Adds the testsuite properties to ``--junitxml`` output (controller only)."""
+    """Adds the testsuite properties, and per-behaviour verdicts for xunit2 (controller only)."""
 
     def __init__(self, state: ShadowcheckState) -> None:
         self.state = state
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
+    def _xml(self) -> Any:
         from _pytest.junitxml import xml_key
 
-        xml = session.config.stash.get(xml_key, None)
+        return self.state.config.stash.get(xml_key, None)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        xml = self._xml()
         if xml is None:
             return
         for name, value in suite_properties(self.state).items():
             xml.add_global_property(name, value)
+
+    @pytest.hookimpl(trylast=True)  # after junitxml made the test case's reporter
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        data = getattr(report, "shadowcheck", None)
+        xml = self._xml()
+        if xml is None or not isinstance(data, dict) or self.state.junit_properties_per_case:
+            return
+        verdicts = ";".join(f"{b}={v['status']}" for b, v in data["by_behaviour"].items())
+        out = ET.Element("system-out")
+        out.text = f"[[PROPERTY|{VERDICTS_PROPERTY}={verdicts}]]\n"
+        xml.node_reporter(report).append(out)

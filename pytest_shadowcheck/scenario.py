@@ -28,6 +28,7 @@ from .schema import scenario_schema, topology_schema, validate
 
 __all__ = [
     "CAPABILITIES",
+    "CAPABILITY_NEED",
     "MTA_CAPABILITIES",
     "PROCESS_CAPABILITIES",
     "NextHop",
@@ -50,6 +51,22 @@ MTA_CAPABILITIES = (
     "categoriser_stamp",
 )
 CAPABILITIES = PROCESS_CAPABILITIES + MTA_CAPABILITIES
+
+#: what each capability lets the harness do or see that the wire does not show; an
+#: UNTESTABLE reason quotes it so an admin knows what their MTA would have to expose
+CAPABILITY_NEED = {
+    "kill": "kill a node abruptly (SIGKILL)",
+    "pause": "freeze and thaw a node (SIGSTOP/SIGCONT)",
+    "restart": "restart a node on the same queue database",
+    "wipe_queue_db": "restart a node on a new, empty queue database",
+    "control_api": "the MTA's internal state through a control API (queues, Safety Net "
+    "contents, discard events, resubmission requests, directory, routes)",
+    "virtual_clock": "a clock the harness can move by hours (hold times, expiry, the "
+    "12-hour broadcast), internal time a black box does not expose",
+    "set_settings": "change the MTA's settings while it runs",
+    "categoriser_stamp": "a stamp in each message naming who categorised it, the only "
+    "outside view of categorisation",
+}
 
 #: capability a step or expectation needs, derived so authors cannot forget one
 STEP_CAPABILITY = {
@@ -140,6 +157,19 @@ class Step:
     kind: str
     arg: Any
     where: SourceRef
+    #: for a check: the behaviour IDs it evidences (empty: all the scenario's)
+    behaviours: list[str] = field(default_factory=list)
+    #: for a check: an event that must have happened for the check to apply; when it
+    #: did not, the check is NOT-APPLICABLE (the behaviour that required the event is
+    #: judged by a check of its own)
+    given: dict[str, Any] | None = None
+    #: for a check: the scenario's premise (a message accepted, delivered), evidence of
+    #: nothing; when it fails the check's behaviours are NOT-APPLICABLE, not failed
+    precondition: bool = False
+
+    def capability(self) -> str | None:
+        """The capability a check needs to look (the control API for a queue), or None."""
+        return CHECK_CAPABILITY.get(self.kind)
 
 
 @dataclass
@@ -157,18 +187,28 @@ class Scenario:
     timeout: float
     settle: float
     where: SourceRef
+    #: settings of single nodes, over ``settings``
+    node_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the nodes must refuse to start, for a reason matching this regex (TO-3 on a
+    #: black box: a configuration it must reject is given at start)
+    start_refused: str | None = None
+    #: header fields the transport may add to a message beyond the trace fields
+    #: (the integrity invariant)
+    permitted_headers: list[str] = field(default_factory=list)
+    #: the event every behaviour of the scenario presupposes (a shadow copy made): when
+    #: it never happened, the scenario's checks are NOT-APPLICABLE, and the behaviour
+    #: that required the event is judged in scenarios of its own
+    given: dict[str, Any] | None = None
 
     def required_capabilities(self) -> list[str]:
-        """Declared capabilities plus those the steps and expectations imply."""
+        """Declared capabilities plus those the steps imply: without them the scenario
+        cannot run. A check that needs a capability to look (a queue through the control
+        API) is not among them: without it that check alone is UNTESTABLE, and the wire
+        evidence of the others still decides."""
         needed = set(self.requires)
         for step in self.steps:
             if step.kind in STEP_CAPABILITY:
                 needed.add(STEP_CAPABILITY[step.kind])
-            if step.kind == "check" and step.arg["kind"] in CHECK_CAPABILITY:
-                needed.add(CHECK_CAPABILITY[step.arg["kind"]])
-        for check in self.expect:
-            if check.kind in CHECK_CAPABILITY:
-                needed.add(CHECK_CAPABILITY[check.kind])
         if self.topology.clock == "virtual":
             needed.add("virtual_clock")
         return [c for c in CAPABILITIES if c in needed]
@@ -318,11 +358,29 @@ def load_scenario_file(path: Path) -> list[Scenario]:
             spath = [*base, "settings", key] if in_raw else ["defaults", "settings", key]
             at = SourceRef(path, *locate(doc, spath))
             settings[key] = parse_duration(value, at) if key in _DURATION_SETTINGS else value
-        context = _Context(path, doc, topology, settings)
+        node_settings: dict[str, dict[str, Any]] = {}
+        for node, values in raw.get("node_settings", {}).items():
+            if node not in topology.nodes:
+                raise ScenarioError(
+                    f"node_settings for unknown node {node!r}",
+                    where("node_settings", node),
+                    f"a node of topology {topology.name!r}: {', '.join(topology.nodes)}",
+                )
+            node_settings[node] = {
+                key: parse_duration(value, where("node_settings", node, key))
+                if key in _DURATION_SETTINGS
+                else value
+                for key, value in values.items()
+            }
+        context = _Context(path, doc, topology, settings, list(merged["behaviours"]))
         steps = [
             context.step(step, [*base, "steps", i]) for i, step in enumerate(raw.get("steps", []))
         ]
         context.sent_all = True
+        scenario_given = raw.get("given")
+        if scenario_given is not None:
+            scenario_given = _plain(scenario_given)
+            context.matcher(scenario_given, [*base, "given"])
         expect = [
             context.check(check, [*base, "expect", i])
             for i, check in enumerate(merged.get("expect", []))
@@ -346,6 +404,10 @@ def load_scenario_file(path: Path) -> list[Scenario]:
                 timeout=timeout,
                 settle=settle,
                 where=where(),
+                node_settings=node_settings,
+                start_refused=raw.get("start", {}).get("refused"),
+                permitted_headers=list(merged.get("permitted_headers", [])),
+                given=scenario_given,
             )
         )
     return out
@@ -354,11 +416,19 @@ def load_scenario_file(path: Path) -> list[Scenario]:
 class _Context:
     """Semantic checks of steps and expectations against the scenario's topology."""
 
-    def __init__(self, path: Path, doc: Any, topology: Topology, settings: dict[str, Any]):
+    def __init__(
+        self,
+        path: Path,
+        doc: Any,
+        topology: Topology,
+        settings: dict[str, Any],
+        behaviours: list[str],
+    ):
         self.path = path
         self.doc = doc
         self.topology = topology
         self.settings = settings
+        self.behaviours = behaviours
         self.sent: list[str] = []
         self.sent_all = False
 
@@ -493,11 +563,27 @@ class _Context:
         elif kind == "check":
             check = self.check(raw[kind], p)
             arg = {"kind": check.kind, **check.arg}
+            return Step(
+                kind, arg, self.at(doc_path), check.behaviours, check.given, check.precondition
+            )
         return Step(kind, arg, self.at(doc_path))
+
+    def evidenced(self, behaviours: list[str], doc_path: list[Any]) -> list[str]:
+        """The behaviour IDs a check says it evidences: each must be one the scenario names."""
+        for i, bid in enumerate(behaviours):
+            if bid not in self.behaviours:
+                raise ScenarioError(
+                    f"this check evidences {bid}, which the scenario does not name",
+                    self.at([*doc_path, "behaviours", i]),
+                    f"one of the scenario's behaviours ({', '.join(self.behaviours)}), "
+                    "or add it to the scenario's behaviours",
+                )
+        return list(behaviours)
 
     def session(self, arg: dict[str, Any], doc_path: list[Any]) -> None:
         """Check a session step and normalise its items to {send|message, reply?}."""
         self.node(arg["via"], [*doc_path, "via"])
+        self.evidenced(arg.get("behaviours", []), doc_path)
         for key in ("timeout", "idle", "keepalive"):
             if key in arg:
                 arg[key] = self.duration(arg[key], [*doc_path, key], timers=True)
@@ -580,6 +666,11 @@ class _Context:
         kind = next(iter(raw))
         arg = _plain(raw[kind])
         p = [*doc_path, kind]
+        behaviours = self.evidenced(arg.pop("behaviours", []), p)
+        given = arg.pop("given", None)
+        if given is not None:
+            self.matcher(given, [*p, "given"])
+        precondition = bool(arg.pop("precondition", False))
         if "message" in arg and kind != "order":
             self.message(arg["message"], [*p, "message"])
         for key in ("contains", "absent"):
@@ -590,7 +681,7 @@ class _Context:
             self.node(arg["node"], [*p, "node"])
         if kind in ("delivered", "not_delivered") and "to" in arg:
             self.sink(arg["to"], [*p, "to"])
-        if kind == "delivered" and "by" in arg:
+        if kind in ("delivered", "not_delivered") and "by" in arg:
             self.node(arg["by"], [*p, "by"])
         if kind in ("lines", "connections"):
             self.link(arg["link"], [*p, "link"])
@@ -614,4 +705,4 @@ class _Context:
             first, then = ("first", "then") if kind == "order" else ("from", "to")
             self.matcher(arg[first], [*p, first])
             self.matcher(arg[then], [*p, then])
-        return Step(kind, arg, self.at(doc_path))
+        return Step(kind, arg, self.at(doc_path), behaviours, given, precondition)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from .integrity import envelope_of
 from .network.client import RawReply, RecordingClient, Reply, SendResult, make_message
 from .network.smtp_text import dot_stuff, mask_auth_line, parse_enhanced_code
 from .verdict import CheckResult, Status, Verdict
@@ -64,7 +65,7 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
     timeout = arg.get("timeout", DEFAULT_REPLY_TIMEOUT)
     items: list[dict[str, Any]] = arg["say"]
     payloads: list[bytes] = []
-    for item in items:
+    for index, item in enumerate(items):
         if "message" in item:
             ref = item["message"]
             message_id = f"<{ref}.{run.token}@shadowcheck.test>"
@@ -73,7 +74,8 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
                 subject=f"shadowcheck {run.scenario.name} {ref} (raw session)",
                 body=f"scenario {run.scenario.name}, message {ref}\n",
             )
-            run.register_message(ref, message_id, via)
+            sender, recipients = envelope_of(items, index)
+            run.register_message(ref, message_id, via, raw, sender, recipients)
             payloads.append(dot_stuff(raw) + b".\r\n")
         else:
             payloads.append(item["send"].encode() + b"\r\n")
@@ -109,6 +111,7 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
                 _describe(answer),
                 where=item.get("where", str(step.where)),
                 excerpt=run.excerpt(around, [link]),
+                behaviours=list(arg.get("behaviours", [])),
             )
         )
 

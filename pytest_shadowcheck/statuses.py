@@ -124,13 +124,10 @@ LEGEND: dict[Status, StatusInfo] = {
 
 
 def strongest(statuses: list[Status] | list[str], default: Status = Status.UNTESTED) -> Status:
-    """The status that wins when several are combined (see RANK)."""
-    best = default
-    for status in statuses:
-        status = Status(status)
-        if RANK[status] > RANK[best]:
-            best = status
-    return best
+    """The status that wins when several are combined (see RANK); ``default`` when none."""
+    if not statuses:
+        return default
+    return max((Status(s) for s in statuses), key=RANK.__getitem__)
 
 
 def format_verdicts(verdicts: dict[str, Status]) -> str:

@@ -1,9 +1,14 @@
-"""Verdicts: what a scenario run proved, with the evidence.
+"""Verdicts: what a scenario run proved, behaviour by behaviour, with the evidence.
 
-``PASS``; ``FAIL`` (expected, observed and the history excerpt);
-``UNTESTABLE`` (the target lacks a capability the scenario needs: never a
-pass); ``OUTSIDE-GUARANTEE`` (a message was lost, but the scenario's own
-faults put it outside what shadow redundancy promises, PR-4).
+Every :class:`CheckResult` evidences named behaviours (by default all the
+scenario's). A behaviour's status in the scenario combines only the checks
+that evidence it (``statuses.strongest``): a FAIL of a CR-1 check never makes
+XS-3 fail. A behaviour no check evidenced is NOT-APPLICABLE. When the target
+or the harness broke (a node that never started, a step the target could not
+do) the behaviours not already failed are INCONCLUSIVE; when the scenario
+could not run at all on this target they are UNTESTABLE. The scenario's own
+status (its pytest outcome) is the strongest over its behaviours. The words
+are defined in :mod:`.statuses`.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .statuses import RANK, Status
+from .statuses import Status, strongest
 
 __all__ = ["CheckResult", "Status", "Verdict"]
 
@@ -26,12 +31,16 @@ class CheckResult:
     observed: str
     where: str = ""
     excerpt: str = ""
+    #: behaviour IDs this check evidences; empty: every behaviour of the scenario
+    behaviours: list[str] = field(default_factory=list)
 
-    def render(self) -> str:
+    def render(self, excerpt: bool = True) -> str:
         lines = [f"[{self.status}] {self.name}" + (f"  ({self.where})" if self.where else "")]
+        if self.behaviours:
+            lines[0] += f"  evidence for {', '.join(self.behaviours)}"
         lines.append(f"    expected: {self.expected}")
         lines.append(f"    observed: {self.observed}")
-        if self.excerpt and self.status != Status.PASS:
+        if excerpt and self.excerpt and self.status != Status.PASS:
             lines.append("    history around it:")
             lines.extend("    " + line for line in self.excerpt.splitlines())
         return "\n".join(lines)
@@ -43,43 +52,114 @@ class Verdict:
 
     scenario: str
     behaviours: list[str]
-    status: Status = Status.PASS
     reason: str = ""
     source: str = ""
     title: str = ""
     checks: list[CheckResult] = field(default_factory=list)
+    #: UNTESTABLE or INCONCLUSIVE for the whole scenario (it could not run, or broke)
+    overall: Status | None = None
+    #: the target's evidence of its own state (node log tails), shown once
+    diagnostics: str = ""
 
     def add(self, result: CheckResult) -> None:
         self.checks.append(result)
-        if RANK[result.status] > RANK[self.status]:
-            self.status = result.status
-            self.reason = f"{result.name}: {result.observed}"
+
+    def untestable(self, reason: str) -> None:
+        self.overall, self.reason = Status.UNTESTABLE, reason
+
+    def inconclusive(self, reason: str, diagnostics: str = "") -> None:
+        if self.overall != Status.INCONCLUSIVE:
+            self.overall, self.reason = Status.INCONCLUSIVE, reason
+        if diagnostics and not self.diagnostics:
+            self.diagnostics = diagnostics
+
+    def evidence(self, behaviour: str) -> list[CheckResult]:
+        """The checks that evidence ``behaviour``."""
+        return [c for c in self.checks if not c.behaviours or behaviour in c.behaviours]
+
+    def behaviour_status(self, behaviour: str) -> Status:
+        checks = [c.status for c in self.evidence(behaviour)]
+        if self.overall is not None:
+            # a FAIL seen before the run broke is still a FAIL
+            return strongest([*checks, self.overall]) if Status.FAIL in checks else self.overall
+        return strongest(checks, default=Status.NOT_APPLICABLE)
+
+    def behaviour_reason(self, behaviour: str) -> str:
+        status = self.behaviour_status(behaviour)
+        for check in self.evidence(behaviour):
+            if check.status == status and status != Status.PASS:
+                return f"{check.name}: {check.observed}"
+        if status == self.overall:
+            return self.reason
+        if status == Status.NOT_APPLICABLE and not self.evidence(behaviour):
+            return "no check of this scenario evidences it"
+        return ""
+
+    @property
+    def by_behaviour(self) -> dict[str, Status]:
+        return {bid: self.behaviour_status(bid) for bid in self.behaviours}
+
+    @property
+    def status(self) -> Status:
+        """The scenario's outcome: the strongest of its behaviours' statuses."""
+        return strongest(list(self.by_behaviour.values()), default=Status.NOT_APPLICABLE)
 
     @property
     def failures(self) -> list[CheckResult]:
         return [c for c in self.checks if c.status == Status.FAIL]
 
+    def summary(self) -> str:
+        """One line: the scenario's status and why, then each behaviour that differs."""
+        status = self.status
+        if self.overall is not None and status == self.overall:
+            why = self.reason
+        else:
+            why = next(
+                (self.behaviour_reason(b) for b, s in self.by_behaviour.items() if s == status),
+                "",
+            )
+        text = why
+        others = [f"{b} {s}" for b, s in self.by_behaviour.items() if s != status]
+        if others and len(self.behaviours) > 1:
+            text += f" [{'; '.join(others)}]"
+        return text
+
     def render(self) -> str:
-        """The failure text a mail admin reads: behaviour, expected, observed, history."""
+        """The text a mail admin reads: per behaviour, expected, observed, the history once."""
         head = f"{self.status}: scenario {self.scenario!r} ({', '.join(self.behaviours)})" + (
             f" - {self.title}" if self.title and self.title != self.scenario else ""
         )
         lines = [head]
         if self.source:
             lines.append(f"defined at {self.source}")
-        shown = [c for c in self.checks if c.status != Status.PASS] or self.checks
-        for check in shown:
-            lines.append(check.render())
+        for bid, status in self.by_behaviour.items():
+            why = self.behaviour_reason(bid)
+            if why == self.reason and self.overall is not None:
+                why = ""  # said once, below
+            lines.append(f"  {bid}: {status}" + (f" - {why}" if why and status != "PASS" else ""))
+        if self.overall is not None:
+            lines.append(f"{self.overall}: {self.reason}")
+        shown = [c for c in self.checks if c.status != Status.PASS]
+        # the history excerpt once, with the first check that is not a pass (the
+        # checks of one scenario look at the same links)
+        for i, check in enumerate(shown):
+            lines.append(check.render(excerpt=i == 0))
         passed = [c for c in self.checks if c.status == Status.PASS]
-        if passed and shown is not self.checks:
-            lines.append(
-                f"({len(passed)} other check(s) passed: {', '.join(c.name for c in passed)})"
-            )
+        if passed:
+            lines.append(f"({len(passed)} check(s) passed: {', '.join(c.name for c in passed)})")
+        if self.diagnostics:
+            lines.append("target diagnostics:")
+            lines.extend("    " + line for line in self.diagnostics.splitlines())
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["status"] = str(self.status)
+        data["overall"] = str(self.overall) if self.overall else None
+        data["by_behaviour"] = {
+            bid: {"status": str(s), "reason": self.behaviour_reason(bid)}
+            for bid, s in self.by_behaviour.items()
+        }
         for check in data["checks"]:
             check["status"] = str(check["status"])
         return data
@@ -89,12 +169,14 @@ class Verdict:
         checks = [
             CheckResult(**{**c, "status": Status(c["status"])}) for c in data.get("checks", [])
         ]
+        overall = data.get("overall")
         return cls(
             scenario=data["scenario"],
             behaviours=list(data["behaviours"]),
-            status=Status(data["status"]),
             reason=data.get("reason", ""),
             source=data.get("source", ""),
             title=data.get("title", ""),
             checks=checks,
+            overall=Status(overall) if overall else None,
+            diagnostics=data.get("diagnostics", ""),
         )

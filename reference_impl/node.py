@@ -103,6 +103,9 @@ class Node:
 
     async def start(self, smtp: tuple[str, int] | None = None, *, serve_smtp: bool = True) -> None:
         """Start the timers and delivery; and SMTP in, unless workers serve it."""
+        # a risky configuration is flagged where any admin looks first: the log (SN-6)
+        for warning in self.settings.warnings():
+            log.warning("configuration warning %s: %s", warning["code"], warning["message"])
         if serve_smtp:
             await self.serve_smtp(smtp or self.config.smtp)
         self.background(self.delivery.run())

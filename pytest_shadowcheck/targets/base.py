@@ -57,6 +57,9 @@ class ClusterPlan:
     secret: str = "shadowcheck"
     clock_start: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: settings of single nodes, over ``settings`` (only for a target that says
+    #: ``per_node_settings``)
+    node_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class Target(abc.ABC):
@@ -66,6 +69,12 @@ class Target(abc.ABC):
     name: str = "?"
     #: subset of CAPABILITIES this target supports
     capabilities: frozenset[str] = frozenset()
+    #: header fields the MTA adds to every message beyond the trace fields (the
+    #: integrity invariant permits them on top of the sender's header section)
+    added_headers: frozenset[str] = frozenset()
+    #: whether ClusterPlan.node_settings reach the nodes (scenarios giving one node
+    #: settings of its own are UNTESTABLE on a target without it)
+    per_node_settings: bool = False
     #: the latest virtual time a node reported after advance_clock (None: real
     #: clock or never advanced); a node started again should start there
     virtual_now: float | None = None
@@ -78,6 +87,12 @@ class Target(abc.ABC):
 
     def describe(self) -> str:
         return self.name
+
+    @property
+    def label(self) -> str:
+        """How reports name the system under test: the description's name (``docker:postfix``
+        gives ``postfix``), the same whatever path or working directory was used."""
+        return self.name.partition(":")[2] or self.name
 
     def cannot_run(self, scenario: Scenario) -> str | None:
         """Return why this target cannot run ``scenario`` (it is then UNTESTABLE), or None.
@@ -100,6 +115,11 @@ class Target(abc.ABC):
     def diagnostics(self) -> str:
         """Text worth showing when a scenario fails (e.g. the tail of node logs)."""
         return ""
+
+    def node_log(self, node: str) -> str | None:
+        """What ``node`` has logged so far, or None when the target cannot read its log
+        (a ``log`` check is then UNTESTABLE)."""
+        return None
 
     # -- node actions (only called with the matching capability) -------------
 
@@ -130,6 +150,10 @@ class Target(abc.ABC):
     def handle(self, node: str) -> NodeHandle:
         raise TargetError(f"target {self.name} has no node {node!r}")
 
+    def control_headers(self, node: str) -> dict[str, str]:
+        """HTTP headers for ``node``'s control API (e.g. its bearer token)."""
+        return {}
+
     async def control(self, node: str, method: str, path: str, body: Any = None) -> Any:
         """Call the node's control API (docs/contracts.md section 2); return the JSON answer.
 
@@ -143,7 +167,9 @@ class Target(abc.ABC):
         try:
             async with (
                 aiohttp.ClientSession(timeout=timeout) as session,
-                session.request(method, url, json=body) as response,
+                session.request(
+                    method, url, json=body, headers=self.control_headers(node)
+                ) as response,
             ):
                 text = await response.text()
                 if response.status >= 400:

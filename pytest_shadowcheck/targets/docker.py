@@ -27,6 +27,7 @@ import contextlib
 import io
 import os
 import random
+import re
 import secrets
 import socket
 import tarfile
@@ -250,6 +251,7 @@ class DockerTarget(Target):
         # "docker:postfix" in reasons: "target docker:postfix lacks capability control_api"
         self.name = f"docker:{self.description.name}"
         self.capabilities = self.description.capabilities
+        self.added_headers = self.description.added_headers
         self.run_id = run_id or secrets.token_hex(8)
         self.client = docker_client()
         self.image = self._find_image()
@@ -342,6 +344,15 @@ class DockerTarget(Target):
                 f"{desc.name} cannot apply setting {', '.join(unsupported)} "
                 f"(settings.unsupported in {desc.path})"
             )
+        if scenario.start_refused is not None:
+            # the MTA must refuse a configuration: it must be given all of it first
+            named = [s for s in scenario.settings if re.search(scenario.start_refused, s)]
+            unrendered = sorted(s for s in named if not desc.renders(s))
+            if unrendered:
+                return (
+                    f"the configuration it must refuse cannot be given to {desc.name}: no "
+                    f"template of {desc.path.name} renders {', '.join(unrendered)}"
+                )
         return None
 
     # -- lifecycle -----------------------------------------------------------------

@@ -57,6 +57,7 @@ _KEYS = {
     "version": "how to read the MTA's version: command + format, or text",
     "capabilities": "capabilities beyond docker's own",
     "settings": "unsupported: settings the MTA cannot apply",
+    "added_headers": "header fields the MTA adds to every message beyond Received/Return-Path",
 }
 
 
@@ -108,6 +109,7 @@ class Description:
     version_text: str | None
     claimed: frozenset[str]
     unsupported_settings: frozenset[str]
+    added_headers: frozenset[str] = frozenset()
     lines: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -117,6 +119,12 @@ class Description:
 
     def where(self, key: str) -> SourceRef:
         return SourceRef(self.path, self.lines.get(key, 0))
+
+    def renders(self, setting: str) -> bool:
+        """Whether any template (files, command, environment) uses ``setting``: a
+        setting no template names never reaches the MTA."""
+        sources = [f.source for f in self.files] + self.command + list(self.environment.values())
+        return any(setting in source for source in sources)
 
 
 @dataclass(frozen=True)
@@ -301,6 +309,9 @@ def load_description(path: str | Path) -> Description:
         claimed=frozenset(claimed),
         unsupported_settings=frozenset(
             _str_list(settings.get("unsupported") or [], at("settings"), "settings.unsupported")
+        ),
+        added_headers=frozenset(
+            _str_list(data.get("added_headers") or [], at("added_headers"), "added_headers")
         ),
         lines=lines,
     )

@@ -7,6 +7,7 @@ blackhole, delay, ...) on the links it can see. Forms:
   (SMTP addresses only: the client->node links are observed);
 * ``--shadowcheck-target external:nodes.yaml`` with::
 
+      name: mymta                 # the label reports use (default: external)
       version: "MyMTA 4.2"
       nodes:
         mbx1: {smtp: "127.0.0.1:2525", control: "127.0.0.1:8025"}
@@ -44,8 +45,10 @@ def _addr(text: str, what: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def parse_external(argument: str | None) -> tuple[dict[str, NodeHandle], frozenset[str], str]:
-    """Parse ``external:...``; return (handles, capabilities, version)."""
+def parse_external(
+    argument: str | None,
+) -> tuple[dict[str, NodeHandle], frozenset[str], str, str]:
+    """Parse ``external:...``; return (handles, capabilities, version, label)."""
     if not argument:
         raise TargetError("external target needs nodes: external:mbx1=HOST:PORT,... or a YAML file")
     path = Path(argument)
@@ -65,6 +68,7 @@ def parse_external(argument: str | None) -> tuple[dict[str, NodeHandle], frozens
             )
         declared = data.get("capabilities")
         version = str(data.get("version", "unknown"))
+        label = str(data.get("name") or "external")
     else:
         handles = {}
         for part in argument.split(","):
@@ -74,6 +78,7 @@ def parse_external(argument: str | None) -> tuple[dict[str, NodeHandle], frozens
             handles[name.strip()] = NodeHandle(name=name.strip(), smtp=_addr(address, name))
         declared = None
         version = "unknown"
+        label = "external"
     if not handles:
         raise TargetError("external target: no nodes given")
     all_control = all(h.control for h in handles.values())
@@ -87,17 +92,21 @@ def parse_external(argument: str | None) -> tuple[dict[str, NodeHandle], frozens
                 "the harness does not run its nodes"
             )
         capabilities = frozenset(declared) if all_control else frozenset()
-    return handles, capabilities, version
+    return handles, capabilities, version, label
 
 
 class ExternalTarget(Target):
     name = "external"
 
     def __init__(self, argument: str | None) -> None:
-        self.handles, self.capabilities, self._version = parse_external(argument)
+        self.handles, self.capabilities, self._version, self._label = parse_external(argument)
 
     def version(self) -> str:
         return self._version
+
+    @property
+    def label(self) -> str:
+        return self._label
 
     def describe(self) -> str:
         nodes = ", ".join(f"{n}={h.smtp[0]}:{h.smtp[1]}" for n, h in self.handles.items())

@@ -155,24 +155,31 @@ class ForkedNode:
         reader.close()
         assert self._proc.pid is not None
         self.pid = self._proc.pid
+        self._closed_with: int | None = None
 
     def readline(self) -> bytes:
         return self._stdout.readline()
 
     def poll(self) -> int | None:
+        if self._closed_with is not None:
+            return self._closed_with
         return self._proc.exitcode
 
     def wait(self, timeout: float) -> int | None:
-        self._proc.join(timeout)
-        return self._proc.exitcode
+        if self._closed_with is None:
+            self._proc.join(timeout)
+        return self.poll()
 
     def send_signal(self, sig: int) -> None:
-        if self._proc.exitcode is None:
+        if self.poll() is None:
             signal_group(self.pid, sig)
 
     def close(self) -> None:
         self._stdout.close()
-        if self._proc.exitcode is not None:
+        exitcode = self.poll()
+        if exitcode is not None and self._closed_with is None:
+            # a closed Process object raises on every question: keep its answer
+            self._closed_with = exitcode
             self._proc.close()
 
 

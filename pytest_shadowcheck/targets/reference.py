@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import yaml
 
 from ..hookspecs import hookimpl
@@ -68,6 +67,8 @@ def cluster_document(plan: ClusterPlan) -> dict[str, Any]:
             entry["profile"] = spec.profile
         entry["peers"] = dict(plan.peers.get(name, {}))
         entry["next_hops"] = dict(plan.next_hops.get(name, {}))
+        if plan.node_settings.get(name):
+            entry["settings"] = dict(plan.node_settings[name])
         nodes[name] = entry
     cluster: dict[str, Any] = {
         "boundary": topo.boundary,
@@ -88,6 +89,9 @@ def cluster_document(plan: ClusterPlan) -> dict[str, Any]:
 class ReferenceTarget(Target):
     name = "reference"
     capabilities = frozenset(CAPABILITIES)
+    per_node_settings = True
+    # each categorisation stamps the message (docs/protocol.md; SN-11 reads it)
+    added_headers = frozenset({"X-Categorized-By"})
 
     def __init__(self, python: str | None = None, launcher: list[str] | None = None) -> None:
         self.python = python or sys.executable
@@ -202,6 +206,12 @@ class ReferenceTarget(Target):
         tail = text.splitlines()[-lines:]
         return f"--- last lines of {node}.log ---\n" + "\n".join(tail) if tail else ""
 
+    def node_log(self, node: str) -> str | None:
+        try:
+            return self._log_path(node).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
     def diagnostics(self) -> str:
         if self.plan is None:
             return ""
@@ -221,26 +231,10 @@ class ReferenceTarget(Target):
         # one target runs many scenarios: the next start must not hand back these nodes
         self.handles.clear()
 
-    async def control(self, node: str, method: str, path: str, body: Any = None) -> Any:
-        """Target.control with the bearer token the node printed when it started."""
-        handle = self.handle(node)
-        if handle.control is None:
-            raise TargetError(f"node {node} has no control API")
-        url = f"http://{handle.control[0]}:{handle.control[1]}{path}"
+    def control_headers(self, node: str) -> dict[str, str]:
+        """The bearer token the node printed when it started."""
         token = self.tokens.get(node)
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        timeout = aiohttp.ClientTimeout(total=15)
-        try:
-            async with (
-                aiohttp.ClientSession(timeout=timeout) as session,
-                session.request(method, url, json=body, headers=headers) as response,
-            ):
-                text = await response.text()
-                if response.status >= 400:
-                    raise TargetError(f"{method} {path} on {node}: HTTP {response.status} {text}")
-                return await response.json(content_type=None) if text else None
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise TargetError(f"{method} {path} on {node}: {exc!r}") from None
+        return {"Authorization": f"Bearer {token}"} if token else {}
 
     # -- node actions --------------------------------------------------------------
 
@@ -284,7 +278,14 @@ class ReferenceTarget(Target):
 
 @hookimpl
 def shadowcheck_describe_targets() -> list[tuple[str, str]]:
-    return [("reference", "the bundled reference MTA, one local process per node (default)")]
+    return [
+        (
+            "reference",
+            "the bundled reference MTA, one local process per node (default); "
+            "reference:capabilities=kill,restart,... claims only those, to see what a "
+            "black-box MTA with them could certify",
+        )
+    ]
 
 
 @hookimpl
@@ -293,4 +294,14 @@ def shadowcheck_make_target(
 ) -> Target | None:
     if name != "reference":
         return None
+    if argument and argument.startswith("capabilities="):
+        claimed = frozenset(c for c in argument.partition("=")[2].split(",") if c)
+        unknown = sorted(claimed - set(CAPABILITIES))
+        if unknown:
+            raise TargetError(
+                f"unknown capabilities {', '.join(unknown)}; known: {', '.join(CAPABILITIES)}"
+            )
+        target = ReferenceTarget(python=os.environ.get("SHADOWCHECK_PYTHON") or None)
+        target.capabilities = claimed
+        return target
     return ReferenceTarget(python=argument or os.environ.get("SHADOWCHECK_PYTHON") or None)

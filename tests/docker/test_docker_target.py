@@ -98,7 +98,7 @@ def test_a_recipe_image_names_its_build_command(engine: Any, tmp_path: Path) -> 
     ],
     ids=["never-listens", "exits-at-once"],
 )
-def test_a_node_that_never_becomes_ready_fails_clearly_and_leaves_nothing(
+def test_a_node_that_never_becomes_ready_is_inconclusive_and_leaves_nothing(
     engine: Any, tmp_path: Path, scenario_file: Path, tidy: list[str], command: str, observed: str
 ) -> None:
     run_id = f"test-{uuid.uuid4().hex[:8]}"
@@ -108,13 +108,14 @@ def test_a_node_that_never_becomes_ready_fails_clearly_and_leaves_nothing(
     workdir = tmp_path / "work"
     verdict = run_scenario(scenario, target, workdir=workdir)
 
-    assert verdict.status == Status.FAIL
-    failure = verdict.failures[0]
-    assert failure.name == "start the nodes"
-    assert "node mbx1 (shadowcheck/postfix:3.7)" in failure.observed
-    assert observed in failure.observed
+    # a target that never started is not a verdict on the MTA
+    assert verdict.status == Status.INCONCLUSIVE and not verdict.failures
+    assert verdict.reason.startswith("the nodes did not start")
+    said = f"{verdict.reason}\n{verdict.diagnostics}"
+    assert "node mbx1 (shadowcheck/postfix:3.7)" in said
+    assert observed in said
     if "exit" in command:
-        assert "no config here" in failure.observed  # the container's own words
+        assert "no config here" in said  # the container's own words
     assert leftovers(engine, run_id) == []
     log = (workdir / "mbx1.log").read_text()
     assert "--- container shadowcheck-" in log  # the log outlived the container
@@ -259,5 +260,7 @@ def test_bundled_scenarios_pass_on_the_reference_image(
     data = json.loads((report / "certification.json").read_text())
     assert "image shadowcheck/reference:local" in data["target_version"]
     for behaviour in ("PR-2", "PR-3", "DI-5", "SN-1"):
-        status = next(b["status"] for b in data["behaviours"] if b["id"] == behaviour)
-        assert status == "PASS", (behaviour, status)
+        entry = next(b for b in data["behaviours"] if b["id"] == behaviour)
+        # -m runs part of the library: what ran passed, the certification says partial
+        assert entry["status"] in ("PASS", "PARTIAL"), (behaviour, entry["status"])
+        assert all(s["status"] == "PASS" for s in entry["scenarios"]), entry["scenarios"]

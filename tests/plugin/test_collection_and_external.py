@@ -111,6 +111,22 @@ def test_unknown_target_is_a_usage_error_listing_targets(pytester: pytest.Pytest
     )
 
 
+def test_target_help_lists_the_targets_and_exits_0(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--shadowcheck", "--shadowcheck-target=help")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["shadowcheck targets*", "*docker *", "*reference *"])
+    assert "ERROR" not in result.stdout.str() + result.stderr.str()
+
+
+def test_an_unknown_or_lower_case_behaviour_marker_is_an_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--shadowcheck", "-m", "cr-4 or CR-99 or PR-1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*-m names behaviour IDs the catalogue does not have: cr-4 (did you mean CR-4?), CR-99",
+         "known IDs: CR-1, CR-2, *"]
+    )  # fmt: skip
+
+
 def test_external_target_runs_and_missing_capabilities_are_untestable(
     pytester: pytest.Pytester, plain_smtp: ThreadedSink
 ) -> None:
@@ -130,12 +146,13 @@ def test_external_target_runs_and_missing_capabilities_are_untestable(
     result.stdout.fnmatch_lines(
         [
             "*[[]shadowcheck[]] accepts_plain_mail: waiting up to 1.2s (wait step)*",
-            "SKIPPED*UNTESTABLE: target external lacks capability kill*",
-            "SKIPPED*UNTESTABLE: target external lacks capability control_api*",
+            "SKIPPED*UNTESTABLE: target external lacks kill - kill a node abruptly*",
+            # a check that needs a look inside is UNTESTABLE alone; the scenario still ran
+            "SKIPPED*UNTESTABLE: queue (*safetynet_primary*): target external lacks control_api*",
         ]
     )
-    # a real message went through
-    assert len(plain_smtp.sink.deliveries) == 3 - 2  # only the runnable scenario sent
+    # real messages went through: the scenario needing a kill never started
+    assert len(plain_smtp.sink.deliveries) == 2
 
     # JUnit: valid against the XSD, parsed by junitparser, with the suite properties
     schema = etree.XMLSchema(etree.parse(str(junit_schema())))
@@ -144,7 +161,8 @@ def test_external_target_runs_and_missing_capabilities_are_untestable(
     suite = next(iter(suites))
     props = {p.name: p.value for p in suite.properties()}
     assert props["shadowcheck.run_id"] == "run-42"
-    assert props["shadowcheck.target"].startswith("external:")
+    assert props["shadowcheck.target"] == "external"
+    assert props["shadowcheck.target_spec"].startswith("external:mbx1=")
     assert set(props) >= {"shadowcheck.target_version", "shadowcheck.harness_version"}
     names = {case.name for case in suite}
     assert "needs_a_kill[PR-1,PR-2]" in names
@@ -231,7 +249,11 @@ def test_xunit1_family_adds_behaviour_properties_per_case(
     props = {
         p.get("name"): p.get("value") for p in tree.iterfind(".//testcase/properties/property")
     }
-    assert props == {"shadowcheck.behaviours": "CR-5", "shadowcheck.verdict": "PASS"}
+    assert props == {
+        "shadowcheck.behaviours": "CR-5",
+        "shadowcheck.verdict": "PASS",
+        "shadowcheck.verdicts": "CR-5=PASS",
+    }
 
 
 def test_sn11_needs_a_categoriser_stamp_the_target_must_claim(
@@ -252,6 +274,6 @@ def test_sn11_needs_a_categoriser_stamp_the_target_must_claim(
     )
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(
-        ["SKIPPED*UNTESTABLE: target external lacks capability kill, categoriser_stamp"]
+        ["SKIPPED*UNTESTABLE: target external lacks kill - *; categoriser_stamp - *"]
     )
     assert plain_smtp.sink.deliveries == [], "nothing was sent for an untestable scenario"

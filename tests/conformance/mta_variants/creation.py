@@ -189,7 +189,49 @@ def _forgets_dsn_fork() -> None:
     QueueDB.children = lambda self, message_id: 0  # type: ignore[method-assign]
 
 
+def _refuses_bounces() -> None:
+    # MAIL FROM:<> is refused, as the reference once did: bounces cannot get in (CR-1).
+    from reference_impl.smtp_in import NULL_PATH, NodeHandler
+
+    async def handle_MAIL(
+        self: NodeHandler,
+        server: Any,
+        session: Any,
+        envelope: Any,
+        address: str,
+        mail_options: list[str],
+    ) -> str:
+        if address in (NULL_PATH, ""):
+            return "550 5.1.7 the null reverse-path is not accepted here"
+        envelope.mail_from = address
+        envelope.mail_options.extend(mail_options)
+        return "250 OK"
+
+    NodeHandler.handle_MAIL = handle_MAIL  # type: ignore[attr-defined]
+
+
+def _shadow_redundancy_off() -> None:
+    force_settings(ShadowRedundancyEnabled=False)
+
+
 VARIANTS: list[Variant] = [
+    Variant(
+        name="refuses-bounces",
+        breaks="refuses MAIL FROM:<>, so a bounce is never accepted, copied or delivered",
+        fails=("pr1_bounce_shadowed_and_promoted_with_null_reverse_path",),
+        apply=_refuses_bounces,
+    ),
+    Variant(
+        name="no-shadow-redundancy",
+        breaks="runs every node with ShadowRedundancyEnabled=false, whatever it is told",
+        # CR-1/CR-2 fail in these; XS-3 and TO-2 must not (test_verdicts_per_behaviour)
+        fails=(
+            "cr3_shadow_ack_before_sender_ack",
+            "xs3_stranger_cannot_shadow",
+            "to2_idle_shadow_session_closed",
+        ),
+        apply=_shadow_redundancy_off,
+    ),
     Variant(
         name="ack-before-shadow-copy",
         breaks="sends the sender its 250 before the shadow has acknowledged the copy",

@@ -101,6 +101,40 @@ def _shadow_deletes_discarded_copies() -> None:
     Shadowing._safety_net_entry = safety_net_entry  # type: ignore[method-assign]
 
 
+def _heartbeats_stop_after_a_notification() -> None:
+    # Once a primary's notification arrived, the shadow stops asking it, although it still
+    # holds copies from it (DI-2).
+    from reference_impl.shadowing import Shadowing
+
+    original_on, original_beat = Shadowing.on_discards, Shadowing.heartbeat
+    told: set[str] = set()
+
+    async def on_discards(self: Shadowing, primary: str, db_id: str | None, ids: list[str]) -> None:
+        if ids:
+            told.add(primary)
+        await original_on(self, primary, db_id, ids)
+
+    async def heartbeat(self: Shadowing, primary: str) -> None:
+        if primary not in told:
+            await original_beat(self, primary)
+
+    Shadowing.on_discards = on_discards  # type: ignore[method-assign]
+    Shadowing.heartbeat = heartbeat  # type: ignore[method-assign]
+
+
+def _shadow_ignores_notifications() -> None:
+    # The shadow reads the discard notifications and does nothing with them: its copy
+    # stays in the shadow queue, to be promoted once the primary is gone (DI-4).
+    from reference_impl.shadowing import Shadowing
+
+    original = Shadowing.on_discards
+
+    async def on_discards(self: Shadowing, primary: str, db_id: str | None, ids: list[str]) -> None:
+        await original(self, primary, db_id, [])
+
+    Shadowing.on_discards = on_discards  # type: ignore[method-assign]
+
+
 def _hands_out_every_notification() -> None:
     # XQDISCARD answers with the pending notifications of every shadow, not only the querier's.
     from reference_impl.queue_db import QueueDB
@@ -220,6 +254,18 @@ VARIANTS: list[Variant] = [
         apply=_shadow_deletes_discarded_copies,
     ),
     Variant(
+        name="heartbeats-stop-after-a-notification",
+        breaks="stops heartbeating a primary once it handed out a notification",
+        fails=("di2_heartbeats_go_on_after_a_notification",),
+        apply=_heartbeats_stop_after_a_notification,
+    ),
+    Variant(
+        name="shadow-ignores-notifications",
+        breaks="keeps the shadow copy after the discard notification, so it is promoted later",
+        fails=("di4_notified_copy_is_not_promoted",),
+        apply=_shadow_ignores_notifications,
+    ),
+    Variant(
         name="hands-out-every-notification",
         breaks="answers XQDISCARD with the notifications of every shadow, not only the querier's",
         fails=("di3_notifications_only_for_the_querying_shadow",),
@@ -244,7 +290,10 @@ VARIANTS: list[Variant] = [
     Variant(
         name="discard-events-never-expire",
         breaks="keeps discard events no shadow asked for past ShadowMessageAutoDiscardInterval",
-        fails=("di6_unqueried_discard_events_expire",),
+        fails=(
+            "di6_unqueried_discard_events_expire",
+            "di6_unqueried_discard_event_expires_on_the_wire",
+        ),
         apply=_discard_events_never_expire,
     ),
     Variant(

@@ -34,6 +34,65 @@ def _ignores_queue_database_id() -> None:
     QueueDB.stale_shadows = stale_shadows  # type: ignore[method-assign]
 
 
+def _promotes_late() -> None:
+    # The primary is given three times ShadowResubmitTimeSpan before its copies are promoted.
+    from reference_impl.shadowing import Shadowing
+
+    original = Shadowing._primary_unreachable
+
+    def unreachable(self: Shadowing, primary: str, reason: str) -> None:
+        peer = self.node.db.peer(primary)
+        last = peer["last_contact"] if peer else None
+        span = self.node.settings.ShadowResubmitTimeSpan
+        waiting = last is not None and self.node.clock.now() - last < 3 * span
+        if self.node.profile != "2010" and waiting:
+            self._failed_since_contact.add(primary)
+            return
+        original(self, primary, reason)
+
+    Shadowing._primary_unreachable = unreachable  # type: ignore[method-assign]
+
+
+def _promotes_when_primary_returns() -> None:
+    # A primary heard from again after failed heartbeats has its copies promoted, whatever
+    # its queue database ID says (PR-2 applied to a restart on the same database).
+    from reference_impl.shadowing import Shadowing
+
+    original = Shadowing.on_discards
+
+    async def on_discards(self: Shadowing, primary: str, db_id: str | None, ids: list[str]) -> None:
+        returned = primary in self._failed_since_contact
+        await original(self, primary, db_id, ids)
+        if returned:
+            self.promote(primary, "primary returned", primary_failed=False)
+
+    Shadowing.on_discards = on_discards  # type: ignore[method-assign]
+
+
+def _alter_promoted(change: str) -> None:
+    """The copy a shadow promotes is not what it was given: ``body`` un-stuffs a leading
+    dot twice, ``recipient`` loses all but the first recipient, ``sender`` rewrites the
+    reverse-path."""
+    from reference_impl.queue_db import QueueDB
+
+    original = QueueDB.shadows
+
+    def shadows(self: QueueDB, primary: str | None = None) -> list[dict[str, Any]]:
+        out = []
+        for row in original(self, primary):
+            row = dict(row)
+            if change == "body":
+                row["content"] = row["content"].replace(b"\r\n..", b"\r\n.")
+            elif change == "recipient":
+                row["recipients"] = list(row["recipients"])[:1]
+            else:
+                row["sender"] = "postmaster@shadow.invalid"
+            out.append(row)
+        return out
+
+    QueueDB.shadows = shadows  # type: ignore[method-assign]
+
+
 def _promotes_on_first_failed_heartbeat() -> None:
     # One unanswered heartbeat and the copies go: ShadowResubmitTimeSpan is never waited out.
     force_settings(ShadowResubmitTimeSpan=0.0)
@@ -105,6 +164,39 @@ def _ignores_heartbeat_retry_count() -> None:
 
 VARIANTS: list[Variant] = [
     Variant(
+        name="promotes-late",
+        breaks="promotes copies only after three times ShadowResubmitTimeSpan",
+        fails=(
+            "pr1_shadow_promotes_after_primary_killed",
+            "pr1_shadow_promotes_after_primary_paused",
+            "pr1_shadow_promotes_when_primary_cut_off",
+        ),
+        apply=_promotes_late,
+    ),
+    Variant(
+        name="promotes-when-primary-returns",
+        breaks="promotes the copies of a primary that comes back on the same queue database",
+        fails=("pr2_restart_on_same_database_does_not_promote",),
+        apply=_promotes_when_primary_returns,
+    ),
+    Variant(
+        name="promoted-copy-body-altered",
+        breaks="the promoted copy loses a dot of a dot-stuffed line",
+        fails=("pr1_shadow_promotes_after_primary_killed",),
+        apply=lambda: _alter_promoted("body"),
+    ),
+    Variant(
+        name="promoted-copy-loses-a-recipient",
+        breaks="the promoted copy keeps only its first recipient",
+        fails=("pr1_shadow_promotes_after_primary_killed",),
+        apply=lambda: _alter_promoted("recipient"),
+    ),
+    Variant(
+        name="promoted-copy-sender-rewritten",
+        breaks="the promoted copy goes out with another reverse-path",
+        fails=("pr1_shadow_promotes_after_primary_killed",),
+        apply=lambda: _alter_promoted("sender"),
+    ),    Variant(
         name="shadow-drops-copies",
         breaks="the shadow acknowledges every copy but stores none of them",
         fails=("pr1_shadow_promotes_after_primary_killed", "pr4_primary_and_shadow_fail_together"),

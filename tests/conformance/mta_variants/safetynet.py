@@ -8,6 +8,29 @@ from typing import Any
 from . import Variant, force_settings
 
 
+def _window_off_by_one(edge: str) -> None:
+    # The resubmission window's edge one tick off: ``start`` leaves out what was processed
+    # at the very start, ``end`` takes in what was processed at the very end (SN-5).
+    from reference_impl.queue_db import QueueDB
+
+    original = QueueDB.safety_net
+
+    def safety_net(
+        self: QueueDB,
+        kind: str,
+        start: float | None = None,
+        end: float | None = None,
+        primary: str | None = None,
+    ) -> list[dict[str, Any]]:
+        if edge == "start" and start is not None:
+            start = math.nextafter(start, math.inf)
+        if edge == "end" and end is not None:
+            end = math.nextafter(end, math.inf)
+        return original(self, kind, start, end, primary)
+
+    QueueDB.safety_net = safety_net  # type: ignore[method-assign]
+
+
 def _safety_net_never_expires() -> None:
     from reference_impl.queue_db import QueueDB
 
@@ -192,6 +215,18 @@ def _resubmits_crossed_boundary() -> None:
 
 VARIANTS: list[Variant] = [
     Variant(
+        name="window-start-excluded",
+        breaks="leaves out of a resubmission what was processed at the window's first second",
+        fails=("sn5_window_edges_to_the_second",),
+        apply=lambda: _window_off_by_one("start"),
+    ),
+    Variant(
+        name="window-end-included",
+        breaks="resubmits what was processed at the window's end, which is outside it",
+        fails=("sn5_window_edges_to_the_second",),
+        apply=lambda: _window_off_by_one("end"),
+    ),
+    Variant(
         name="safety-net-never-expires",
         breaks="keeps messages in Safety Net past SafetyNetHoldTime",
         fails=("sn1_sn3_primary_safety_net_hold_time", "sn2_sn3_shadow_safety_net_hold_time"),
@@ -222,7 +257,7 @@ VARIANTS: list[Variant] = [
     Variant(
         name="never-flags-replay-lag",
         breaks="accepts ReplayLagTime > SafetyNetHoldTime without a configuration warning",
-        fails=("sn6_replay_lag_beyond_hold_time_flagged",),
+        fails=("sn6_replay_lag_beyond_hold_time_flagged", "sn6_replay_lag_beyond_hold_time_logged"),
         apply=_never_flags_replay_lag,
     ),
     Variant(

@@ -1,0 +1,240 @@
+"""The verdict rules, each in a real pytest run (pytester) against a real SMTP server.
+
+- a behaviour is judged only by the checks that evidence it;
+- a check whose triggering event never happened is NOT-APPLICABLE, and a behaviour
+  NOT-APPLICABLE everywhere is never a PASS;
+- a node that exits at start is INCONCLUSIVE: a JUnit error, not a failure, with
+  the node's log once, and a non-zero exit;
+- a partial run (-k) gives PARTIAL, never PASS, and lists what did not run;
+- the target's label is the same whatever path named its description.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import ThreadedSink
+
+TWO_BEHAVIOURS = """\
+defaults:
+  topology:
+    nodes: {mbx1: {}}
+scenarios:
+  - name: rejects_but_logs_fine
+    behaviours: [CR-4, CR-5]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+    expect:
+      # a plain SMTP server accepts: wrong for the CR-4 check, right for the CR-5 one
+      - reply: {message: m1, code: 451, behaviours: [CR-4]}
+      - reply: {message: m1, code: 250, behaviours: [CR-5]}
+"""
+
+NEVER_STARTED_CLOCK = """\
+defaults:
+  topology:
+    nodes: {mbx1: {}}
+scenarios:
+  - name: idle_session_timed
+    behaviours: [TO-1, CR-5]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+    expect:
+      - reply: {message: m1, code: 250, behaviours: [CR-5]}
+      # nothing ever says XSHADOW here: the clock of this check never starts
+      - timing:
+          from: {link: client->mbx1, direction: s2c, line: "^XSHADOW"}
+          to: {link: client->mbx1, closed: server}
+          at_most: 1s
+          within: 200ms
+          behaviours: [TO-1]
+  - name: only_after_a_copy
+    behaviours: [TO-2]
+    steps:
+      - send: {id: m2, via: mbx1, to: [alice@corp.test]}
+    expect:
+      - reply:
+          message: m2
+          code: 451
+          given: {link: client->mbx1, direction: s2c, line: "^250-XSHADOW"}
+"""
+
+BROKEN_START = """\
+scenarios:
+  - name: node_cannot_start
+    behaviours: [CR-1]
+    topology: single-node
+    settings:
+      # the reference refuses this at start: its node exits before it listens
+      ShadowHeartbeatFrequency: 0s
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+    expect:
+      - reply: {message: m1, code: 250}
+"""
+
+
+def _write(pytester: pytest.Pytester, name: str, text: str) -> Path:
+    path = pytester.path / "library" / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _certification(pytester: pytest.Pytester) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((pytester.path / "cert" / "certification.json").read_text())
+    return data
+
+
+def _statuses(data: dict[str, Any]) -> dict[str, str]:
+    return {b["id"]: b["status"] for b in data["behaviours"]}
+
+
+def test_a_behaviour_is_judged_only_by_its_own_checks(
+    pytester: pytest.Pytester, plain_smtp: ThreadedSink
+) -> None:
+    _write(pytester, "s.yaml", TWO_BEHAVIOURS)
+    result = pytester.runpytest(
+        "--shadowcheck",
+        f"--shadowcheck-target=external:mbx1={plain_smtp.address}",
+        f"--shadowcheck-report={pytester.path / 'cert'}",
+        "library",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*CR-4: FAIL - reply to m1: 250 *", "*CR-5: PASS"])
+    data = _certification(pytester)
+    statuses = _statuses(data)
+    assert statuses["CR-4"] == "FAIL" and statuses["CR-5"] == "PASS"
+    cr4 = next(b for b in data["behaviours"] if b["id"] == "CR-4")
+    decided = cr4["scenarios"][0]["decided_by"]
+    # the certification names the checks that decided it; the CR-5 one is not among them
+    assert [c["status"] for c in decided] == ["FAIL"], decided
+
+
+def test_a_check_whose_event_never_happened_is_not_applicable(
+    pytester: pytest.Pytester, plain_smtp: ThreadedSink
+) -> None:
+    _write(pytester, "s.yaml", NEVER_STARTED_CLOCK)
+    xml = pytester.path / "out.xml"
+    result = pytester.runpytest(
+        "--shadowcheck",
+        f"--shadowcheck-target=external:mbx1={plain_smtp.address}",
+        f"--shadowcheck-report={pytester.path / 'cert'}",
+        f"--junitxml={xml}",
+        "-rs",
+        "library",
+    )
+    # CR-5 passed in the first; the second has nothing but a not-applicable check
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED*NOT-APPLICABLE: reply: *XSHADOW* never happened*"])
+    statuses = _statuses(_certification(pytester))
+    assert statuses["CR-5"] == "PASS"
+    # never PASS: no check could say anything about them
+    assert statuses["TO-1"] == "NOT-APPLICABLE"
+    assert statuses["TO-2"] == "NOT-APPLICABLE"
+    # the per-behaviour verdicts travel in the JUnit (xunit2: system-out property lines)
+    outs = "".join(e.text or "" for e in ET.parse(xml).getroot().iter("system-out"))
+    assert "[[PROPERTY|shadowcheck.verdicts=TO-1=NOT-APPLICABLE;CR-5=PASS]]" in outs
+
+
+@pytest.mark.slow
+def test_a_node_that_never_starts_is_inconclusive_not_a_failure(
+    pytester: pytest.Pytester,
+) -> None:
+    _write(pytester, "s.yaml", BROKEN_START)
+    xml = pytester.path / "out.xml"
+    result = pytester.runpytest_subprocess(
+        "--shadowcheck",
+        f"--shadowcheck-report={pytester.path / 'cert'}",
+        f"--junitxml={xml}",
+        "library",
+    )
+    result.assert_outcomes(errors=1)
+    assert result.ret != 0
+    out = result.stdout.str()
+    assert "INCONCLUSIVE: scenario 'node_cannot_start'" in out
+    assert "the nodes did not start" in out
+    # the node's own words, once
+    assert out.count("ShadowHeartbeatFrequency must be positive") == 1, out
+    case = next(ET.parse(xml).getroot().iter("testcase"))
+    assert [child.tag for child in case if child.tag != "system-out"] == ["error"]
+    data = _certification(pytester)
+    assert _statuses(data)["CR-1"] == "INCONCLUSIVE"
+    assert data["summary"]["INCONCLUSIVE"] == 1 and data["summary"]["FAIL"] == 0
+    page = (pytester.path / "cert" / "certification.html").read_text()
+    assert "1 behaviour(s) INCONCLUSIVE" in page
+
+
+def test_a_partial_run_is_partial_and_lists_what_did_not_run(
+    pytester: pytest.Pytester, plain_smtp: ThreadedSink
+) -> None:
+    _write(pytester, "s.yaml", NEVER_STARTED_CLOCK)
+    xml = pytester.path / "out.xml"
+    result = pytester.runpytest(
+        "--shadowcheck",
+        f"--shadowcheck-target=external:mbx1={plain_smtp.address}",
+        f"--shadowcheck-report={pytester.path / 'cert'}",
+        f"--junitxml={xml}",
+        "-k",
+        "idle_session",
+        "library",
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*not run: 1 scenario(s) of the library*"])
+    data = _certification(pytester)
+    assert data["not_run"] == ["only_after_a_copy"]
+    statuses = _statuses(data)
+    # CR-5's only scenario ran; TO-2's did not: UNTESTED, and TO-1 ran in full
+    assert statuses["CR-5"] == "PASS" and statuses["TO-2"] == "UNTESTED"
+    # a behaviour with some of its scenarios left out is PARTIAL
+    _write(pytester, "t.yaml", TWO_BEHAVIOURS.replace("rejects_but_logs_fine", "second_cr5"))
+    pytester.runpytest(
+        "--shadowcheck",
+        f"--shadowcheck-target=external:mbx1={plain_smtp.address}",
+        f"--shadowcheck-report={pytester.path / 'cert'}",
+        f"--junitxml={xml}",
+        "-k",
+        "idle_session",
+        "library",
+    )
+    data = _certification(pytester)
+    cr5 = next(b for b in data["behaviours"] if b["id"] == "CR-5")
+    assert cr5["status"] == "PARTIAL" and cr5["not_run"] == ["second_cr5"]
+    props = {p.get("name"): p.get("value") for p in ET.parse(xml).getroot().iter("property")}
+    assert "CR-5" in props["shadowcheck.partial"].split(",")
+
+
+def test_the_target_label_does_not_depend_on_the_path(
+    pytester: pytest.Pytester, plain_smtp: ThreadedSink
+) -> None:
+    _write(pytester, "s.yaml", TWO_BEHAVIOURS)
+    nodes = pytester.path / "targets" / "mymta.yaml"
+    nodes.parent.mkdir()
+    nodes.write_text(
+        f'name: mymta\nversion: "4.2"\nnodes:\n  mbx1: {{smtp: "{plain_smtp.address}"}}\n'
+    )
+    labels = []
+    for spec, cwd in (
+        ("targets/mymta.yaml", pytester.path),
+        (str(nodes), pytester.path / "targets"),
+    ):
+        xml = pytester.path / f"out{len(labels)}.xml"
+        os.chdir(cwd)
+        pytester.runpytest(
+            "--shadowcheck",
+            f"--shadowcheck-target=external:{spec}",
+            f"--shadowcheck-report={pytester.path / 'cert'}",
+            f"--junitxml={xml}",
+            str(pytester.path / "library"),
+        )
+        props = {p.get("name"): p.get("value") for p in ET.parse(xml).getroot().iter("property")}
+        data = _certification(pytester)
+        labels.append((props["shadowcheck.target"], props["shadowcheck.target_version"]))
+        assert data["target"] == "mymta" and data["target_version"] == "4.2"
+    assert labels == [("mymta", "4.2"), ("mymta", "4.2")]
