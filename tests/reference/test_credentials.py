@@ -166,3 +166,28 @@ def test_lowering_expiration_never_drops_an_acknowledged_message(
     assert code == 250
     wait_until(lambda: not cluster.active("mbx1"))
     assert not sink.of(later)
+
+
+def test_failed_auth_count_is_in_the_log(tmp_path: Path) -> None:
+    config = tmp_path / "cluster.yaml"
+    config.write_text(yaml.safe_dump({"secret": "s3cret", "nodes": {"mbx1": {}, "mbx2": {}}}))
+    log = tmp_path / "mbx1.log"
+    node = [sys.executable, "-m", "reference_impl", "node", "--config", str(config)]
+    node += ["--name", "mbx1", "--data", str(tmp_path / "mbx1")]
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(node, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    try:
+        assert proc.stdout is not None
+        host, _, port = json.loads(proc.stdout.readline())["smtp"].rpartition(":")
+        wire = Wire((host, int(port)))
+        wire.cmd("EHLO guesser.test")
+        for guess in ("a", "b", "c"):
+            wire.cmd(f"AUTH PLAIN {plain('mbx2', guess)}")
+        assert wire.closed()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    text = log.read_text()
+    assert "refused AUTH as 'mbx2' from 127.0.0.1: failure 3 of 3 in this session" in text, text
