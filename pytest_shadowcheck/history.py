@@ -19,6 +19,9 @@ Event kinds (``Event.kind``) and the keys their ``data`` carries:
               parameters (``seconds``, ``nbytes``, ``flow`` = "c2s"/"s2c"/"both")
 ``reply``     a reply the harness client received; ``command``, ``code``,
               ``enhanced`` ("4.4.0" or None), ``text``
+``attempt``   a workload message was tried once (see pytest_shadowcheck.workload); ``ref``,
+              ``message_id``, ``via``, ``rcpt_tos``, ``sent`` (when it began),
+              ``command``/``code``/``text`` of the deciding reply, or ``error``
 ``delivery``  a sink accepted a message; ``sink``, ``message_id``, ``helo``, ...
 ``step``      the engine ran a scenario step
 ``snapshot``  the engine captured control-API state
@@ -42,7 +45,10 @@ from typing import Any
 __all__ = ["EVENT_KINDS", "Event", "History"]
 
 EVENT_KINDS = frozenset(
-    {"connect", "close", "line", "data", "fault", "reply", "delivery", "step", "snapshot", "note"}
+    {
+        "connect", "close", "line", "data", "fault", "reply", "attempt", "delivery", "step",
+        "snapshot", "note",
+    }
 )
 
 
