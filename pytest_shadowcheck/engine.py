@@ -70,6 +70,8 @@ class Run:
     #: by this when given (--shadowcheck-workload-seed)
     workload_scale: float = 1.0
     workload_seed: int | None = None
+    #: where a workload step writes its timeline page (next to the certification report)
+    timeline_dir: Path | None = None
 
     # -- helpers the checks use ------------------------------------------------
 
@@ -537,12 +539,14 @@ def run_scenario(
     verdict: Verdict | None = None,
     workload_scale: float = 1.0,
     workload_seed: int | None = None,
+    timeline_dir: Path | None = None,
 ) -> Verdict:
     """Run ``scenario`` on ``target`` (blocking) and return its verdict."""
     verdict = verdict or Verdict(scenario.name, scenario.behaviours, source=str(scenario.where))
     history = History()
     run = Run(scenario, target, history, progress or Progress(None, scenario.name), workdir)
     run.workload_scale, run.workload_seed = workload_scale, workload_seed
+    run.timeline_dir = timeline_dir
     timeout = scenario.timeout
     if any(step.kind == "workload" for step in scenario.steps):
         # a scaled workload takes proportionally longer

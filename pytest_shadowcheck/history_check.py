@@ -327,8 +327,10 @@ def results(
     where: str,
     excerpt: str = "",
     outside: str | None = None,
+    all_delivered: bool = True,
 ) -> list[CheckResult]:
-    """The report as CheckResults: no loss, duplicates explained (both evidence
+    """The report as CheckResults: no loss, duplicates explained and, with
+    ``all_delivered``, nothing acknowledged still queued after the settle (all evidence
     ``behaviours``; a loss outside the guarantee evidences ``outside`` when given)."""
     figures = report.figures()
     lost, outside_lost = report.of("lost"), report.of("lost-outside")
@@ -362,4 +364,19 @@ def results(
         where=where,
         behaviours=behaviours,
     )
-    return [loss, dup]
+    out = [loss, dup]
+    queued = report.of("queued")
+    if all_delivered:
+        out.append(
+            CheckResult(
+                f"workload {report.workload}: every acknowledged message delivered in the settle",
+                Status.FAIL if queued else Status.PASS,
+                "once every fault has ended, every acknowledged message delivered within the "
+                "workload's settle time",
+                (f"{len(queued)} still queued: {_listed(queued)}" if queued else "none queued")
+                + f"; seed {report.seed}",
+                where=where,
+                behaviours=behaviours,
+            )
+        )
+    return out

@@ -55,6 +55,9 @@ class WorkloadSpec:
     seed: int = 1
     #: how long to wait for acknowledged messages once the workload and the nemesis are done
     settle: float = 20.0
+    #: every acknowledged message must be delivered within the settle (false: the scenario
+    #: keeps some from their next hop on purpose)
+    all_delivered: bool = True
     behaviours: tuple[str, ...] = ()
     nemesis: dict[str, Any] = field(default_factory=dict)
 

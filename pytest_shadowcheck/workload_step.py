@@ -17,6 +17,7 @@ from .durations import parse_duration
 from .errors import ScenarioError
 from .history_check import check_workload, results
 from .nemesis import nemesis_spec, plan_faults, run_nemesis, usable_kinds
+from .timeline import write_timeline
 from .workload import Planned, WorkloadSpec, drive, plan_messages
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ def load_workload(
         per_session=int(arg.get("per_session", 10)),
         timeout=durations.get("timeout", 10.0),
         settle=durations.get("settle", 20.0),
+        all_delivered=bool(arg.get("all_delivered", True)),
         seed=seed,
         behaviours=tuple(behaviours),
         nemesis=nemesis,
@@ -125,14 +127,18 @@ async def run_workload(run: Any, step: Step, verdict: Verdict) -> None:
         await _snapshot(run, spec.name)
     report = check_workload(history, spec.name, spec.seed, since)
     history.record("note", text=f"workload {spec.name} summary", summary=report.summary())
+    timeline = ""
+    if getattr(run, "timeline_dir", None) is not None:
+        path = write_timeline(run.timeline_dir, history, report, run.scenario.name)
+        timeline = f" (timeline: {path})"
     lost = report.of("lost") or report.of("lost-outside")
     excerpt = ""
     if lost and lost[0].acked_t is not None:
         excerpt = run.excerpt(lost[0].acked_t, [f"client->{lost[0].via}", f"{lost[0].via}->*"])
     behaviours = list(spec.behaviours)
     outside = "PR-4" if "PR-4" in run.scenario.behaviours else None
-    where = f"{step.where} (replay: --shadowcheck-workload-seed {spec.seed})"
-    for result in results(report, behaviours, where, excerpt, outside):
+    where = f"{step.where} (replay: --shadowcheck-workload-seed {spec.seed}){timeline}"
+    for result in results(report, behaviours, where, excerpt, outside, spec.all_delivered):
         verdict.add(result)
 
 

@@ -21,6 +21,7 @@ from pytest_shadowcheck.nemesis import NemesisSpec, plan_faults, usable_kinds
 from pytest_shadowcheck.network import MailSink
 from pytest_shadowcheck.scenario import load_scenario_file
 from pytest_shadowcheck.statuses import Status
+from pytest_shadowcheck.timeline import render_timeline
 from pytest_shadowcheck.workload import WorkloadSpec, drive, plan_messages
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestAssertRewriteWarning")
@@ -161,11 +162,30 @@ def test_the_checker_gives_every_message_its_fate() -> None:
     assert report.fates["promoted"].cause == "PR-1 promotion after kill of mbx1"
     assert "no fault" in report.fates["twice"].cause
     assert report.temporary_failures == 2
-    loss, dup = results(report, ["PR-1"], "here.yaml:3")
+    loss, dup, settled = results(report, ["PR-1"], "here.yaml:3")
+    assert settled.status == Status.FAIL and "held <held@x>" in settled.observed
+    assert len(results(report, ["PR-1"], "here.yaml:3", all_delivered=False)) == 2
     assert loss.status == Status.FAIL
     assert "lost <lost@x>" in loss.observed and "half <half@x>" in loss.observed
     assert "seed 5" in loss.observed
     assert dup.status == Status.FAIL and "twice" in dup.observed
+
+
+def test_the_timeline_shows_faults_and_links_every_lost_and_duplicated_message() -> None:
+    h = History()
+    _attempt(h, "gone", "mbx1", 250, ["a@corp.test"])
+    _attempt(h, "fine", "mbx1", 250, ["a@corp.test"])
+    _attempt(h, "again", "mbx1", 250, ["a@corp.test"])
+    _fault(h, 3, "wipe", ["mbx1"], "start")
+    _delivered(h, "fine", "mbx2", ["a@corp.test"])
+    _delivered(h, "again", "mbx2", ["a@corp.test"])
+    _fault(h, 3, "wipe", ["mbx1"], "end")
+    _delivered(h, "again", "mbx1", ["a@corp.test"])
+    page = render_timeline(h, check_workload(h, "w", 9), "sc")
+    assert '<tr id="gone">' in page and '<tr id="again">' in page
+    assert '<tr id="fine">' not in page
+    assert "#3 wipe mbx1" in page and "PR-2 promotion after wipe of mbx1" in page
+    assert "seed 9" in page
 
 
 def test_a_loss_while_two_nodes_were_down_together_is_outside_the_guarantee() -> None:
@@ -177,9 +197,9 @@ def test_a_loss_while_two_nodes_were_down_together_is_outside_the_guarantee() ->
     _fault(h, 0, "wipe", ["mbx1", "mbx2"], "end")
     report = check_workload(h, "w", 1)
     assert report.fates["m"].fate == "lost-outside"
-    loss, dup = results(report, ["PR-1", "PR-4"], "x.yaml:1", outside="PR-4")
+    loss, dup, settled = results(report, ["PR-1", "PR-4"], "x.yaml:1", outside="PR-4")
     assert loss.status == Status.OUTSIDE_GUARANTEE and loss.behaviours == ["PR-4"]
-    assert dup.status == Status.PASS
+    assert dup.status == Status.PASS and settled.status == Status.PASS
 
 
 def test_one_node_down_is_no_excuse() -> None:
@@ -256,7 +276,12 @@ def test_same_seed_same_faults_and_verdict_scale_multiplies(pytester: pytest.Pyt
             if isinstance(n, dict) and n.get("nemesis") == "start"
         ]
 
-    first, events1 = _run(pytester, "--shadowcheck-workload-seed", "5")
+    report = pytester.path / "cert"
+    first, events1 = _run(
+        pytester, "--shadowcheck-workload-seed", "5", f"--shadowcheck-report={report}"
+    )
+    (page,) = report.glob("timeline-wl_single-*.html")
+    assert "nemesis" not in page.name and "wl_single: workload w" in page.read_text()
     again, events2 = _run(pytester, "--shadowcheck-workload-seed", "5")
     first.assert_outcomes(passed=1)
     again.assert_outcomes(passed=1)

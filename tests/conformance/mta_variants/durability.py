@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from . import Variant
-from .promotion import _shadow_drops_copies
+from .promotion import _restart_forgets_pending_deliveries, _shadow_drops_copies
 
 
 def _queue_in_memory_only() -> None:
@@ -49,18 +49,30 @@ def _promotes_twice() -> None:
     Shadowing.promote = promote  # type: ignore[method-assign]
 
 
+def _gives_up_on_transient_failure() -> None:
+    # A delivery that fails for a while (next hop unreachable, 4xx) is counted as done:
+    # the message leaves the queue, its shadow copy is discarded, nothing arrives.
+    from reference_impl.delivery import Delivery
+    from reference_impl.queue_db import Fork, Message
+
+    def _retry(self: Delivery, message: Message, fork: Fork, error: str) -> None:
+        self._finish_fork(message, fork, "delivered", "")
+
+    Delivery._retry = _retry  # type: ignore[method-assign]
+
+
 VARIANTS: list[Variant] = [
     Variant(
         name="queue-in-memory-only",
         breaks="accepted messages are kept in memory only: a node killed and restarted on "
         "its queue database has forgotten every message it had not delivered",
-        fails=("durability_single_node_kill_restart", "durability_kill"),
+        fails=("durability_single_node_kill_restart",),
         apply=_queue_in_memory_only,
     ),
     Variant(
         name="promotes-copies-twice",
         breaks="a shadow promoting its copies resubmits each of them twice",
-        fails=("durability_wipe",),
+        fails=("durability_wipe", "durability_kill", "durability_pause", "durability_mixed"),
         apply=_promotes_twice,
     ),
     Variant(
@@ -69,5 +81,19 @@ VARIANTS: list[Variant] = [
         "nodes failing together is judged only when the shadow held its copy)",
         fails=("durability_two_nodes_fail_together",),
         apply=_shadow_drops_copies,
+    ),
+    Variant(
+        name="gives-up-on-transient-failure",
+        breaks="a delivery that fails for a while (next hop unreachable) counts as done: the "
+        "message and its shadow copy are dropped",
+        fails=("durability_link_faults",),
+        apply=_gives_up_on_transient_failure,
+    ),
+    Variant(
+        name="restart-forgets-pending-at-volume",
+        breaks="a node restarted on its queue database never resumes the deliveries pending "
+        "in it (at volume)",
+        fails=("durability_restart",),
+        apply=_restart_forgets_pending_deliveries,
     ),
 ]
