@@ -57,6 +57,8 @@ class Fate:
     acked_t: float | None
     deliveries: list[tuple[float, str, str]] = field(default_factory=list)
     cause: str = ""
+    #: nodes the content was relayed to (shadow copies), from the node-to-node links
+    copied_to: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -132,9 +134,14 @@ class WorkloadReport:
 
 
 def check_workload(
-    history: History, workload: str, seed: int, since: float = 0.0
+    history: History,
+    workload: str,
+    seed: int,
+    since: float = 0.0,
+    nodes: frozenset[str] = frozenset(),
 ) -> WorkloadReport:
-    """Judge the workload named ``workload`` from the events recorded after ``since``."""
+    """Judge the workload named ``workload`` from the events recorded after ``since``;
+    ``nodes`` (the topology's) tells node-to-node links, where shadow copies travel."""
     fates: dict[str, Fate] = {}
     rcpts: dict[str, list[str]] = {}
     by_id: dict[str, Fate] = {}
@@ -143,6 +150,7 @@ def check_workload(
     temporary = 0
     acks: list[float] = []
     deliveries: list[Event] = []
+    copies: list[Event] = []
     events: list[Event] = history.events(since=since)
     for event in events:
         data = event.data
@@ -161,6 +169,8 @@ def check_workload(
                 temporary += 1
         elif event.kind == "delivery":
             deliveries.append(event)
+        elif event.kind == "data" and event.link and event.link.partition("->")[2] in nodes:
+            copies.append(event)
         elif event.kind == "note" and "nemesis" in data:
             index = int(data["index"])
             if data["nemesis"] == "start":
@@ -179,6 +189,10 @@ def check_workload(
             helo = str(event.data.get("helo"))
             for rcpt in event.data.get("rcpt_tos", []):
                 found.deliveries.append((event.t, helo, str(rcpt).lower()))
+    for event in copies:
+        found = by_id.get(str(event.data.get("message_id")))
+        if found is not None and event.link and not event.link.startswith("client->"):
+            found.copied_to.add(event.link.partition("->")[2])
     faults = sorted(windows.values(), key=lambda w: w.start)
     causes: Counter[str] = Counter()
     for fate in fates.values():
@@ -242,28 +256,38 @@ def _overlapped(fate: Fate, faults: list[Window]) -> bool:
 
 
 def _cause(fate: Fate, faults: list[Window]) -> str:
-    """Why the message was delivered twice, from the faults during its life."""
+    """Why the message was delivered more than once, from the faults during its life:
+    copies from two nodes need a fault of the primary (a promotion); a node delivering
+    one recipient twice needs a fault of its own (a restart, a broken next-hop link)."""
     last = max(t for t, _, _ in fate.deliveries)
     during = [w for w in faults if w.meets(fate.sent, last)]
-    by = sorted({helo.split(".")[0] for _, helo, _ in fate.deliveries})
+    per_node = Counter((helo.split(".")[0], rcpt) for _, helo, rcpt in fate.deliveries)
+    by = sorted({node for node, _ in per_node})
+    reasons = []
     if len(by) > 1:
         primary_faults = [w for w in during if w.touches(fate.via)]
-        if primary_faults:
-            w = primary_faults[0]
-            rule = "PR-2" if w.kind == "wipe" else "PR-1"
-            return f"{rule} promotion after {w.kind} of {fate.via}"
-        return "delivered by " + " and ".join(by) + " with no fault of the primary"
-    node = by[0] if by else fate.via
-    own = [w for w in during if w.touches(node)]
-    for w in own:
-        if w.kind in ("kill", "restart") and node in w.nodes:
-            return f"PR-3 redelivery after {w.kind} of {node} (restart on the same queue)"
-    for w in own:
-        if w.links:
-            return f"redelivery by {node} after {w.kind} of {', '.join(w.links)}"
-    if own:
-        return f"redelivery by {node} after {own[0].kind} of {node}"
-    return f"delivered twice by {node} with no fault"
+        if not primary_faults:
+            return "delivered by " + " and ".join(by) + " with no fault of the primary"
+        w = primary_faults[0]
+        reasons.append(
+            f"{'PR-2' if w.kind == 'wipe' else 'PR-1'} promotion after {w.kind} of {fate.via}"
+        )
+    for node in sorted({node for (node, _), n in per_node.items() if n > 1}):
+        own = [w for w in during if w.touches(node)]
+        restarts = [w for w in own if w.kind in ("kill", "restart") and node in w.nodes]
+        links = [w for w in own if w.links]
+        if restarts:
+            kind = restarts[0].kind
+            reasons.append(f"PR-3 redelivery after {kind} of {node} (restart on the same queue)")
+        elif links:
+            reasons.append(
+                f"redelivery by {node} after {links[0].kind} of {', '.join(links[0].links)}"
+            )
+        elif own:
+            reasons.append(f"redelivery by {node} after {own[0].kind} of {node}")
+        else:
+            return f"delivered twice by {node} with no fault"
+    return "; ".join(reasons)
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:
@@ -316,7 +340,11 @@ def _entries(answer: Any) -> list[dict[str, Any]]:
 
 
 def _listed(fates: list[Fate]) -> str:
-    shown = ", ".join(f"{f.ref} {f.message_id} (via {f.via})" for f in fates[:LISTED])
+    shown = ", ".join(
+        f"{f.ref} {f.message_id} (via {f.via}"
+        + (f", copied to {','.join(sorted(f.copied_to))})" if f.copied_to else ", no copy seen)")
+        for f in fates[:LISTED]
+    )
     more = len(fates) - LISTED
     return shown + (f" and {more} more" if more > 0 else "")
 

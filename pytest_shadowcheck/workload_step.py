@@ -125,7 +125,9 @@ async def run_workload(run: Any, step: Step, verdict: Verdict) -> None:
     await _settle(run, accepted, spec.settle)
     if "control_api" in run.target.capabilities:
         await _snapshot(run, spec.name)
-    report = check_workload(history, spec.name, spec.seed, since)
+    report = check_workload(
+        history, spec.name, spec.seed, since, frozenset(run.scenario.topology.nodes)
+    )
     history.record("note", text=f"workload {spec.name} summary", summary=report.summary())
     timeline = ""
     if getattr(run, "timeline_dir", None) is not None:

@@ -132,28 +132,38 @@ def test_the_checker_gives_every_message_its_fate() -> None:
     _attempt(h, "lost", "mbx2", 250, ["a@corp.test"])
     _attempt(h, "half", "mbx2", 250, ["a@corp.test", "b@corp.test"])
     _attempt(h, "promoted", "mbx1", 250, ["a@corp.test"])
+    _attempt(h, "promoted-twice", "mbx1", 250, ["a@corp.test"])
     _attempt(h, "twice", "mbx2", 250, ["a@corp.test"])
     _attempt(h, "refused", "mbx1", 451, ["a@corp.test"])
     _attempt(h, "refused-but-sent", "mbx1", 451, ["a@corp.test"])
     _attempt(h, "held", "mbx1", 250, ["a@corp.test"])
     _delivered(h, "once", "mbx1", ["a@corp.test", "b@corp.test"])
     _delivered(h, "half", "mbx2", ["b@corp.test"])
+    h.record("data", "mbx1->mbx2", 1, "c2s", message_id="<promoted@x>", size=10)
+    h.record("data", "mbx1->mailbox", 1, "c2s", message_id="<once@x>", size=10)
     _fault(h, 0, "kill", ["mbx1"], "start")
     _delivered(h, "promoted", "mbx2", ["a@corp.test"])
     _fault(h, 0, "kill", ["mbx1"], "end")
     _delivered(h, "promoted", "mbx1", ["a@corp.test"])
+    _delivered(h, "promoted-twice", "mbx2", ["a@corp.test"])
+    _delivered(h, "promoted-twice", "mbx2", ["a@corp.test"])
+    _delivered(h, "promoted-twice", "mbx1", ["a@corp.test"])
     _delivered(h, "twice", "mbx2", ["a@corp.test"])
     _delivered(h, "twice", "mbx2", ["a@corp.test"])
     _delivered(h, "refused-but-sent", "mbx1", ["a@corp.test"])
     h.record("snapshot", node="mbx1", queue="active", workload="w",
              answer=[{"message_id": "<held@x>"}])  # fmt: skip
-    report = check_workload(h, "w", 5)
+    report = check_workload(h, "w", 5, nodes=frozenset({"mbx1", "mbx2"}))
     fate = {ref: f.fate for ref, f in report.fates.items()}
+    # the shadow copy travelled on a node-to-node link; a delivery is no copy
+    assert report.fates["promoted"].copied_to == {"mbx2"}
+    assert report.fates["once"].copied_to == set()
     assert fate == {
         "once": "delivered",
         "lost": "lost",
         "half": "lost",
         "promoted": "duplicated",
+        "promoted-twice": "duplicated",
         "twice": "duplicated",
         "refused": "unacked",
         "refused-but-sent": "unacked-delivered",
@@ -161,12 +171,14 @@ def test_the_checker_gives_every_message_its_fate() -> None:
     }
     assert report.fates["promoted"].cause == "PR-1 promotion after kill of mbx1"
     assert "no fault" in report.fates["twice"].cause
+    # the promotion explains the second node's copy, not the shadow delivering twice
+    assert report.fates["promoted-twice"].cause == "delivered twice by mbx2 with no fault"
     assert report.temporary_failures == 2
     loss, dup, settled = results(report, ["PR-1"], "here.yaml:3")
     assert settled.status == Status.FAIL and "held <held@x>" in settled.observed
     assert len(results(report, ["PR-1"], "here.yaml:3", all_delivered=False)) == 2
     assert loss.status == Status.FAIL
-    assert "lost <lost@x>" in loss.observed and "half <half@x>" in loss.observed
+    assert "lost <lost@x> (via mbx2, no copy seen)" in loss.observed and "half <half@x>" in loss.observed
     assert "seed 5" in loss.observed
     assert dup.status == Status.FAIL and "twice" in dup.observed
 
