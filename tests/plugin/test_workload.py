@@ -257,6 +257,8 @@ scenarios:
           messages: 40
           sessions: 2
           rate: 20
+          # the reference cannot relay MAIL FROM:<> yet (README, Durability at volume)
+          null_sender: 0
           settle: 8s
           nemesis: {faults: [kill, restart, cut], interval: 0.5s, duration: 0.3s}
 """
