@@ -222,6 +222,12 @@ def _describe_body(event: Event) -> str:
         state = "ON" if data.get("on") else "off"
         params = _params(data, skip=("fault", "on"))
         return f"FAULT {data.get('fault')} {state}{params}"
+    if kind == "attempt":
+        outcome = data.get("error") or f"{data.get('code')} {data.get('text', '')}".strip()
+        return (
+            f"ATTEMPT {data.get('ref')} {data.get('message_id')} rcpt={data.get('rcpt_tos')}"
+            f" sent +{data.get('sent')}s: {outcome} (to {data.get('command')})"
+        )
     if kind == "delivery":
         return (
             f"DELIVERED to {data.get('sink')} {data.get('message_id') or '(no Message-ID)'}"

@@ -181,6 +181,8 @@ def test_the_checker_gives_every_message_its_fate() -> None:
     assert "lost <lost@x> (via mbx2, no copy seen)" in loss.observed
     assert "half <half@x>" in loss.observed
     assert "seed 5" in loss.observed
+    # a failure's excerpt shows each attempt as a mail admin reads it
+    assert "ATTEMPT lost <lost@x> rcpt=['a@corp.test']" in h.excerpt(0.0, after=60)
     assert dup.status == Status.FAIL and "twice" in dup.observed
 
 
