@@ -35,6 +35,7 @@ from .scenario import Scenario, Step
 from .session_step import run_session, session_label
 from .targets.base import ClusterPlan, NodeHandle, Target, TargetError
 from .verdict import CheckResult, Status, Verdict
+from .workload_step import run_workload, workload_label
 
 __all__ = ["Run", "run_scenario"]
 
@@ -68,6 +69,12 @@ class Run:
     changes: list[tuple[list[str] | None, tuple[Any, ...]]] = field(default_factory=list)
     #: paused node -> how many changes there were when it froze: the later ones skipped it
     paused_at_change: dict[str, int] = field(default_factory=dict)
+    #: workload steps: N multiplied by this (--shadowcheck-workload-scale), seed replaced
+    #: by this when given (--shadowcheck-workload-seed)
+    workload_scale: float = 1.0
+    workload_seed: int | None = None
+    #: where a workload step writes its timeline page (next to the certification report)
+    timeline_dir: Path | None = None
 
     # -- helpers the checks use ------------------------------------------------
 
@@ -246,6 +253,8 @@ class Run:
         )
         if kind == "session":
             label = session_label(arg)
+        elif kind == "workload":
+            label = workload_label(arg)
         self.history.record("step", text=label, line=step.where.line)
         if kind == "send":
             await self._send(arg)
@@ -342,6 +351,8 @@ class Run:
             self.history.record("note", text=str(arg))
         elif kind == "session":
             await run_session(self, step, verdict)
+        elif kind == "workload":
+            await run_workload(self, step, verdict)
 
     async def _send(self, arg: dict[str, Any]) -> None:
         ref, via = arg["id"], arg["via"]
@@ -562,18 +573,27 @@ def run_scenario(
     hooks: Any = None,
     history_file: Path | None = None,
     verdict: Verdict | None = None,
+    workload_scale: float = 1.0,
+    workload_seed: int | None = None,
+    timeline_dir: Path | None = None,
 ) -> Verdict:
     """Run ``scenario`` on ``target`` (blocking) and return its verdict."""
     verdict = verdict or Verdict(scenario.name, scenario.behaviours, source=str(scenario.where))
     history = History()
     run = Run(scenario, target, history, progress or Progress(None, scenario.name), workdir)
+    run.workload_scale, run.workload_seed = workload_scale, workload_seed
+    run.timeline_dir = timeline_dir
+    timeout = scenario.timeout
+    if any(step.kind == "workload" for step in scenario.steps):
+        # a scaled workload takes proportionally longer
+        timeout *= max(1.0, workload_scale)
 
     async def main() -> None:
         try:
-            await asyncio.wait_for(_run(run, verdict, hooks), scenario.timeout)
+            await asyncio.wait_for(_run(run, verdict, hooks), timeout)
         except TimeoutError:
             verdict.inconclusive(
-                f"the scenario did not finish within its timeout ({scenario.timeout:g}s): "
+                f"the scenario did not finish within its timeout ({timeout:g}s): "
                 "the harness could not judge what was still to come",
                 target.diagnostics(),
             )

@@ -19,6 +19,9 @@ Event kinds (``Event.kind``) and the keys their ``data`` carries:
               parameters (``seconds``, ``nbytes``, ``flow`` = "c2s"/"s2c"/"both")
 ``reply``     a reply the harness client received; ``command``, ``code``,
               ``enhanced`` ("4.4.0" or None), ``text``
+``attempt``   a workload message was tried once (see pytest_shadowcheck.workload); ``ref``,
+              ``message_id``, ``via``, ``rcpt_tos``, ``sent`` (when it began),
+              ``command``/``code``/``text`` of the deciding reply, or ``error``
 ``delivery``  a sink accepted a message; ``sink``, ``message_id``, ``helo``, ...
 ``step``      the engine ran a scenario step
 ``snapshot``  the engine captured control-API state
@@ -42,7 +45,10 @@ from typing import Any
 __all__ = ["EVENT_KINDS", "Event", "History"]
 
 EVENT_KINDS = frozenset(
-    {"connect", "close", "line", "data", "fault", "reply", "delivery", "step", "snapshot", "note"}
+    {
+        "connect", "close", "line", "data", "fault", "reply", "attempt", "delivery", "step",
+        "snapshot", "note",
+    }
 )
 
 
@@ -216,6 +222,12 @@ def _describe_body(event: Event) -> str:
         state = "ON" if data.get("on") else "off"
         params = _params(data, skip=("fault", "on"))
         return f"FAULT {data.get('fault')} {state}{params}"
+    if kind == "attempt":
+        outcome = data.get("error") or f"{data.get('code')} {data.get('text', '')}".strip()
+        return (
+            f"ATTEMPT {data.get('ref')} {data.get('message_id')} rcpt={data.get('rcpt_tos')}"
+            f" sent +{data.get('sent')}s: {outcome} (to {data.get('command')})"
+        )
     if kind == "delivery":
         return (
             f"DELIVERED to {data.get('sink')} {data.get('message_id') or '(no Message-ID)'}"

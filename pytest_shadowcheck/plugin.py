@@ -78,6 +78,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="import MODULE and register it as a target plugin (in addition to entry points)",
     )
+    group.addoption(
+        "--shadowcheck-workload-scale",
+        metavar="X",
+        type=float,
+        default=1.0,
+        help="multiply the messages of every workload step (and its scenario's timeout) by X, "
+        "for soak runs",
+    )
+    group.addoption(
+        "--shadowcheck-workload-seed",
+        metavar="N",
+        type=int,
+        default=None,
+        help="seed every workload and nemesis with N instead of the scenario's own seed "
+        "(a failure prints the seed to replay)",
+    )
     parser.addini(
         "shadowcheck", "enable shadowcheck (like --shadowcheck)", type="bool", default=False
     )

@@ -25,6 +25,7 @@ from .durations import parse_duration, resolve_time
 from .errors import ScenarioError, SourceRef
 from .marked_yaml import load_marked_yaml, locate
 from .schema import scenario_schema, topology_schema, validate
+from .workload_step import load_workload
 
 __all__ = [
     "CAPABILITIES",
@@ -560,6 +561,13 @@ class _Context:
             self.sink(arg["name"], [*p, "name"])
         elif kind == "session":
             self.session(arg, p)
+        elif kind == "workload":
+            arg = load_workload(
+                arg,
+                self.topology,
+                lambda sub: self.at([*p, *sub]),
+                self.evidenced(arg.get("behaviours", []), p) or self.behaviours,
+            )
         elif kind == "check":
             check = self.check(raw[kind], p)
             arg = {"kind": check.kind, **check.arg}

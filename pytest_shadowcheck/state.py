@@ -120,6 +120,9 @@ class ShadowcheckState:
             hooks=self.manager.hook,
             history_file=history_file,
             verdict=verdict,
+            workload_scale=self.config.getoption("shadowcheck_workload_scale", 1.0),
+            workload_seed=self.config.getoption("shadowcheck_workload_seed", None),
+            timeline_dir=self.report_dir,
         )
         if verdict.status in (Status.PASS, Status.NOT_APPLICABLE, Status.UNTESTABLE):
             shutil.rmtree(workdir, ignore_errors=True)

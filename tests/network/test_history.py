@@ -122,5 +122,5 @@ def test_concurrent_records_are_all_kept() -> None:
 
 
 def test_event_kinds_cover_the_contract() -> None:
-    assert {"connect", "close", "line", "data", "fault", "reply", "delivery", "step",
-            "snapshot", "note"} == EVENT_KINDS
+    assert {"connect", "close", "line", "data", "fault", "reply", "attempt", "delivery",
+            "step", "snapshot", "note"} == EVENT_KINDS

@@ -34,10 +34,10 @@ class Variant:
 
 
 def all_variants() -> list[Variant]:
-    from . import creation, discard, promotion, safetynet, security, timeouts
+    from . import creation, discard, durability, promotion, safetynet, security, timeouts
 
     found: list[Variant] = []
-    for family in (creation, discard, promotion, safetynet, security, timeouts):
+    for family in (creation, discard, durability, promotion, safetynet, security, timeouts):
         found.extend(family.VARIANTS)
     return found
 

@@ -1,0 +1,187 @@
+"""A lean SMTP client for workloads: many messages per session, one history event each.
+
+:class:`~pytest_shadowcheck.network.client.RecordingClient` opens a session per message
+and records every reply: right for a scenario's three messages, too slow and too verbose
+for ten thousand. :class:`WorkloadSession` keeps one session open for several
+transactions (a new ``MAIL`` after each accepted message, RSET after a refused one) and
+pipelines the envelope when the server advertises PIPELINING (RFC 2920). It returns the
+deciding reply (or why none came) of each transaction; the workload records it as one
+``attempt`` event. The wire itself is recorded by the proxy in front of the node, as
+for every other step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+
+from pytest_shadowcheck.history import History
+from pytest_shadowcheck.network.smtp_text import dot_stuff
+
+__all__ = ["Outcome", "SessionError", "WorkloadSession"]
+
+
+class SessionError(Exception):
+    """The session is unusable (refused, closed, timed out): open a new one."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one transaction ended: the deciding reply, or the error instead of one."""
+
+    command: str
+    code: int | None
+    text: str
+    error: str | None
+
+    @property
+    def accepted(self) -> bool:
+        return self.code == 250 and self.command == "EOD"
+
+
+class WorkloadSession:
+    """One SMTP session to ``host:port`` for a workload; not safe for concurrent use."""
+
+    def __init__(
+        self,
+        history: History,
+        link: str,
+        conn: int,
+        host: str,
+        port: int,
+        *,
+        helo: str = "workload.test",
+        timeout: float = 10.0,
+    ) -> None:
+        self.history = history
+        self.link = link
+        self.conn = conn
+        self.host, self.port = host, port
+        self.helo = helo
+        self.timeout = timeout
+        self.pipelining = False
+        self.transactions = 0
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    @property
+    def open(self) -> bool:
+        return self._writer is not None and not self._writer.is_closing()
+
+    async def connect(self) -> None:
+        """Connect, read the greeting, say EHLO; SessionError when any of it fails."""
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port), self.timeout
+            )
+        except (OSError, TimeoutError) as exc:
+            raise SessionError(f"connect failed: {exc!r}") from None
+        code, text = await self._read_reply("CONNECT")
+        if code != 220:
+            self.close()
+            raise SessionError(f"greeting {code} {text}")
+        self._write(f"EHLO {self.helo}\r\n".encode())
+        code, text = await self._read_reply("EHLO")
+        if code != 250:
+            self.close()
+            raise SessionError(f"EHLO refused: {code} {text}")
+        self.pipelining = any(
+            line.strip().upper() == "PIPELINING" for line in text.splitlines()[1:]
+        )
+
+    async def transaction(self, mail_from: str, rcpt_tos: list[str], raw: bytes) -> Outcome:
+        """MAIL, RCPT..., DATA and the content; the outcome, never an exception.
+
+        After an error (no reply) the session is closed: the caller opens a new one.
+        """
+        self.transactions += 1
+        commands = [f"MAIL FROM:<{mail_from}>"] + [f"RCPT TO:<{r}>" for r in rcpt_tos]
+        command = "MAIL"
+        try:
+            replies: list[tuple[str, int, str]] = []
+            if self.pipelining:
+                self._write("".join(c + "\r\n" for c in [*commands, "DATA"]).encode())
+                for verb in ["MAIL"] + ["RCPT"] * len(rcpt_tos) + ["DATA"]:
+                    command = verb
+                    replies.append((verb, *await self._read_reply(verb)))
+            else:
+                for line, verb in zip(commands, ["MAIL"] + ["RCPT"] * len(rcpt_tos), strict=True):
+                    command = verb
+                    self._write(line.encode() + b"\r\n")
+                    replies.append((verb, *await self._read_reply(verb)))
+                    if verb == "MAIL" and replies[-1][1] >= 400:
+                        return Outcome("MAIL", replies[-1][1], replies[-1][2], None)
+                if not any(code < 400 for verb, code, _ in replies if verb == "RCPT"):
+                    verb, code, text = replies[-1]
+                    await self._rset()
+                    return Outcome(verb, code, text, None)
+                command = "DATA"
+                self._write(b"DATA\r\n")
+                replies.append(("DATA", *await self._read_reply("DATA")))
+            refused = [r for r in replies if r[1] >= 400]
+            data_code = replies[-1][1]
+            if data_code != 354:
+                verb, code, text = refused[0] if refused else replies[-1]
+                await self._rset()
+                return Outcome(verb, code, text, None)
+            command = "EOD"
+            self._write(dot_stuff(raw) + b".\r\n")
+            code, text = await self._read_reply("EOD")
+            if code != 250:
+                # some servers keep the failed transaction open ("nested MAIL command")
+                await self._rset()
+            return Outcome("EOD", code, text, None)
+        except SessionError as exc:
+            self.close()
+            return Outcome(command, None, "", f"{exc} (at {command})")
+
+    async def quit(self) -> None:
+        if self.open:
+            with contextlib.suppress(SessionError):
+                self._write(b"QUIT\r\n")
+                await self._read_reply("QUIT")
+        self.close()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._writer = self._reader = None
+
+    async def _rset(self) -> None:
+        """End a refused transaction; a session that cannot is closed, the outcome kept."""
+        try:
+            self._write(b"RSET\r\n")
+            await self._read_reply("RSET")
+        except SessionError:
+            self.close()
+
+    def _write(self, data: bytes) -> None:
+        if self._writer is None or self._writer.is_closing():
+            raise SessionError("connection closed")
+        self._writer.write(data)
+
+    async def _read_reply(self, verb: str) -> tuple[int, str]:
+        """One complete (possibly multi-line) reply: (code, text lines joined by newlines)."""
+        if self._reader is None:
+            raise SessionError("connection closed")
+        lines: list[str] = []
+        try:
+            if self._writer is not None:
+                await asyncio.wait_for(self._writer.drain(), self.timeout)
+            while True:
+                raw = await asyncio.wait_for(self._reader.readuntil(b"\r\n"), self.timeout)
+                line = raw[:-2].decode("utf-8", errors="replace")
+                lines.append(line)
+                if len(line) < 4 or line[3] != "-":
+                    break
+        except TimeoutError:
+            raise SessionError(f"timeout waiting for the reply to {verb}") from None
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            raise SessionError(
+                f"connection lost waiting for the reply to {verb}: {exc!r}"
+            ) from None
+        head = lines[-1][:3]
+        if not head.isdigit():
+            raise SessionError(f"unparseable reply to {verb}: {lines[-1]!r}")
+        return int(head), "\n".join(item[4:] for item in lines)

@@ -1,0 +1,190 @@
+"""The ``workload`` step in a scenario: loading its arguments, running it, judging it.
+
+Loading (:func:`load_workload`) checks the step against the topology and turns it into a
+:class:`~pytest_shadowcheck.workload.WorkloadSpec` with ``file:line`` in every error.
+Running (:func:`run_workload`) plans the messages and the nemesis from the seed, drives
+the workload while the nemesis plays, ends every fault, waits up to ``settle`` for the
+acknowledged messages, snapshots the queues (when the target shows them), and adds the
+history checker's results to the verdict with the figures recorded in the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from .durations import parse_duration
+from .errors import ScenarioError
+from .history_check import check_workload, results
+from .nemesis import nemesis_spec, plan_faults, run_nemesis, usable_kinds
+from .timeline import write_timeline
+from .workload import Planned, WorkloadSpec, drive, plan_messages
+
+if TYPE_CHECKING:
+    from .scenario import Step, Topology
+    from .verdict import Verdict
+
+__all__ = ["load_workload", "run_workload", "workload_label"]
+
+#: faults planned ahead; a nemesis never gets near this many in one workload
+MAX_FAULTS = 10_000
+POLL = 0.1
+_QUEUES = {"active": "/queues/active", "shadow": "/queues/shadow"}
+
+
+def load_workload(
+    arg: dict[str, Any], topology: Topology, at: Any, behaviours: list[str]
+) -> WorkloadSpec:
+    """The step's arguments as a spec; ``at(path)`` gives the SourceRef of a key."""
+    nodes = list(topology.nodes)
+    via = arg.get("via") or nodes
+    for i, node in enumerate(via):
+        if node not in topology.nodes:
+            raise ScenarioError(
+                f"workload sends via unknown node {node!r}", at(["via", i]), f"one of {nodes}"
+            )
+    to = arg.get("to") or _default_recipients(topology)
+    if not to:
+        raise ScenarioError(
+            "workload has no recipients: the topology has no next hop to a sink",
+            at([]),
+            "to: [user@DOMAIN, ...] with domains the topology routes to a sink",
+        )
+    sizes = arg.get("sizes", [400, 4000])
+    if sizes[0] > sizes[1]:
+        raise ScenarioError("sizes: [min, max] with min <= max", at(["sizes"]), "e.g. [400, 20000]")
+    durations = {
+        key: parse_duration(arg[key], at([key])) for key in ("timeout", "settle") if key in arg
+    }
+    seed = int(arg.get("seed", 1))
+    nemesis = dict(arg.get("nemesis") or {})
+    if nemesis:
+        for key in ("interval", "duration"):
+            if key in nemesis:
+                nemesis[key] = parse_duration(nemesis[key], at(["nemesis", key]))
+        nemesis_spec(nemesis, topology, seed, at(["nemesis"]))  # checked here, built at run
+    return WorkloadSpec(
+        name=str(arg.get("name", "w")),
+        messages=int(arg["messages"]),
+        sessions=int(arg.get("sessions", 4)),
+        rate=float(arg.get("rate", 0.0)),
+        via=tuple(via),
+        to=tuple(to),
+        sizes=(int(sizes[0]), int(sizes[1])),
+        multi_recipient=float(arg.get("multi_recipient", 0.2)),
+        max_recipients=int(arg.get("max_recipients", 3)),
+        null_sender=float(arg.get("null_sender", 0.1)),
+        per_session=int(arg.get("per_session", 10)),
+        timeout=durations.get("timeout", 10.0),
+        settle=durations.get("settle", 20.0),
+        all_delivered=bool(arg.get("all_delivered", True)),
+        seed=seed,
+        behaviours=tuple(behaviours),
+        nemesis=nemesis,
+    )
+
+
+def _default_recipients(topology: Topology) -> list[str]:
+    """Three users in every domain the topology routes to a sink (the senders' own
+    domain, where non-delivery reports go, excepted)."""
+    domains = [d for d, hop in topology.next_hops.items() if hop.sink and hop.kind == "mailbox"]
+    return [f"user{i}@{d}" for d in domains for i in (1, 2, 3)]
+
+
+async def run_workload(run: Any, step: Step, verdict: Verdict) -> None:
+    """Carry out a workload step on ``run`` (the engine's Run) and judge it."""
+    base: WorkloadSpec = step.arg
+    scale = getattr(run, "workload_scale", 1.0)
+    seed = getattr(run, "workload_seed", None)
+    spec = _scaled(base, scale, base.seed if seed is None else seed)
+    history = run.history
+    since = history.now()
+    planned = plan_messages(spec, run.token)
+    addresses = {node: run.proxies[f"client->{node}"].address for node in spec.via}
+    stop = asyncio.Event()
+    nemesis_task = None
+    if spec.nemesis:
+        nspec = nemesis_spec(spec.nemesis, run.scenario.topology, spec.seed, step.where)
+        kinds = usable_kinds(nspec, run.target.capabilities)
+        if kinds:
+            faults = plan_faults(nspec, kinds, run.scenario.topology, MAX_FAULTS)
+            nemesis_task = asyncio.create_task(run_nemesis(run, faults, stop, verdict))
+        else:
+            history.record("note", text=f"nemesis: target {run.target.name} can do none of "
+                           f"{', '.join(nspec.faults)}")  # fmt: skip
+    run.progress.note(
+        f"workload {spec.name}: {spec.messages} messages over {spec.sessions} sessions, "
+        f"seed {spec.seed}"
+    )
+    try:
+        accepted = await drive(spec, planned, history, addresses, run.scenario.name)
+    finally:
+        stop.set()
+        if nemesis_task is not None:
+            await nemesis_task
+    await _settle(run, accepted, spec.settle)
+    if "control_api" in run.target.capabilities:
+        await _snapshot(run, spec.name)
+    report = check_workload(
+        history, spec.name, spec.seed, since, frozenset(run.scenario.topology.nodes)
+    )
+    history.record("note", text=f"workload {spec.name} summary", summary=report.summary())
+    timeline = ""
+    if getattr(run, "timeline_dir", None) is not None:
+        path = write_timeline(run.timeline_dir, history, report, run.scenario.name)
+        timeline = f" (timeline: {path})"
+    lost = report.of("lost") or report.of("lost-outside")
+    excerpt = ""
+    if lost and lost[0].acked_t is not None:
+        excerpt = run.excerpt(lost[0].acked_t, [f"client->{lost[0].via}", f"{lost[0].via}->*"])
+    behaviours = list(spec.behaviours)
+    outside = "PR-4" if "PR-4" in run.scenario.behaviours else None
+    where = f"{step.where} (replay: --shadowcheck-workload-seed {spec.seed}){timeline}"
+    for result in results(report, behaviours, where, excerpt, outside, spec.all_delivered):
+        verdict.add(result)
+
+
+def _scaled(spec: WorkloadSpec, scale: float, seed: int) -> WorkloadSpec:
+    from dataclasses import replace
+
+    return replace(spec, messages=max(1, round(spec.messages * scale)), seed=seed)
+
+
+async def _settle(run: Any, accepted: list[Planned], settle: float) -> None:
+    """Wait until every recipient of every accepted message was delivered, or ``settle``
+    passed; reads only the deliveries new since the last look."""
+    pending = {(p.message_id, r.lower()) for p in accepted for r in p.rcpt_tos}
+    seen = dict.fromkeys(run.sinks, 0)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settle
+    run.progress.waiting(settle, f"for {len(accepted)} acknowledged workload messages")
+    while pending and loop.time() < deadline:
+        for name, sink in run.sinks.items():
+            new = sink.deliveries[seen[name] :]
+            seen[name] += len(new)
+            for d in new:
+                for rcpt in d.rcpt_tos:
+                    pending.discard((d.message_id, rcpt.lower()))
+        if pending:
+            await asyncio.sleep(POLL)
+
+
+async def _snapshot(run: Any, workload: str) -> None:
+    from .targets.base import TargetError
+
+    for node in run.scenario.topology.nodes:
+        if node in run.down or node in run.paused:
+            continue
+        for queue, path in _QUEUES.items():
+            try:
+                answer = await run.target.control(node, "GET", path)
+            except TargetError:
+                continue
+            run.history.record("snapshot", node=node, queue=queue, answer=answer, workload=workload)
+
+
+def workload_label(spec: WorkloadSpec) -> str:
+    nemesis = ""
+    if spec.nemesis:
+        nemesis = f", nemesis {','.join(spec.nemesis.get('faults') or ['all'])}"
+    return f"workload {spec.name}: {spec.messages} messages, {spec.sessions} sessions{nemesis}"

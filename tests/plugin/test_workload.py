@@ -1,0 +1,315 @@
+"""The workload step, the seeded nemesis and the history checker (issue 16).
+
+Plans and schedules are compared run against run (the same seed gives the same ones);
+the workload is driven over real sockets into a real sink; the checker is given
+histories whose fates are known by construction; the plugin-level tests run real
+reference nodes in a child pytest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_shadowcheck.errors import ScenarioError
+from pytest_shadowcheck.history import History
+from pytest_shadowcheck.history_check import check_workload, results
+from pytest_shadowcheck.nemesis import NemesisSpec, plan_faults, usable_kinds
+from pytest_shadowcheck.network import MailSink
+from pytest_shadowcheck.scenario import load_scenario_file
+from pytest_shadowcheck.statuses import Status
+from pytest_shadowcheck.timeline import render_timeline
+from pytest_shadowcheck.workload import WorkloadSpec, drive, plan_messages
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestAssertRewriteWarning")
+
+POOL = ("u1@corp.test", "u2@corp.test", "u3@corp.test", "dan@other.test")
+
+
+def spec(seed: int = 1, messages: int = 200, **more: object) -> WorkloadSpec:
+    return WorkloadSpec(
+        name="w", messages=messages, via=("mbx1", "mbx2"), to=POOL, seed=seed, **more
+    )  # type: ignore[arg-type]
+
+
+def test_the_seed_names_the_whole_workload() -> None:
+    first, again = plan_messages(spec(7), "t1"), plan_messages(spec(7), "t2")
+    other = plan_messages(spec(8), "t1")
+    shape = [(p.via, p.mail_from, p.rcpt_tos, p.size) for p in first]
+    assert shape == [(p.via, p.mail_from, p.rcpt_tos, p.size) for p in again]
+    assert shape != [(p.via, p.mail_from, p.rcpt_tos, p.size) for p in other]
+    # the distribution has what the issue asks for: null reverse-paths, several recipients
+    # (so several next hops), both nodes, sizes within the bounds
+    assert any(p.mail_from == "" for p in first)
+    assert any(len(p.rcpt_tos) > 1 for p in first)
+    assert {p.via for p in first} == {"mbx1", "mbx2"}
+    assert {r.split("@")[1] for p in first for r in p.rcpt_tos} == {"corp.test", "other.test"}
+    assert all(400 <= p.size <= 4000 for p in first)
+    assert len({p.message_id for p in first}) == len(first)
+
+
+def test_the_seed_names_the_fault_schedule() -> None:
+    topology = _two_node_topology()
+    kinds = ("kill", "pause", "restart", "wipe", "cut", "blackhole", "delay")
+    nemesis = NemesisSpec(faults=kinds, nodes=("mbx1", "mbx2"), seed=11)
+    first = plan_faults(nemesis, kinds, topology, 50)
+    assert first == plan_faults(nemesis, kinds, topology, 50)
+    other = NemesisSpec(faults=kinds, nodes=("mbx1", "mbx2"), seed=12)
+    assert first != plan_faults(other, kinds, topology, 50)
+    assert {f.kind for f in first} == set(kinds)
+    for fault in first:
+        assert len(fault.nodes) == 1
+        for link in fault.links:
+            assert fault.nodes[0] in link.split("->")
+    together = NemesisSpec(faults=kinds, nodes=("mbx1", "mbx2"), overlap=True, seed=11)
+    assert all(f.nodes == ("mbx1", "mbx2") for f in plan_faults(together, kinds, topology, 20))
+
+
+def test_the_nemesis_draws_only_what_the_target_can_do() -> None:
+    nemesis = NemesisSpec(faults=("kill", "wipe", "pause", "cut"), nodes=("mbx1",))
+    assert usable_kinds(nemesis, frozenset()) == ("cut",)
+    assert usable_kinds(nemesis, frozenset({"kill", "restart"})) == ("kill", "cut")
+
+
+def _two_node_topology():  # type: ignore[no-untyped-def]
+    from pytest_shadowcheck.scenario import NextHop, NodeSpec, Topology
+
+    return Topology(
+        "t",
+        {"mbx1": NodeSpec("mbx1"), "mbx2": NodeSpec("mbx2")},
+        {"corp.test": NextHop("corp.test", sink="mailbox")},
+    )
+
+
+def test_workload_into_a_sink_records_every_attempt() -> None:
+    history = History()
+
+    async def main() -> list[object]:
+        sink = MailSink("mailbox", history)
+        address = await sink.start()
+        try:
+            w = spec(3, messages=60, sessions=3, per_session=7)
+            accepted = await drive(
+                w, plan_messages(w, "tok"), history, {"mbx1": address, "mbx2": address}
+            )
+            return list(accepted)
+        finally:
+            await sink.stop()
+
+    accepted = asyncio.run(main())
+    attempts = history.events(kind="attempt")
+    assert len(attempts) == 60 and len(accepted) == 60
+    assert {e.data["code"] for e in attempts} == {250}
+    assert all(e.data["sent"] <= e.t for e in attempts)
+    report = check_workload(history, "w", 3)
+    assert report.counts["delivered"] == 60
+    # one session per 7 transactions per worker and node, not one per message
+    assert max(e.conn or 0 for e in attempts) < 60
+
+
+def _attempt(h: History, ref: str, via: str, code: int, rcpts: list[str]) -> None:
+    h.record(
+        "attempt", f"client->{via}", 1, workload="w", ref=ref, message_id=f"<{ref}@x>",
+        via=via, rcpt_tos=rcpts, sent=h.now(), command="EOD" if code == 250 else "RCPT",
+        code=code, text="", error=None,
+    )  # fmt: skip
+
+
+def _delivered(h: History, ref: str, by: str, rcpts: list[str]) -> None:
+    h.record("delivery", sink="mailbox", message_id=f"<{ref}@x>", helo=by, rcpt_tos=rcpts)
+
+
+def _fault(h: History, index: int, kind: str, nodes: list[str], what: str) -> None:
+    h.record("note", nemesis=what, fault=kind, index=index, nodes=nodes, links=[])
+
+
+def test_the_checker_gives_every_message_its_fate() -> None:
+    h = History()
+    _attempt(h, "once", "mbx1", 250, ["a@corp.test", "b@corp.test"])
+    _attempt(h, "lost", "mbx2", 250, ["a@corp.test"])
+    _attempt(h, "half", "mbx2", 250, ["a@corp.test", "b@corp.test"])
+    _attempt(h, "promoted", "mbx1", 250, ["a@corp.test"])
+    _attempt(h, "promoted-twice", "mbx1", 250, ["a@corp.test"])
+    _attempt(h, "twice", "mbx2", 250, ["a@corp.test"])
+    _attempt(h, "refused", "mbx1", 451, ["a@corp.test"])
+    _attempt(h, "refused-but-sent", "mbx1", 451, ["a@corp.test"])
+    _attempt(h, "held", "mbx1", 250, ["a@corp.test"])
+    _delivered(h, "once", "mbx1", ["a@corp.test", "b@corp.test"])
+    _delivered(h, "half", "mbx2", ["b@corp.test"])
+    h.record("data", "mbx1->mbx2", 1, "c2s", message_id="<promoted@x>", size=10)
+    h.record("data", "mbx1->mailbox", 1, "c2s", message_id="<once@x>", size=10)
+    _fault(h, 0, "kill", ["mbx1"], "start")
+    _delivered(h, "promoted", "mbx2", ["a@corp.test"])
+    _fault(h, 0, "kill", ["mbx1"], "end")
+    _delivered(h, "promoted", "mbx1", ["a@corp.test"])
+    _delivered(h, "promoted-twice", "mbx2", ["a@corp.test"])
+    _delivered(h, "promoted-twice", "mbx2", ["a@corp.test"])
+    _delivered(h, "promoted-twice", "mbx1", ["a@corp.test"])
+    _delivered(h, "twice", "mbx2", ["a@corp.test"])
+    _delivered(h, "twice", "mbx2", ["a@corp.test"])
+    _delivered(h, "refused-but-sent", "mbx1", ["a@corp.test"])
+    h.record("snapshot", node="mbx1", queue="active", workload="w",
+             answer=[{"message_id": "<held@x>"}])  # fmt: skip
+    report = check_workload(h, "w", 5, nodes=frozenset({"mbx1", "mbx2"}))
+    fate = {ref: f.fate for ref, f in report.fates.items()}
+    # the shadow copy travelled on a node-to-node link; a delivery is no copy
+    assert report.fates["promoted"].copied_to == {"mbx2"}
+    assert report.fates["once"].copied_to == set()
+    assert fate == {
+        "once": "delivered",
+        "lost": "lost",
+        "half": "lost",
+        "promoted": "duplicated",
+        "promoted-twice": "duplicated",
+        "twice": "duplicated",
+        "refused": "unacked",
+        "refused-but-sent": "unacked-delivered",
+        "held": "queued",
+    }
+    assert report.fates["promoted"].cause == "PR-1 promotion after kill of mbx1"
+    assert "no fault" in report.fates["twice"].cause
+    # the promotion explains the second node's copy, not the shadow delivering twice
+    assert report.fates["promoted-twice"].cause == "delivered twice by mbx2 with no fault"
+    assert report.temporary_failures == 2
+    loss, dup, settled = results(report, ["PR-1"], "here.yaml:3")
+    assert settled.status == Status.FAIL and "held <held@x>" in settled.observed
+    assert len(results(report, ["PR-1"], "here.yaml:3", all_delivered=False)) == 2
+    assert loss.status == Status.FAIL
+    assert "lost <lost@x> (via mbx2, no copy seen)" in loss.observed
+    assert "half <half@x>" in loss.observed
+    assert "seed 5" in loss.observed
+    # a failure's excerpt shows each attempt as a mail admin reads it
+    assert "ATTEMPT lost <lost@x> rcpt=['a@corp.test']" in h.excerpt(0.0, after=60)
+    assert dup.status == Status.FAIL and "twice" in dup.observed
+
+
+def test_the_timeline_shows_faults_and_links_every_lost_and_duplicated_message() -> None:
+    h = History()
+    _attempt(h, "gone", "mbx1", 250, ["a@corp.test"])
+    _attempt(h, "fine", "mbx1", 250, ["a@corp.test"])
+    _attempt(h, "again", "mbx1", 250, ["a@corp.test"])
+    _fault(h, 3, "wipe", ["mbx1"], "start")
+    _delivered(h, "fine", "mbx2", ["a@corp.test"])
+    _delivered(h, "again", "mbx2", ["a@corp.test"])
+    _fault(h, 3, "wipe", ["mbx1"], "end")
+    _delivered(h, "again", "mbx1", ["a@corp.test"])
+    page = render_timeline(h, check_workload(h, "w", 9), "sc")
+    assert '<tr id="gone">' in page and '<tr id="again">' in page
+    assert '<tr id="fine">' not in page
+    assert "#3 wipe mbx1" in page and "PR-2 promotion after wipe of mbx1" in page
+    assert "seed 9" in page
+
+
+def test_a_loss_while_two_nodes_were_down_together_is_outside_the_guarantee() -> None:
+    h = History()
+    _attempt(h, "m", "mbx1", 250, ["a@corp.test"])
+    _attempt(h, "kept", "mbx1", 250, ["a@corp.test"])
+    _delivered(h, "kept", "mbx1", ["a@corp.test"])
+    _fault(h, 0, "wipe", ["mbx1", "mbx2"], "start")
+    _fault(h, 0, "wipe", ["mbx1", "mbx2"], "end")
+    report = check_workload(h, "w", 1)
+    assert report.fates["m"].fate == "lost-outside"
+    loss, dup, settled = results(report, ["PR-1", "PR-4"], "x.yaml:1", outside="PR-4")
+    assert loss.status == Status.OUTSIDE_GUARANTEE and loss.behaviours == ["PR-4"]
+    assert dup.status == Status.PASS and settled.status == Status.PASS
+
+
+def test_one_node_down_is_no_excuse() -> None:
+    h = History()
+    _attempt(h, "m", "mbx1", 250, ["a@corp.test"])
+    _fault(h, 0, "wipe", ["mbx1"], "start")
+    _fault(h, 0, "wipe", ["mbx1"], "end")
+    _fault(h, 1, "kill", ["mbx2"], "start")
+    _fault(h, 1, "kill", ["mbx2"], "end")
+    assert check_workload(h, "w", 1).fates["m"].fate == "lost"
+
+
+def test_workload_errors_name_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "scenarios:\n  - name: s1\n    behaviours: [PR-1]\n    topology: two-node-dag\n"
+        "    steps:\n"
+        "      - workload: {messages: 10, via: [mbx1, mbx9]}\n"
+    )
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario_file(path)
+    assert f"{path}:6" in str(caught.value) and "mbx9" in str(caught.value)
+    path.write_text(
+        "scenarios:\n  - name: s1\n    behaviours: [PR-1]\n    topology: two-node-dag\n"
+        "    steps:\n"
+        "      - workload:\n          messages: 10\n          nemesis: {nodes: [mbx7]}\n"
+    )
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario_file(path)
+    assert f"{path}:8" in str(caught.value) and "mbx7" in str(caught.value)
+
+
+SINGLE = """\
+scenarios:
+  - name: wl_single
+    behaviours: [PR-3]
+    topology: single-node
+    settings: {TransientFailureRetryInterval: 0.5s}
+    settle: 1s
+    steps:
+      - workload:
+          messages: 40
+          sessions: 2
+          rate: 20
+          # the reference cannot relay MAIL FROM:<> yet (README, Durability at volume)
+          null_sender: 0
+          settle: 8s
+          nemesis: {faults: [kill, restart, cut], interval: 0.5s, duration: 0.3s}
+"""
+
+
+def _run(
+    pytester: pytest.Pytester, *extra: str
+) -> tuple[pytest.RunResult, list[dict[str, object]]]:
+    history = pytester.path / "history"
+    result = pytester.runpytest_subprocess(
+        "--shadowcheck", "--shadowcheck-scenarios", "wl.yaml", "--shadowcheck-history",
+        str(history), "-p", "no:cacheprovider", "-p", "no:randomly", *extra, timeout=150,
+    )  # fmt: skip
+    (path,) = history.glob("*.json")
+    events = json.loads(path.read_text())["events"]
+    for leftover in history.glob("*.json"):
+        leftover.unlink()
+    return result, events
+
+
+@pytest.mark.slow
+def test_same_seed_same_faults_and_verdict_scale_multiplies(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".yaml", wl=SINGLE)
+
+    def faults(events: list[dict[str, object]]) -> list[tuple[object, ...]]:
+        notes = [e["data"] for e in events if e["kind"] == "note"]
+        return [
+            (n["fault"], tuple(n["nodes"]), tuple(n["links"]))  # type: ignore[index]
+            for n in notes
+            if isinstance(n, dict) and n.get("nemesis") == "start"
+        ]
+
+    report = pytester.path / "cert"
+    first, events1 = _run(
+        pytester, "--shadowcheck-workload-seed", "5", f"--shadowcheck-report={report}"
+    )
+    (page,) = report.glob("timeline-wl_single-*.html")
+    assert "nemesis" not in page.name and "wl_single: workload w" in page.read_text()
+    again, events2 = _run(pytester, "--shadowcheck-workload-seed", "5")
+    first.assert_outcomes(passed=1)
+    again.assert_outcomes(passed=1)
+    played1, played2 = faults(events1), faults(events2)
+    assert played1, "the nemesis played no fault"
+    # the same schedule, as far as both runs got into it
+    common = min(len(played1), len(played2))
+    assert played1[:common] == played2[:common]
+    summary = [e["data"] for e in events1 if e["kind"] == "note" and "summary" in e["data"]]  # type: ignore[operator]
+    assert summary and summary[0]["summary"]["seed"] == 5  # type: ignore[index]
+    scaled, events3 = _run(pytester, "--shadowcheck-workload-scale", "0.5")
+    scaled.assert_outcomes(passed=1)
+    assert len([e for e in events3 if e["kind"] == "attempt"]) == 20
+    assert len([e for e in events1 if e["kind"] == "attempt"]) == 40
