@@ -190,6 +190,11 @@ class Shadowing:
             }
         )
         self.node.stats["shadow_copies_stored"] += 1
+        # The primary just opened a session to hand this copy over: it is up. Without
+        # this, a heartbeat still failing from an earlier outage promoted copies the
+        # primary had only now made, and both nodes delivered them (found by the
+        # durability workloads under pause).
+        self._contact(primary, self.node.clock.now(), copy["primary_db_id"])
         self.ensure_heartbeat(primary)
         return REPLY_COPY_STORED
 
