@@ -10,8 +10,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from reports import aggregates, metrics
-from reports.dashboard import DashboardData, render
-from reports.outputs import csv_text, write_text
+from reports.dashboard import TOP_DURATIONS, DashboardData, render
+from reports.outputs import csv_text, write_csv_frame, write_text
 from reports.progress import Progress
 from reports.table import Ingest, ingest, rejected_files
 
@@ -79,7 +79,9 @@ def build(
     written = aggregates.update(spark, out, done.runs, progress, earlier_rows=done.earlier_rows)
     state = aggregates.load(spark, out, written)
     if state is None:
-        result.tables.update({name: [] for name in [*OUTPUT_COLUMNS, "latest_cases", "history"]})
+        result.tables.update(
+            {name: [] for name in [*OUTPUT_COLUMNS, "latest_cases", "history", "durations"]}
+        )
     else:
         frames = {
             "matrix.csv": metrics.pass_matrix(state),
@@ -87,8 +89,9 @@ def build(
             "regressions.csv": metrics.regressions(spark, out, state),
             "latest_matrix.csv": metrics.latest_matrix(state),
             "trends.csv": metrics.trends(state),
-            "durations.csv": metrics.durations(state),
-            # for the dashboard only: the matrix's drill-down, the scenario histories
+            # for the dashboard only: the matrix's drill-down, the scenario histories,
+            # the slowest scenarios' durations (durations.csv is written by Spark)
+            "durations": metrics.slowest_durations(state, TOP_DURATIONS),
             "latest_cases": metrics.latest_cases(spark, out, state),
             "history": metrics.scenario_history(state),
         }
@@ -96,11 +99,16 @@ def build(
         # overlaps another's tasks, which on two cores is most of the gain there is.
         with (
             progress.watch(spark.sparkContext, "computing metrics"),
-            ThreadPoolExecutor(max_workers=len(frames)) as pool,
+            ThreadPoolExecutor(max_workers=len(frames) + 1) as pool,
         ):
             futures = {name: pool.submit(_records, frame) for name, frame in frames.items()}
+            name = "durations.csv"
+            durations = pool.submit(
+                write_csv_frame, spark, metrics.durations(state), out, name, OUTPUT_COLUMNS[name]
+            )
             for name, future in futures.items():
                 result.tables[name] = future.result()
+            result.files["durations.csv"] = durations.result()
     result.rows = sum(r["passed"] + r["failed"] + r["errors"] + r["skipped"]
                       for r in result.tables["trends.csv"])
     result.runs = len(result.tables["trends.csv"])
@@ -121,7 +129,7 @@ def build(
             trends=result.tables["trends.csv"],
             flaky=result.tables["flaky.csv"],
             regressions=result.tables["regressions.csv"],
-            durations=result.tables["durations.csv"],
+            durations=result.tables["durations"],
             rejected=rejected,
             latest_cases=result.tables["latest_cases"],
             history=result.tables["history"],

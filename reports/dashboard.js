@@ -95,6 +95,8 @@
       other.classList.remove("selected");
     }
     cell.classList.add("selected");
+    // With many targets the panel wraps below the matrix: bring it into view.
+    if (box.scrollIntoView) box.scrollIntoView({block: "nearest"});
   }
   for (const cell of document.querySelectorAll("#matrix td.cell")) {
     cell.addEventListener("click", () => drill(cell));

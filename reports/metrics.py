@@ -30,6 +30,7 @@ __all__ = [
     "ranked_runs",
     "regressions",
     "scenario_history",
+    "slowest_durations",
     "trends",
 ]
 
@@ -185,6 +186,22 @@ def durations(state: State) -> DataFrame:
         _named(state.durations, state)
         .select("target", "scenario", "classname", "date", "runs", "p50_s", "p95_s")
         .orderBy("target", "scenario", "date")
+    )
+
+
+def slowest_durations(state: State, top: int) -> DataFrame:
+    """The duration rows of the ``top`` scenarios with the highest p95 (the dashboard's
+    chart): a few hundred rows, where durations.csv has one per scenario and day."""
+    worst = (
+        state.durations.groupBy("target", "sid")
+        .agg(F.max("p95_s").alias("worst"))
+        .orderBy(F.desc("worst"), "target", "sid")
+        .limit(top)
+        .select("target", "sid")
+    )
+    chosen = state.durations.join(F.broadcast(worst), ["target", "sid"])
+    return _named(chosen, state).select(
+        "target", "scenario", "classname", "date", "runs", "p50_s", "p95_s"
     )
 
 
