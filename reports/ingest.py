@@ -280,8 +280,11 @@ def _root(content: bytes) -> Any:
         element = etree.fromstring(content, _PARSER)
     except etree.XMLSyntaxError as exc:
         text = str(exc)
-        if "huge" in text.lower() or "limit" in text.lower():
+        # libxml2's own limits, named as such: a well-formed file can hit them.
+        if "huge text node" in text.lower():
             raise Rejected(f"text node over libxml2's limit: {text}"[:MESSAGE_LIMIT]) from None
+        if "excessive depth" in text.lower():
+            raise Rejected(f"nested deeper than libxml2's limit: {text}"[:MESSAGE_LIMIT]) from None
         raise Rejected(f"malformed XML: {type(exc).__name__}: {text}"[:MESSAGE_LIMIT]) from None
     if element is None:
         raise Rejected("malformed XML: no root element")

@@ -67,6 +67,10 @@ BAD_FILES: dict[str, tuple[str | bytes, str]] = {
         "<testsuites>" + "<testsuite>" * 100 + case("t") + "</testsuite>" * 100 + "</testsuites>",
         "testsuites nested more than 64 deep",
     ),
+    "deeper.xml": (
+        "<testsuites>" + "<testsuite>" * 3000 + "</testsuite>" * 3000 + "</testsuites>",
+        "nested deeper than libxml2's limit",
+    ),
     "laughs.xml": (
         '<?xml version="1.0"?><!DOCTYPE testsuites [<!ENTITY a "aaaaaaaaaa">'
         + "".join(f'<!ENTITY a{i} "{("&a" + (str(i - 1) if i > 1 else "") + ";") * 10}">'
