@@ -1,6 +1,9 @@
 """Benchmark: ``reports build`` on Spark against a single-process Python baseline.
 
     python3 benchmarks/bench_reports.py --files 2000 --cases 500
+    python3 benchmarks/bench_reports.py --files 20000 --cases 500 --skip-warm   # 10,000,000
+    python3 benchmarks/bench_reports.py --targets 50 --files 10000 --cases 500 \
+        --skip-warm --dashboard --screenshot /tmp/dashboard-50x200.png      # 50 x 200 runs
 
 Generates N JUnit files x M test cases (kept under --data between runs), then times
 in one run:
@@ -14,9 +17,13 @@ in one run:
                times, one more run each time);
 * warm build - ``build()`` into a fresh --out inside an already started Spark;
 * warm pass  - in the same Spark, the baseline's questions and nothing more (no
-               Parquet, no aggregates, no outputs), to show what persistence costs.
+               Parquet, no aggregates, no outputs), to show what persistence costs;
+* dashboard  - (--dashboard) the size of dashboard.html and the time a headless
+               Chromium takes to load and draw it.
 
-and prints each figure and the Spark/baseline ratios.
+and prints each figure, the cold build's cost per test case and the Spark/baseline
+ratios. ``--targets N`` spreads the runs over N targets (t00, t01, ...) instead of
+the three default ones: ``--targets 50 --files 10000`` is 50 targets x 200 runs.
 """
 
 from __future__ import annotations
@@ -45,14 +52,23 @@ BEHAVIOURS = (
     + [f"TO-{i}" for i in range(1, 5)]
 )
 TARGETS = [("reference", ["0.1.0", "0.2.0"]), ("postfix", ["3.8"]), ("exim", ["4.97", "4.98"])]
-START = datetime(2025, 1, 1, tzinfo=UTC)
+# Early enough that 20,000 hourly runs end in the past (a run in the future is rejected).
+START = datetime(2023, 1, 1, tzinfo=UTC)
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # measure this checkout, whatever is installed
 
 
-def _document(run: int, cases: int, rng: random.Random) -> str:
-    target, versions = TARGETS[run % len(TARGETS)]
-    version = versions[(run // len(TARGETS)) % len(versions)]
+def _targets(count: int | None) -> list[tuple[str, list[str]]]:
+    if not count:
+        return TARGETS
+    return [(f"t{i:02d}", ["1.0", "1.1"]) for i in range(count)]
+
+
+def _document(
+    run: int, cases: int, rng: random.Random, targets: list[tuple[str, list[str]]] = TARGETS
+) -> str:
+    target, versions = targets[run % len(targets)]
+    version = versions[(run // len(targets)) % len(versions)]
     started = START + timedelta(hours=run)
     out = [
         '<?xml version="1.0" encoding="utf-8"?><testsuites>'
@@ -82,14 +98,16 @@ def _document(run: int, cases: int, rng: random.Random) -> str:
     return "".join(out)
 
 
-def generate(directory: Path, files: int, cases: int, first_run: int = 0) -> list[Path]:
+def generate(
+    directory: Path, files: int, cases: int, first_run: int = 0, targets: int | None = None
+) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     rng = random.Random(first_run * 7919 + cases)
     written = []
     for run in range(first_run, first_run + files):
         path = directory / f"run-{run:06d}.xml"
         if not path.exists():
-            path.write_text(_document(run, cases, rng))
+            path.write_text(_document(run, cases, rng, _targets(targets)))
         written.append(path)
     return written
 
@@ -224,6 +242,43 @@ def _spark_pass(spark: Any, history: Path) -> dict[str, int]:
         cases.unpersist()
 
 
+def measure_dashboard(page: Path, screenshot: Path | None) -> None:
+    """Size of the page, and a headless Chromium's time to load and draw it (median of 3)."""
+    from selenium import webdriver
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,2400"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(
+        options=options,
+        service=webdriver.ChromeService(executable_path=shutil.which("chromedriver")),
+    )
+    try:
+        times = []
+        for _ in range(3):
+            driver.get("about:blank")
+            began = time.perf_counter()
+            driver.get(page.as_uri())  # returns after the load event: every script ran
+            drawn = driver.execute_script("return window.shadowcheckRendered")
+            times.append(time.perf_counter() - began)
+            assert drawn is not None, "the page's script did not finish"
+        severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        cells = driver.execute_script("return document.querySelectorAll('#matrix td.cell').length")
+        if screenshot is not None:
+            driver.find_element("css selector", "#matrix td.cell").click()
+            driver.save_screenshot(str(screenshot))
+    finally:
+        driver.quit()
+    size = page.stat().st_size
+    each = ", ".join(f"{t:.2f}" for t in times)
+    print(f"dashboard.html: {size / 1e6:.2f} MB (target <= 5 MB); {cells} matrix cells; "
+          f"headless Chromium load + draw {sorted(times)[1]:.2f}s (runs {each}; "
+          f"target <= 3 s); console errors: {len(severe)}  {_load()}")
+    if screenshot is not None:
+        print(f"screenshot (a cell clicked): {screenshot}")
+
+
 def compare_parsers(history: Path, master: str) -> None:
     """Parse-only passes over the same files: junitparser in Python workers vs Spark's XML reader.
 
@@ -286,12 +341,19 @@ def main() -> None:
                          help="delete the driver's class-data archive first (a first build)")
     options.add_argument("--compare-parsers", action="store_true",
                          help="only time junitparser against Spark's XML reader")
+    options.add_argument("--targets", type=int, default=None,
+                         help="spread the runs over this many targets (default: 3)")
+    options.add_argument("--skip-baseline", action="store_true")
+    options.add_argument("--dashboard", action="store_true",
+                         help="measure dashboard.html: size, Chromium load and draw time")
+    options.add_argument("--screenshot", type=Path, default=None)
     args = options.parse_args()
 
-    data = args.data / f"{args.files}x{args.cases}"
+    shape = f"{args.files}x{args.cases}" + (f"-t{args.targets}" if args.targets else "")
+    data = args.data / shape
     history = data / "history"
     began = time.perf_counter()
-    paths = generate(history, args.files, args.cases)
+    paths = generate(history, args.files, args.cases, targets=args.targets)
     total = args.files * args.cases
     print(f"data: {args.files} files x {args.cases} cases = {total:,} test cases in {data} "
           f"(generated/checked in {time.perf_counter() - began:.1f}s)")
@@ -299,11 +361,14 @@ def main() -> None:
     if args.compare_parsers:
         compare_parsers(history, args.master)
         return
-    began = time.perf_counter()
-    summary = baseline(paths)
-    base = time.perf_counter() - began
-    print(f"baseline (1 Python process, ElementTree + dicts): {base:6.1f}s  {summary}  "
-          f"{_load()}")
+    summary: dict[str, int] | None = None
+    base = float("nan")
+    if not args.skip_baseline:
+        began = time.perf_counter()
+        summary = baseline(paths)
+        base = time.perf_counter() - began
+        print(f"baseline (1 Python process, ElementTree + dicts): {base:6.1f}s  {summary}  "
+              f"{_load()}")
 
     out = data / "out"
     shutil.rmtree(out, ignore_errors=True)
@@ -313,12 +378,13 @@ def main() -> None:
     archived = _class_archive().exists()
     cold = _run_build([history], out, args.master)
     print(f"cold build ({args.master}, JVM start, Parquet, dashboard): {cold:6.1f}s  "
-          f"ratio to baseline {cold / base:.2f}  {_load()}")
+          f"ratio to baseline {cold / base:.2f}  {cold / total * 1e6:.1f} us per test case  "
+          f"{_load()}")
     print("  the driver JVM " + ("mapped the class-data archive of an earlier build"
           if archived else "had no class-data archive and wrote one at exit"))
 
     for step in range(args.increments):
-        generate(data / "new", 1, args.cases, first_run=args.files + step)
+        generate(data / "new", 1, args.cases, first_run=args.files + step, targets=args.targets)
         increment = _run_build([history, data / "new"], out, args.master)
         print(f"incremental build (+1 run of {args.cases} cases):      {increment:6.1f}s  "
               f"{_load()}")
@@ -330,10 +396,14 @@ def main() -> None:
         print(f"Spark start-up (session + first job):               {startup:6.1f}s")
         print(f"warm build (Spark already up):                      {warm:6.1f}s  "
               f"ratio to baseline {warm / base:.2f}  {_load()}")
-        same = "same answers as the baseline" if answers == summary else f"DIFFERENT: {answers}"
+        same = ("no baseline to compare" if summary is None
+                else "same answers as the baseline" if answers == summary
+                else f"DIFFERENT: {answers}")
         print(f"warm pass (the baseline's work on Spark, no output): {spark_pass:6.1f}s  "
               f"ratio to baseline {spark_pass / base:.2f}  {same}  {_load()}")
         shutil.rmtree(warm_out, ignore_errors=True)
+    if args.dashboard:
+        measure_dashboard(out / "dashboard.html", args.screenshot)
     files = sum(1 for _ in (out / "cases").rglob("*.parquet"))
     print(f"cases/ holds {files} Parquet files; cpu count {os.cpu_count()}")
 

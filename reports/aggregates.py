@@ -8,7 +8,11 @@
 * ``names``: per target x scenario hash (``sid``): classname, scenario, behaviours;
 * ``flaky_state``: per target x version x scenario, its executed history folded to
   runs, flips, first and last run, last flip and reruns;
-* ``durations``: per target x scenario x day, p50 / p95.
+* ``durations``: per target x scenario x day, p50 / p95;
+* ``scenario_history``: per target x scenario, its last statuses (reports.history).
+
+Statuses (reports.verdicts) travel as ranks: a row's own status when its file had
+per-behaviour verdicts, else the one its outcome and message give.
 
 A build reads only the cases of the runs it touched (partition-pruned by target and
 date) and folds them in. Runs that arrive after everything a target already has are
@@ -32,8 +36,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from reports.history import history_segment, merge_history
 from reports.progress import Progress
 from reports.table import NewRun, all_runs, read_partitions
+from reports.verdicts import REPORT_RANK, rank_column, status_column
 
 __all__ = [
     "OUTCOME_RANK",
@@ -47,7 +53,9 @@ __all__ = [
     "update",
 ]
 
-TABLES = ("runs", "behaviour_runs", "names", "flaky_state", "durations")
+TABLES = ("runs", "behaviour_runs", "names", "flaky_state", "durations", "scenario_history")
+# Columns a table written by an older version lacks: such tables are folded again.
+_NEWEST_COLUMNS = {"runs": "certification", "behaviour_runs": "rank"}
 
 # Worst outcome wins when a scenario appears more than once in a run.
 OUTCOME_RANK = {"skipped": 0, "passed": 1, "failed": 2, "error": 3}
@@ -67,6 +75,7 @@ class State:
     names: DataFrame
     flaky_state: DataFrame
     durations: DataFrame
+    scenario_history: DataFrame
 
 
 def _path(out: str, name: str) -> str:
@@ -119,22 +128,26 @@ def keyed_cases(cases: DataFrame, *extra: str) -> DataFrame:
     Shuffling and sorting a long instead of two long strings; names are joined back
     from ``names`` at the end.
     """
-    outside = (F.col("outcome") == "skipped") & F.col("message").startswith(OUTSIDE_GUARANTEE)
+    status = status_column("status", "outcome", "message")
     return cases.select(
         "target", "run_id", "target_version", "started_at", "date",
         F.xxhash64("classname", "scenario").alias("sid"), "classname", "scenario",
-        "behaviour", "outcome", F.coalesce(outside, F.lit(False)).alias("outside"),
-        "duration_s", "reruns", *extra,
+        "behaviour", "outcome", (status == "OUTSIDE-GUARANTEE").alias("outside"),
+        rank_column(status).alias("rank"), F.coalesce("partial", F.lit(False)).alias("partial"),
+        "certification", "message", "duration_s", "reruns", *extra,
     )
 
 
 def scenario_runs(keyed: DataFrame) -> DataFrame:
-    """One row per run x scenario: worst outcome (as a rank), longest duration, reruns."""
+    """One row per run x scenario: worst outcome (as a rank), longest duration, reruns,
+    strongest status (``srank``) and the message that goes with it."""
     return keyed.groupBy(*_RUN_KEY, "sid").agg(
         F.max("target_version").alias("target_version"),
         F.max(_outcome_rank()).alias("worst"),
         F.max("duration_s").alias("duration_s"),
         F.max("reruns").alias("reruns"),
+        F.max("rank").alias("srank"),
+        F.max_by("message", "rank").alias("smessage"),
     )
 
 
@@ -144,6 +157,7 @@ def _run_rows(keyed: DataFrame, scenarios: DataFrame) -> DataFrame:
         F.min("started_at").alias("started_at"),
         F.min("date").alias("first_date"),
         F.max("date").alias("last_date"),
+        F.max("certification").alias("certification"),
     )
     worst = F.col("worst")
     counts = scenarios.groupBy(*_RUN_KEY).agg(
@@ -158,16 +172,21 @@ def _run_rows(keyed: DataFrame, scenarios: DataFrame) -> DataFrame:
 
 
 def _behaviour_rows(keyed: DataFrame) -> DataFrame:
-    outcome = F.col("outcome")
+    """Per run x behaviour: counts by status (errors = INCONCLUSIVE, skipped = every
+    status that is no verdict), the strongest status and whether the run was partial."""
+    rank = F.col("rank")
+    verdicts = [REPORT_RANK[s] for s in ("PASS", "FAIL", "INCONCLUSIVE")]
     return (
         keyed.where(F.col("behaviour").isNotNull())
         .groupBy("target", "target_version", "run_id", "behaviour")
         .agg(
-            _count_where(outcome == "passed").alias("passed"),
-            _count_where(outcome == "failed").alias("failed"),
-            _count_where(outcome == "error").alias("errors"),
-            _count_where(outcome == "skipped").alias("skipped"),
+            _count_where(rank == REPORT_RANK["PASS"]).alias("passed"),
+            _count_where(rank == REPORT_RANK["FAIL"]).alias("failed"),
+            _count_where(rank == REPORT_RANK["INCONCLUSIVE"]).alias("errors"),
+            _count_where(~rank.isin(verdicts)).alias("skipped"),
             _count_where(F.col("outside")).alias("outside"),
+            F.max("rank").alias("rank"),
+            F.max("partial").alias("partial"),
         )
     )
 
@@ -374,7 +393,12 @@ def update(
     progress = progress or Progress(enabled=False)
     _recover(spark, out)
     old = {name: _read(spark, out, name) for name in TABLES}
-    if earlier_rows and any(frame is None for frame in old.values()):
+    outdated = any(
+        column not in frame.columns
+        for name, column in _NEWEST_COLUMNS.items()
+        if (frame := old[name]) is not None
+    )
+    if earlier_rows and (outdated or any(frame is None for frame in old.values())):
         progress.say("aggregates/ missing or incomplete: folding every run of cases/ again")
         old = dict.fromkeys(TABLES)
         new_runs = all_runs(spark, out)
@@ -449,6 +473,10 @@ def _fold(
                 days.withColumnRenamed("day", "date"), ["target", "date"], "left_anti"
             )
             tables["durations"] = kept.unionByName(durations_new)
+        tables["scenario_history"] = merge_history(
+            None if old["scenario_history"] is None else old["scenario_history"].where(keep),
+            history_segment(timed.where("segment")),
+        )
         with progress.watch(spark.sparkContext, "folding the new runs into aggregates/"):
             _write_all(spark, out, tables)
         return {name: frame.schema for name, frame in tables.items()}

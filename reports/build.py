@@ -10,8 +10,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from reports import aggregates, metrics
-from reports.dashboard import DashboardData, render
-from reports.outputs import csv_text, write_text
+from reports.dashboard import TOP_DURATIONS, DashboardData, render
+from reports.outputs import csv_text, write_csv_frame, write_text
 from reports.progress import Progress
 from reports.table import Ingest, ingest, rejected_files
 
@@ -27,9 +27,10 @@ OUTPUT_COLUMNS: dict[str, list[str]] = {
                         "latest_run", "change", "previous_version", "previous_outcome",
                         "latest_outcome", "classname"],
     "latest_matrix.csv": ["behaviour", "target", "target_version", "run_id", "started_at",
-                          "status", "passed", "failed", "skipped", "pass_rate", "outside"],
+                          "status", "passed", "failed", "skipped", "pass_rate", "outside",
+                          "inconclusive", "partial", "certification"],
     "trends.csv": ["target", "target_version", "run_id", "started_at", "passed", "failed",
-                   "errors", "skipped", "pass_rate"],
+                   "errors", "skipped", "pass_rate", "certification"],
     "durations.csv": ["target", "scenario", "classname", "date", "runs", "p50_s", "p95_s"],
 }
 
@@ -44,7 +45,7 @@ class BuildResult:
 
 
 def _records(frame: DataFrame) -> list[dict[str, Any]]:
-    return [row.asDict() for row in frame.collect()]
+    return [row.asDict(recursive=True) for row in frame.collect()]
 
 
 def build(
@@ -72,12 +73,15 @@ def build(
     done = result.ingest
     progress.say(
         f"added {done.rows_added} rows from {done.accepted} files; "
-        f"{len(done.rejected)} rejected, {done.duplicates} duplicate content"
+        f"{len(done.rejected)} rejected, {done.duplicates} duplicate content, "
+        f"{len(done.rejected_cases)} test cases rejected"
     )
     written = aggregates.update(spark, out, done.runs, progress, earlier_rows=done.earlier_rows)
     state = aggregates.load(spark, out, written)
     if state is None:
-        result.tables.update({name: [] for name in OUTPUT_COLUMNS})
+        result.tables.update(
+            {name: [] for name in [*OUTPUT_COLUMNS, "latest_cases", "history", "durations"]}
+        )
     else:
         frames = {
             "matrix.csv": metrics.pass_matrix(state),
@@ -85,25 +89,36 @@ def build(
             "regressions.csv": metrics.regressions(spark, out, state),
             "latest_matrix.csv": metrics.latest_matrix(state),
             "trends.csv": metrics.trends(state),
-            "durations.csv": metrics.durations(state),
+            # for the dashboard only: the matrix's drill-down, the scenario histories,
+            # the slowest scenarios' durations (durations.csv is written by Spark)
+            "durations": metrics.slowest_durations(state, TOP_DURATIONS),
+            "latest_cases": metrics.latest_cases(spark, out, state),
+            "history": metrics.scenario_history(state),
         }
         # Independent jobs submitted together: one's planning and code generation
         # overlaps another's tasks, which on two cores is most of the gain there is.
         with (
             progress.watch(spark.sparkContext, "computing metrics"),
-            ThreadPoolExecutor(max_workers=len(frames)) as pool,
+            ThreadPoolExecutor(max_workers=len(frames) + 1) as pool,
         ):
             futures = {name: pool.submit(_records, frame) for name, frame in frames.items()}
+            name = "durations.csv"
+            durations = pool.submit(
+                write_csv_frame, spark, metrics.durations(state), out, name, OUTPUT_COLUMNS[name]
+            )
             for name, future in futures.items():
                 result.tables[name] = future.result()
+            result.files["durations.csv"] = durations.result()
     result.rows = sum(r["passed"] + r["failed"] + r["errors"] + r["skipped"]
                       for r in result.tables["trends.csv"])
     result.runs = len(result.tables["trends.csv"])
 
-    rejected = [{"file": f, "reason": r} for f, r in rejected_files(done)]
+    rejected = [{"file": f, "reason": r, "testcase": c} for f, r, c in rejected_files(done)]
     result.tables["rejected.csv"] = rejected
     for name, rows in result.tables.items():
-        columns = OUTPUT_COLUMNS.get(name, ["file", "reason"])
+        if not name.endswith(".csv"):
+            continue
+        columns = OUTPUT_COLUMNS.get(name, ["file", "reason", "testcase"])
         text = csv_text(columns, ([row.get(c) for c in columns] for row in rows))
         result.files[name] = write_text(spark, out, name, text)
 
@@ -114,13 +129,15 @@ def build(
             trends=result.tables["trends.csv"],
             flaky=result.tables["flaky.csv"],
             regressions=result.tables["regressions.csv"],
-            durations=result.tables["durations.csv"],
+            durations=result.tables["durations"],
             rejected=rejected,
+            latest_cases=result.tables["latest_cases"],
+            history=result.tables["history"],
             summary={
                 "targets": len(targets),
                 "runs": result.runs,
                 "scenario results": result.rows,
-                "rejected files": len(rejected),
+                "rejected files and test cases": len(rejected),
             },
         )
     )

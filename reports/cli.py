@@ -60,9 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         stop_spark(spark)
     done = result.ingest
+    # Every file is accounted for: already ingested, added, rejected or a duplicate
+    # (an input that names nothing counts among the rejected).
     print(
         f"{done.found} files ({done.skipped_known} already ingested, {done.accepted} added, "
-        f"{len(done.rejected)} rejected); table: {result.runs} runs, {result.rows} "
-        f"scenario results; outputs in {args.out}"
+        f"{len(done.rejected)} rejected, {done.duplicates} duplicate); "
+        f"{len(done.rejected_cases)} test cases rejected; table: {result.runs} runs, "
+        f"{result.rows} scenario results; outputs in {args.out}"
     )
     return 0

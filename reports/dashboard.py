@@ -1,34 +1,36 @@
-"""One self-contained HTML page: plotly.js is inlined once, nothing is fetched when opened."""
+"""One self-contained HTML page: data, script and style inline, nothing fetched when opened.
+
+No charting library: plotly.js alone is 4.8 MB, which left nothing of the 5 MB a
+page may weigh for 50 targets x 200 runs. The matrix, the scenario histories and
+the tables are HTML written here; the drill-down, the run list, the stacked bars
+and the duration chart are drawn by ``dashboard.js`` from one JSON payload.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import html
+import json
 import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
+from pathlib import Path
 from typing import Any
 
-import plotly.graph_objects as go
+from reports.verdicts import COLOURS, MEANINGS, ORDER
 
-__all__ = ["DashboardData", "render"]
+__all__ = ["FAMILIES", "DashboardData", "behaviour_key", "history_anchor", "render"]
 
 Record = dict[str, Any]
 
 TOP_DURATIONS = 10
 TABLE_LIMIT = 100
-
-# Coloured by verdict, not by pass rate: a FAIL at 90 % must not look green.
-# OUTSIDE-GUARANTEE (only xfails: messages lost beyond what shadow redundancy
-# promises) has the plugin certification report's orange.
-_STATUS_LEVEL = {"FAIL": 0, "OUTSIDE-GUARANTEE": 1, "SKIPPED": 2, "PASS": 3}
-_STATUS_COLOURS = [
-    [0.0, "#c0392b"], [0.25, "#c0392b"],
-    [0.25, "#ef6c00"], [0.5, "#ef6c00"],
-    [0.5, "#bdc3c7"], [0.75, "#bdc3c7"],
-    [0.75, "#27ae60"], [1.0, "#27ae60"],
-]
+VERSION_CHARS = 18  # a longer version is cut in the header (the whole one on hover)
+# The catalogue's order (spec/BEHAVIOURS.md), not the alphabet's.
+FAMILIES = ("CR", "DI", "PR", "SN", "XS", "TO")
+_ASSETS = Path(__file__).parent
 
 
 @dataclass
@@ -39,110 +41,134 @@ class DashboardData:
     regressions: list[Record] = field(default_factory=list)
     durations: list[Record] = field(default_factory=list)
     rejected: list[Record] = field(default_factory=list)
+    latest_cases: list[Record] = field(default_factory=list)
+    history: list[Record] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-def _behaviour_key(behaviour: str) -> tuple[str, int, str]:
+def behaviour_key(behaviour: str) -> tuple[int, int, str]:
+    """CR, DI, PR, SN, XS, TO, then number; anything else after them by name."""
     match = re.fullmatch(r"([A-Z]+)-(\d+)", behaviour)
-    return (match.group(1), int(match.group(2)), "") if match else ("~", 0, behaviour)
+    if match and match.group(1) in FAMILIES:
+        return FAMILIES.index(match.group(1)), int(match.group(2)), ""
+    return len(FAMILIES), 0, behaviour
 
 
-def _matrix_figure(rows: list[Record]) -> go.Figure:
-    behaviours = sorted({r["behaviour"] for r in rows}, key=_behaviour_key)
-    columns = sorted({(r["target"], r["target_version"]) for r in rows})
-    labels = [f"{target} {version}" for target, version in columns]
-    cell = {(r["behaviour"], (r["target"], r["target_version"])): r for r in rows}
-    z: list[list[float | None]] = []
-    text: list[list[str]] = []
+def history_anchor(target: str, scenario: str) -> str:
+    digest = hashlib.sha1(f"{target}\0{scenario}".encode()).hexdigest()[:12]
+    return f"hist-{digest}"
+
+
+def _e(value: Any) -> str:
+    if isinstance(value, datetime):
+        value = value.isoformat(timespec="seconds")
+    return html.escape("" if value is None else str(value))
+
+
+def _iso(value: Any) -> str | None:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    if isinstance(value, date):
+        return value.isoformat()
+    return None if value is None else str(value)
+
+
+def _short(version: str) -> str:
+    return version if len(version) <= VERSION_CHARS else version[: VERSION_CHARS - 1] + "…"
+
+
+def _legend() -> str:
+    items = "".join(
+        f'<li><span class="sq" style="background:{COLOURS[s]}"></span>'
+        f'<b>{_e(s)}</b> {_e(MEANINGS[s])}</li>'
+        for s in ORDER
+    )
+    return f'<ul id="legend">{items}</ul>'
+
+
+def _columns(rows: list[Record]) -> list[Record]:
+    """Matrix columns: one per target (its latest run), sorted by name."""
+    seen: dict[str, Record] = {}
+    for row in rows:
+        seen.setdefault(row["target"], row)
+    return [seen[t] for t in sorted(seen)]
+
+
+def _cell_title(row: Record) -> str:
+    executed = row["passed"] + row["failed"] + (row.get("inconclusive") or 0)
+    parts = [f"{row['status']} in run {row['run_id']}: {row['passed']} of {executed} "
+             "scenario results with a verdict passed"]
+    for key, word in (("failed", "failed"), ("inconclusive", "inconclusive"),
+                      ("skipped", "without a verdict")):
+        if row.get(key):
+            parts.append(f"{row[key]} {word}")
+    if row.get("partial"):
+        parts.append("only part of its scenarios ran")
+    return ", ".join(parts) + ". Click for the scenarios."
+
+
+def _matrix(rows: list[Record]) -> str:
+    if not rows:
+        return '<p id="matrix" class="empty">No result yet.</p>'
+    columns = _columns(rows)
+    index = {c["target"]: i for i, c in enumerate(columns)}
+    behaviours = sorted({r["behaviour"] for r in rows}, key=behaviour_key)
+    cells = {(r["behaviour"], r["target"]): r for r in rows}
+    head = "".join(
+        f'<th class="target"><span class="tname">{_e(c["target"])}</span>'
+        f'<span class="tver" title="{_e(c["target_version"])}">'
+        f'{_e(_short(str(c["target_version"])))}</span></th>'
+        for c in columns
+    )
+    body = []
     for behaviour in behaviours:
-        z_row: list[float | None] = []
-        text_row: list[str] = []
+        tds = []
         for column in columns:
-            found = cell.get((behaviour, column))
-            if found is None:
-                z_row.append(None)
-                text_row.append("")
+            row = cells.get((behaviour, column["target"]))
+            if row is None:
+                tds.append('<td class="none"></td>')
                 continue
-            z_row.append(_STATUS_LEVEL[found["status"]])
-            label = found["status"]
-            if found["failed"]:  # how bad: passed / executed
-                label += f" {found['passed']}/{found['passed'] + found['failed']}"
-            text_row.append(label)
-        z.append(z_row)
-        text.append(text_row)
-    figure = go.Figure(
-        go.Heatmap(
-            z=z,
-            x=labels,
-            y=behaviours,
-            text=text,
-            texttemplate="%{text}",
-            colorscale=_STATUS_COLOURS,
-            zmin=0,
-            zmax=len(_STATUS_LEVEL) - 1,
-            xgap=2,
-            ygap=2,
-            showscale=False,
-            hovertemplate="%{y} on %{x}: %{text}<extra></extra>",
-        )
-    )
-    figure.update_layout(
-        title="Latest certification matrix (behaviour x target)",
-        height=max(360, 28 * len(behaviours) + 160),
-        yaxis={"autorange": "reversed", "type": "category"},
-        xaxis={"type": "category", "side": "top"},
-        margin={"t": 110},
-    )
-    return figure
-
-
-def _trend_figure(rows: list[Record]) -> go.Figure:
-    by_target: dict[str, list[Record]] = defaultdict(list)
-    for row in rows:
-        by_target[row["target"]].append(row)
-    figure = go.Figure()
-    for target, points in sorted(by_target.items()):
-        points.sort(key=lambda r: (r["started_at"], r["run_id"]))
-        figure.add_trace(
-            go.Scatter(
-                x=[p["started_at"].isoformat() for p in points],
-                y=[p["pass_rate"] for p in points],
-                text=[f"{p['run_id']} ({p['target_version']})" for p in points],
-                mode="lines+markers",
-                name=target,
+            status = row["status"]
+            tds.append(
+                f'<td class="cell" style="background:{COLOURS.get(status, "#fff")}" '
+                f'data-b="{_e(behaviour)}" data-t="{index[column["target"]]}" '
+                f'title="{_e(_cell_title(row))}">{_e(status)}</td>'
             )
-        )
-    figure.update_layout(
-        title="Pass rate per run", yaxis={"range": [0, 1.02], "title": "pass rate"}, height=380
+        body.append(f'<tr><th class="beh">{_e(behaviour)}</th>{"".join(tds)}</tr>')
+    return (
+        f'<table id="matrix"><thead><tr><th></th>{head}</tr></thead>'
+        f'<tbody>{"".join(body)}</tbody></table>'
     )
-    return figure
 
 
-def _duration_figure(rows: list[Record]) -> go.Figure:
-    series: dict[tuple[str, str], list[Record]] = defaultdict(list)
+def _history(rows: list[Record]) -> str:
+    if not rows:
+        return '<p id="history" class="empty">No scenario changed status or failed lately.</p>'
+    lines = []
     for row in rows:
-        series[(row["target"], row["scenario"])].append(row)
-    slowest = sorted(series, key=lambda k: max(r["p95_s"] or 0 for r in series[k]), reverse=True)
-    figure = go.Figure()
-    for key in slowest[:TOP_DURATIONS]:
-        points = sorted(series[key], key=lambda r: r["date"])
-        figure.add_trace(
-            go.Scatter(
-                x=[p["date"].isoformat() for p in points],
-                y=[p["p95_s"] for p in points],
-                mode="lines+markers",
-                name=f"{key[0]} · {key[1]}"[:60],
-            )
+        squares = "".join(
+            f'<span class="sq" style="background:{COLOURS.get(e["status"], "#fff")}" '
+            f'title="{_e(e["run_id"])} {_e(_iso(e["at"]))}: {_e(e["status"])}'
+            f'{": " + _e(e["message"]) if e["message"] else ""}"></span>'
+            for e in row["history"]
         )
-    figure.update_layout(
-        title=f"p95 duration per day, {TOP_DURATIONS} slowest scenarios",
-        yaxis={"title": "seconds"},
-        height=420,
+        anchor = history_anchor(row["target"], row["scenario"])
+        lines.append(
+            f'<tr id="{anchor}"><td>{_e(row["target"])}</td><td>{_e(row["scenario"])}</td>'
+            f'<td class="squares">{squares}</td></tr>'
+        )
+    return (
+        '<table id="history"><thead><tr><th>target</th><th>scenario</th>'
+        "<th>last runs, oldest first (hover for the reason)</th></tr></thead>"
+        f"<tbody>{''.join(lines)}</tbody></table>"
     )
-    return figure
 
 
-def _table(table_id: str, rows: Sequence[Record], columns: Sequence[str], empty: str) -> str:
+def _table(
+    table_id: str, rows: Sequence[Record], columns: Sequence[str], empty: str,
+    linked: set[str] | None = None,
+) -> str:
+    """A plain table; rows whose scenario has a history get a link to it."""
     if not rows:
         return f'<p id="{table_id}" class="empty">{html.escape(empty)}</p>'
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
@@ -150,12 +176,13 @@ def _table(table_id: str, rows: Sequence[Record], columns: Sequence[str], empty:
     for row in rows[:TABLE_LIMIT]:
         cells = []
         for column in columns:
-            value = row.get(column)
-            if isinstance(value, datetime):
-                value = value.isoformat(timespec="seconds")
-            cells.append(f"<td>{html.escape('' if value is None else str(value))}</td>")
-        row_class = html.escape(str(row.get("change", "")))
-        body.append(f'<tr class="{row_class}">{"".join(cells)}</tr>')
+            text = _e(row.get(column))
+            if column == "scenario" and linked is not None:
+                anchor = history_anchor(row["target"], row["scenario"])
+                if anchor in linked:
+                    text = f'<a href="#{anchor}">{text}</a>'
+            cells.append(f"<td>{text}</td>")
+        body.append(f'<tr class="{_e(row.get("change", ""))}">{"".join(cells)}</tr>')
     more = ""
     if len(rows) > TABLE_LIMIT:
         more = f"<p>… and {len(rows) - TABLE_LIMIT} more in the CSV file.</p>"
@@ -165,63 +192,103 @@ def _table(table_id: str, rows: Sequence[Record], columns: Sequence[str], empty:
     )
 
 
-_STYLE = """
-body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
-h1 { margin-bottom: 0.2em; } h2 { margin-top: 1.6em; border-bottom: 1px solid #ddd; }
-.summary span { display: inline-block; margin-right: 1.5em; }
-table { border-collapse: collapse; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }
-th { background: #f4f4f4; } tr.regression td { background: #fde2e0; }
-tr.fix td { background: #e2f7e6; } .empty { color: #777; }
-"""
+def _payload(data: DashboardData) -> dict[str, Any]:
+    """What the script draws: compact lists, strings interned where they repeat."""
+    columns = _columns(data.latest_matrix)
+    index = {c["target"]: i for i, c in enumerate(columns)}
+    scenarios: dict[str, int] = {}
+    messages: dict[str, int] = {}
+    drill: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for row in data.latest_cases:
+        column = index.get(row["target"])
+        if column is None or row["behaviour"] is None:
+            continue
+        s = scenarios.setdefault(row["scenario"], len(scenarios))
+        m = messages.setdefault(row["message"], len(messages)) if row["message"] else -1
+        drill[column][row["behaviour"]].append([s, row["status"], m])
+    durations: dict[tuple[str, str], list] = defaultdict(list)
+    for row in data.durations:
+        durations[(row["target"], row["scenario"])].append(row)
+    slowest = sorted(durations, key=lambda k: -max(r["p95_s"] or 0 for r in durations[k]))
+    return {
+        "colours": COLOURS,
+        "targets": [
+            {"name": c["target"], "version": c["target_version"], "run": c["run_id"],
+             "at": _iso(c["started_at"]), "cert": c.get("certification")}
+            for c in columns
+        ],
+        "scenarios": list(scenarios),
+        "messages": list(messages),
+        "drill": drill,
+        "runs": [
+            [_iso(r["started_at"]), r["target"], r["target_version"], r["run_id"],
+             r["passed"], r["failed"], r["errors"], r["skipped"], r.get("certification")]
+            for r in sorted(data.trends, key=lambda r: (r["started_at"], r["run_id"]))
+        ],
+        "durations": [
+            {"name": f"{key[0]} · {key[1]}",
+             "points": [[_iso(p["date"]), p["p95_s"]]
+                        for p in sorted(durations[key], key=lambda r: r["date"])]}
+            for key in slowest[:TOP_DURATIONS]
+        ],
+    }
+
+
+def _json(value: Any) -> str:
+    # Inside <script>: "</" would end the element early.
+    return json.dumps(value, separators=(",", ":"), default=str).replace("</", "<\\/")
 
 
 def render(data: DashboardData) -> str:
     """The dashboard page as a string."""
-    figures = [
-        ("matrix", _matrix_figure(data.latest_matrix)),
-        ("trends", _trend_figure(data.trends)),
-        ("durations", _duration_figure(data.durations)),
-    ]
-    plots: dict[str, str] = {}
-    for index, (div_id, figure) in enumerate(figures):
-        plots[div_id] = figure.to_html(
-            full_html=False,
-            include_plotlyjs=index == 0,  # the library once, inline: opens offline
-            div_id=div_id,
-            config={"displaylogo": False, "responsive": True},
-        )
     summary = " ".join(
-        f"<span><b>{html.escape(str(k))}</b>: {html.escape(str(v))}</span>"
-        for k, v in data.summary.items()
+        f"<span><b>{_e(k)}</b>: {_e(v)}</span>" for k, v in data.summary.items()
     )
     generated = datetime.now(UTC).isoformat(timespec="seconds")
+    history = _history(data.history)
+    linked = {history_anchor(r["target"], r["scenario"]) for r in data.history}
     flaky = _table(
-        "flaky",
-        data.flaky,
+        "flaky", data.flaky,
         ["target", "target_version", "scenario", "runs", "flips", "flip_rate",
          "last_flip_run", "reruns"],
-        "No flaky scenario.",
+        "No flaky scenario.", linked,
     )
     regressions = _table(
-        "regressions",
-        data.regressions,
+        "regressions", data.regressions,
         ["change", "target", "target_version", "scenario", "behaviour", "previous_run",
          "latest_run", "latest_outcome"],
-        "No regression or fix between the two latest runs of any target.",
+        "No regression or fix between the two latest runs of any target.", linked,
     )
-    rejected = _table("rejected", data.rejected, ["file", "reason"], "No rejected file.")
+    rejected = _table(
+        "rejected", data.rejected, ["file", "testcase", "reason"], "No rejected file."
+    )
+    style = (_ASSETS / "dashboard.css").read_text()
+    script = (_ASSETS / "dashboard.js").read_text()
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<title>shadowcheck conformance dashboard</title><style>{_STYLE}</style></head>
+<title>shadowcheck conformance dashboard</title><style>{style}</style></head>
 <body>
 <h1>shadowcheck conformance dashboard</h1>
 <p class="summary">{summary} <span>generated {generated}</span></p>
-<h2>Certification matrix</h2>{plots["matrix"]}
+<h2>Certification matrix <small>latest run of each target; click a cell</small></h2>
+<div class="matrix-wrap">{_matrix(data.latest_matrix)}
+<aside id="drill"><p class="empty">Click a cell of the matrix to see its scenarios.</p></aside>
+</div>
+<details id="legend-box" open><summary>Statuses (the certification page's legend)</summary>
+{_legend()}</details>
 <h2>Regressions and fixes in the latest run</h2>{regressions}
-<h2>Pass-rate trends</h2>{plots["trends"]}
+<h2>Runs</h2>
+<p><label>target <select id="run-target"></select></label> <span id="run-note"></span></p>
+<div id="bars" class="chart"></div>
+<table id="runs"><thead><tr><th>time (UTC)</th><th>target</th><th>version</th><th>run</th>
+<th>passed</th><th>failed</th><th>errors</th><th>skipped</th><th>report</th></tr></thead>
+<tbody></tbody></table>
+<h2>Scenario history</h2>{history}
 <h2>Flaky scenarios</h2>{flaky}
-<h2>Duration trends</h2>{plots["durations"]}
-<h2>Rejected files</h2>{rejected}
+<h2>Duration trends <small>p95 per day, {TOP_DURATIONS} slowest scenarios</small></h2>
+<div id="durations" class="chart"></div>
+<h2>Rejected files and test cases</h2>{rejected}
+<script id="payload" type="application/json">{_json(_payload(data))}</script>
+<script>{script}</script>
 </body></html>
 """

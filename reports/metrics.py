@@ -16,16 +16,21 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from reports.aggregates import State, keyed_cases, outcome_name, scenario_runs
+from reports.history import interesting_history
 from reports.table import read_partitions
+from reports.verdicts import REPORT_RANK, status_column, status_of_rank
 
 __all__ = [
     "MIN_FLIPS",
     "durations",
     "flaky",
+    "latest_cases",
     "latest_matrix",
     "pass_matrix",
     "ranked_runs",
     "regressions",
+    "scenario_history",
+    "slowest_durations",
     "trends",
 ]
 
@@ -90,28 +95,57 @@ def flaky(state: State, min_flips: int = MIN_FLIPS) -> DataFrame:
     )
 
 
-def regressions(spark: SparkSession, out: str, state: State) -> DataFrame:
-    """Per target: scenarios that passed in the previous run and not in the latest, and fixes."""
-    latest_two = (
+def _latest_runs(spark: SparkSession, out: str, state: State, runs: int) -> tuple:
+    """The cases of each target's ``runs`` latest runs, and (target, run_id, recency)."""
+    latest = (
         ranked_runs(state)
-        .where(F.col("recency") <= 2)
+        .where(F.col("recency") <= runs)
         .select(*_RUN_KEY, "recency", "first_date", "last_date")
         .collect()
     )
     dates: dict[str, set[date]] = defaultdict(set)
-    for run in latest_two:
+    for run in latest:
         day = run.first_date
         while day <= run.last_date:
             dates[run.target].add(day)
             day += timedelta(days=1)
     recency = spark.createDataFrame(
-        [(r.target, r.run_id, r.recency) for r in latest_two],
+        [(r.target, r.run_id, r.recency) for r in latest],
         "target string, run_id string, recency int",
     )
+    return read_partitions(spark, out, dates).join(F.broadcast(recency), _RUN_KEY), recency
+
+
+def latest_cases(spark: SparkSession, out: str, state: State) -> DataFrame:
+    """Every row of each target's latest run with its status: the matrix's drill-down."""
+    cases, _ = _latest_runs(spark, out, state, 1)
+    return cases.select(
+        "target", "run_id", "behaviour", "scenario", "classname",
+        status_column("status", "outcome", "message").alias("status"),
+        F.substring("message", 1, 300).alias("message"), "certification",
+    ).orderBy("target", "behaviour", "scenario")
+
+
+def scenario_history(state: State, limit: int = 300) -> DataFrame:
+    """The last statuses of the scenarios worth a look (reports.history)."""
+    chosen = interesting_history(state.scenario_history, limit)
+    return _named(chosen, state).select(
+        "target", "scenario", "classname", "changes", "alarming",
+        F.transform(
+            "h",
+            lambda e: F.struct(
+                e["run_id"].alias("run_id"), F.timestamp_micros(e["started_us"]).alias("at"),
+                status_of_rank(e["rank"]).alias("status"), e["message"].alias("message"),
+            ),
+        ).alias("history"),
+    )
+
+
+def regressions(spark: SparkSession, out: str, state: State) -> DataFrame:
+    """Per target: scenarios that passed in the previous run and not in the latest, and fixes."""
+    cases, recency = _latest_runs(spark, out, state, 2)
     scenarios = (
-        scenario_runs(keyed_cases(read_partitions(spark, out, dates).join(
-            F.broadcast(recency), _RUN_KEY
-        )))
+        scenario_runs(keyed_cases(cases))
         .join(F.broadcast(recency), _RUN_KEY)
         .withColumn("outcome", outcome_name("worst"))
     )
@@ -155,12 +189,28 @@ def durations(state: State) -> DataFrame:
     )
 
 
+def slowest_durations(state: State, top: int) -> DataFrame:
+    """The duration rows of the ``top`` scenarios with the highest p95 (the dashboard's
+    chart): a few hundred rows, where durations.csv has one per scenario and day."""
+    worst = (
+        state.durations.groupBy("target", "sid")
+        .agg(F.max("p95_s").alias("worst"))
+        .orderBy(F.desc("worst"), "target", "sid")
+        .limit(top)
+        .select("target", "sid")
+    )
+    chosen = state.durations.join(F.broadcast(worst), ["target", "sid"])
+    return _named(chosen, state).select(
+        "target", "scenario", "classname", "date", "runs", "p50_s", "p95_s"
+    )
+
+
 def trends(state: State) -> DataFrame:
     """Pass rate of every run, for the trend lines."""
     return (
         state.runs.select(
             "target", "target_version", "run_id", "started_at",
-            "passed", "failed", "errors", "skipped",
+            "passed", "failed", "errors", "skipped", "certification",
         )
         .withColumn("pass_rate", _pass_rate("passed", "failed", "errors"))
         .orderBy("target", "started_at", "run_id")
@@ -169,25 +219,23 @@ def trends(state: State) -> DataFrame:
 
 def latest_matrix(state: State) -> DataFrame:
     """The certification matrix: behaviour x target in each target's latest run."""
-    latest = ranked_runs(state).where(F.col("recency") == 1).select(*_RUN_KEY, "started_at")
-    counted = (
-        state.behaviour_runs.join(F.broadcast(latest), _RUN_KEY)
-        .withColumn("failed", F.col("failed") + F.col("errors"))
-        .withColumn("no_errors", F.lit(0))
+    latest = ranked_runs(state).where(F.col("recency") == 1).select(
+        *_RUN_KEY, "started_at", "certification"
     )
-    # Strongest first, as in the plugin's certification report.
-    status = (
-        F.when(F.col("failed") > 0, "FAIL")
-        .when(F.col("passed") > 0, "PASS")
-        .when(F.col("outside") > 0, "OUTSIDE-GUARANTEE")
-        .otherwise("SKIPPED")
+    counted = state.behaviour_runs.join(F.broadcast(latest), _RUN_KEY).withColumn(
+        "no_errors", F.lit(0)
     )
+    # The strongest status of its rows, as the certification combines its scenarios;
+    # a behaviour the run covered only partly is at least PARTIAL.
+    partial = F.when(F.col("partial"), F.lit(REPORT_RANK["PARTIAL"])).otherwise(F.lit(0))
+    status = status_of_rank(F.greatest(F.col("rank"), partial))
     return (
         counted.withColumn("status", status)
         .withColumn("pass_rate", _pass_rate("passed", "failed", "no_errors"))
         .select(
             "behaviour", "target", "target_version", "run_id", "started_at", "status",
             "passed", "failed", "skipped", "pass_rate", "outside",
+            F.col("errors").alias("inconclusive"), "partial", "certification",
         )
         .orderBy("behaviour", "target")
     )

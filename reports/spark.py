@@ -218,13 +218,18 @@ def _ship_package(spark: SparkSession) -> None:
     to their path, makes them run the same code (they still need junitparser).
     """
     package = Path(__file__).parent
-    sources = sorted(package.glob("*.py"))
-    digest = hashlib.sha1(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
+    # The verdict vocabulary too (reports.verdicts imports it); only that module of
+    # the plugin, so the workers need no pytest.
+    plugin = package.parent / "pytest_shadowcheck"
+    sources = [(p, f"reports/{p.name}") for p in sorted(package.glob("*.py"))] + [
+        (plugin / name, f"pytest_shadowcheck/{name}") for name in ("__init__.py", "statuses.py")
+    ]
+    digest = hashlib.sha1(b"".join(p.read_bytes() for p, _ in sources)).hexdigest()[:12]
     archive = Path(tempfile.gettempdir()) / f"shadowcheck-reports-{digest}.zip"
     if not archive.exists():
         partial = archive.with_suffix(f".{os.getpid()}.tmp")
         with zipfile.ZipFile(partial, "w") as bundle:
-            for source in sources:
-                bundle.write(source, f"reports/{source.name}")
+            for source, name in sources:
+                bundle.write(source, name)
         partial.replace(archive)
     spark.sparkContext.addPyFile(str(archive))

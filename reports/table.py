@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import json
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -50,6 +51,9 @@ PARSED_SCHEMA = T.StructType(
         T.StructField("duration_s", T.DoubleType()),
         T.StructField("message", T.StringType()),
         T.StructField("reruns", T.IntegerType()),
+        T.StructField("status", T.StringType()),  # reports.verdicts; null in old files
+        T.StructField("partial", T.BooleanType()),
+        T.StructField("certification", T.StringType()),
         T.StructField("source_file", T.StringType()),
     ]
 )
@@ -72,6 +76,9 @@ TABLE_COLUMNS = [
     "duration_s",
     "message",
     "reruns",
+    "status",
+    "partial",
+    "certification",
     "source_file",
 ]
 PARTITION_COLUMNS = ["date", "target"]
@@ -86,6 +93,7 @@ CASES_SCHEMA = T.StructType(
     + [T.StructField("date", T.DateType()), T.StructField("target", T.StringType())]
 )
 
+_SCENARIO = ROW_FIELDS.index("scenario")
 _DAY_US = 86_400_000_000  # rows' dates travel as days since the epoch (UTC)
 
 MANIFEST_SCHEMA = T.StructType(
@@ -98,11 +106,14 @@ MANIFEST_SCHEMA = T.StructType(
         T.StructField("reject_reason", T.StringType()),
         T.StructField("note", T.StringType()),
         T.StructField("ingested_at", T.TimestampType()),
+        # JSON [[testcase, reason], ...]: cases of an accepted file left out of cases/
+        T.StructField("case_rejections", T.StringType()),
     ]
 )
-_M_FILE, _M_SHA1, _M_ROWS, _M_REASON, _M_AT = 0, 3, 4, 5, 7  # positions in a row of it
-assert [MANIFEST_SCHEMA.fieldNames()[i] for i in (_M_FILE, _M_SHA1, _M_ROWS, _M_REASON, _M_AT)] \
-    == ["source_file", "file_sha1", "rows", "reject_reason", "ingested_at"]
+_M_FILE, _M_SHA1, _M_ROWS, _M_REASON, _M_AT, _M_CASES = 0, 3, 4, 5, 7, 8  # positions in a row
+assert [MANIFEST_SCHEMA.fieldNames()[i] for i in (_M_FILE, _M_SHA1, _M_ROWS, _M_REASON, _M_AT,
+                                                  _M_CASES)] \
+    == ["source_file", "file_sha1", "rows", "reject_reason", "ingested_at", "case_rejections"]
 
 
 @dataclass(frozen=True)
@@ -132,6 +143,8 @@ class Ingest:
     duplicates: int = 0
     rows_added: int = 0
     rejected: list[tuple[str, str]] = field(default_factory=list)
+    # (file, testcase, reason): cases left out of files that were otherwise added
+    rejected_cases: list[tuple[str, str, str]] = field(default_factory=list)
     runs: dict[tuple[str, str], NewRun] = field(default_factory=dict)  # runs that got rows
     earlier_rows: int = 0  # rows that earlier builds added to cases/
     # Every manifest row after this build, oldest first (MANIFEST_SCHEMA order).
@@ -227,7 +240,8 @@ def _identity(
 
 
 class _FileSummaries(AccumulatorParam):
-    """Per-file verdicts sent back by the parse tasks: path -> (reason or None, rows).
+    """Per-file verdicts sent back by the parse tasks: path -> (reason or None, rows, runs,
+    rejected cases).
 
     Merging is by key, so a retried task cannot count a file twice.
     """
@@ -293,23 +307,26 @@ def _summarised(
     earliest start (microseconds) and the days of that run's rows in the file,
     which is how the aggregates know what a build touched without another pass.
     """
-    verdicts: dict[str, tuple[str | None, int, dict]] = {}
+    verdicts: dict[str, tuple[str | None, int, dict, list]] = {}
     for origin, content in documents:
         if isinstance(content, OSError):
-            verdicts[origin.path] = (f"unreadable: {content}", 0, {})
+            verdicts[origin.path] = (f"unreadable: {content}", 0, {}, [])
             continue
         rows = list(parse_document(content, origin))
-        reason = rows[0][-1]  # a rejection is always the only row
+        refused = [r for r in rows if r[-1] is not None]
+        cases = [(r[_SCENARIO], r[-1]) for r in refused if r[_SCENARIO] is not None]
+        reason = next((r[-1] for r in refused if r[_SCENARIO] is None), None)
         if reason is not None:
-            verdicts[origin.path] = (reason, 0, {})
+            verdicts[origin.path] = (reason, 0, {}, cases)
             continue
+        good = [r for r in rows if r[-1] is None]
         runs: dict[tuple[str, str], list] = {}
-        for row in rows:
+        for row in good:
             run = runs.setdefault((row[2], row[0]), [row[1], set()])
             run[0] = min(run[0], row[1])
             run[1].add(row[1] // _DAY_US)
-        verdicts[origin.path] = (None, len(rows), runs)
-        for row in rows:
+        verdicts[origin.path] = (None, len(good), runs, cases)
+        for row in good:
             yield row[:_SENT]
     summaries.add(verdicts)
 
@@ -462,15 +479,16 @@ def _ingest_batch(
         with progress.watch(spark.sparkContext, f"parsing {len(accepted)} files into cases/"):
             _append_cases(rows, f"{out}/cases")
     report.parsed += len(batch)
-    parsed: dict[str, tuple[str | None, int, dict]] = summaries.value
+    parsed: dict[str, tuple[str | None, int, dict, list]] = summaries.value
     digest_of = {uri: sha1 for uri, sha1, _ in digests}
     manifest: list[tuple] = []
     for source in batch:
         _, reason, note = verdicts.get(source.uri, (None, None, None))
         sha1 = digest_of.get(source.uri)
         rows_added = 0
+        cases: list = []
         if source.uri in parsed:
-            reason, rows_added, runs = parsed[source.uri]
+            reason, rows_added, runs, cases = parsed[source.uri]
             for key, (started_us, days) in runs.items():
                 run = report.runs.setdefault(key, NewRun(started_us))
                 run.started_us = min(run.started_us, started_us)
@@ -480,8 +498,10 @@ def _ingest_batch(
         elif rows_added:
             report.accepted += 1
             report.rows_added += rows_added
+        report.rejected_cases += [(source.uri, name, why) for name, why in cases]
         manifest.append(
-            (source.uri, source.size, source.modified_ms, sha1, rows_added, reason, note, now)
+            (source.uri, source.size, source.modified_ms, sha1, rows_added, reason, note, now,
+             json.dumps(cases) if cases else None)
         )
     return manifest
 
@@ -538,11 +558,17 @@ def read_partitions(spark: SparkSession, out: str, dates: dict[str, set[date]]) 
     return spark.read.schema(CASES_SCHEMA).option("basePath", base).parquet(*paths)
 
 
-def rejected_files(done: Ingest) -> list[tuple]:
-    """Every rejected file of the history (latest verdict per path) plus this build's."""
+def rejected_files(done: Ingest) -> list[tuple[str, str, str]]:
+    """(file, reason, testcase) for every rejected file and test case of the history
+    (latest verdict per path) plus this build's; testcase is "" for a whole file."""
     latest = {row[_M_FILE]: row for row in done.manifest}  # oldest first: latest wins
     listed = {path: reason for path, reason in done.rejected}
+    cases: dict[str, list] = {}
     for path, row in latest.items():
         if row[_M_REASON] is not None:
             listed.setdefault(path, row[_M_REASON])
-    return sorted(listed.items())
+        if len(row) > _M_CASES and row[_M_CASES]:
+            cases[path] = json.loads(row[_M_CASES])
+    found = [(path, reason, "") for path, reason in listed.items()]
+    found += [(path, why, name) for path, pairs in cases.items() for name, why in pairs]
+    return sorted(found)

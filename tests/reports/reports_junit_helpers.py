@@ -13,9 +13,12 @@ from xml.sax.saxutils import quoteattr
 class Case:
     classname: str
     name: str
-    outcome: str  # passed | failed | error | skipped | outside (an OUTSIDE-GUARANTEE xfail)
+    # passed | failed | error | skipped (UNTESTABLE) | outside (an OUTSIDE-GUARANTEE xfail)
+    # | not-applicable | inconclusive (the plugin's error) | skip (a plain pytest.skip)
+    outcome: str
     time: float = 0.1
     behaviours: str | None = None
+    verdicts: str | None = None  # the shadowcheck.verdicts property
 
 
 def write_junit(
@@ -26,22 +29,30 @@ def write_junit(
     version: str,
     started: datetime,
     cases: Sequence[Case],
+    suite_properties: dict[str, str] | None = None,
 ) -> Path:
     """A pytest-xunit1 style file as the shadowcheck plugin writes it."""
     body = []
     for case in cases:
         inner = ""
-        if case.behaviours is not None:
-            inner += (
-                "<properties><property name=\"shadowcheck.behaviours\" "
-                f"value={quoteattr(case.behaviours)}/></properties>"
-            )
+        case_props = [("shadowcheck.behaviours", case.behaviours),
+                      ("shadowcheck.verdicts", case.verdicts)]
+        listed = "".join(f"<property name={quoteattr(k)} value={quoteattr(v)}/>"
+                         for k, v in case_props if v is not None)
+        if listed:
+            inner += f"<properties>{listed}</properties>"
         if case.outcome == "failed":
             inner += '<failure message="assertion failed">trace</failure>'
         elif case.outcome == "error":
             inner += '<error message="setup crashed">trace</error>'
         elif case.outcome == "skipped":
             inner += '<skipped message="UNTESTABLE"/>'
+        elif case.outcome == "not-applicable":
+            inner += '<skipped message="NOT-APPLICABLE: no shadow session was ever opened"/>'
+        elif case.outcome == "inconclusive":
+            inner += '<error message="INCONCLUSIVE: node n1 exited before it was ready"/>'
+        elif case.outcome == "skip":
+            inner += '<skipped type="pytest.skip" message="docker is not installed"/>'
         elif case.outcome == "outside":
             inner += (
                 '<skipped type="pytest.xfail" '
@@ -54,6 +65,9 @@ def write_junit(
     props = "".join(
         f'<property name="shadowcheck.{key}" value={quoteattr(value)}/>'
         for key, value in (("run_id", run_id), ("target", target), ("target_version", version))
+    ) + "".join(
+        f"<property name={quoteattr(key)} value={quoteattr(value)}/>"
+        for key, value in (suite_properties or {}).items()
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(

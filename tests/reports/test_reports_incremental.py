@@ -105,7 +105,8 @@ def test_reingesting_leaves_the_aggregates_alone(spark, tmp_path: Path) -> None:
     build(spark, [str(tmp_path / "in")], str(out))
     before = results(out)
     tables = sorted(p.name for p in (out / "aggregates").iterdir())
-    assert tables == ["behaviour_runs", "durations", "flaky_state", "names", "runs"]
+    assert tables == ["behaviour_runs", "durations", "flaky_state", "names", "runs",
+                      "scenario_history"]
 
     again = build(spark, [str(tmp_path / "in")], str(out))
     assert (again.ingest.parsed, again.ingest.rows_added, again.ingest.runs) == (0, 0, {})
@@ -155,7 +156,7 @@ def test_a_swap_cut_short_is_finished_by_the_next_build(spark, tmp_path: Path) -
     folder = out / "aggregates"
     # The state a crash leaves mid-swap: marker written, every table staged, "runs"
     # already swapped, "behaviour_runs" moved aside but not yet replaced...
-    for name in ("behaviour_runs", "names", "flaky_state", "durations"):
+    for name in ("behaviour_runs", "names", "flaky_state", "durations", "scenario_history"):
         shutil.copytree(folder / name, folder / f"{name}.next-dead")
     (folder / "runs.old-dead").mkdir()
     (folder / "behaviour_runs").rename(folder / "behaviour_runs.old-dead")
@@ -167,7 +168,8 @@ def test_a_swap_cut_short_is_finished_by_the_next_build(spark, tmp_path: Path) -
     again = build(spark, [str(tmp_path / "in")], str(out))
     assert again.ingest.parsed == 0
     tables = sorted(p.name for p in folder.iterdir())
-    assert tables == ["behaviour_runs", "durations", "flaky_state", "names", "runs"]
+    assert tables == ["behaviour_runs", "durations", "flaky_state", "names", "runs",
+                      "scenario_history"]
     assert results(out) == before
 
 
@@ -210,3 +212,50 @@ def test_same_content_is_ingested_once_whoever_hashes_it(
     both = build(spark, [str(tmp_path / "in")], str(tmp_path / "both"))
     assert (both.ingest.duplicates, both.ingest.rows_added) == (1, alone.ingest.rows_added)
     assert results(tmp_path / "both") == results(tmp_path / "alone")
+
+
+def _history_rows(spark, out: Path) -> list[tuple]:
+    frame = spark.read.parquet(str(out / "aggregates" / "scenario_history"))
+    return sorted((r.target, r.sid, [tuple(e) for e in r.h]) for r in frame.collect())
+
+
+def test_scenario_history_keeps_the_last_runs_build_by_build(spark, tmp_path: Path) -> None:
+    from reports.history import HISTORY_RUNS
+
+    runs = HISTORY_RUNS + 5
+    outcomes = ["passed" if i % 3 else "failed" for i in range(runs)]
+    for i, outcome in enumerate(outcomes):
+        half = "a" if i < runs // 2 else "b"
+        write_junit(tmp_path / half / f"h{i:02d}.xml", run_id=f"h{i:02d}", target="long",
+                    version="1", started=DAY0 + timedelta(hours=i),
+                    cases=[Case("s", "test_x", outcome, behaviours="CR-1")])
+    build(spark, [str(tmp_path / "a")], str(tmp_path / "two"))
+    build(spark, [str(tmp_path / "a"), str(tmp_path / "b")], str(tmp_path / "two"))
+    build(spark, [str(tmp_path / "a"), str(tmp_path / "b")], str(tmp_path / "one"))
+    folded = _history_rows(spark, tmp_path / "two")
+    assert folded == _history_rows(spark, tmp_path / "one")
+    [(_, _, entries)] = folded
+    assert [e[1] for e in entries] == [f"h{i:02d}" for i in range(runs - HISTORY_RUNS, runs)]
+    fail, passed = 8, 4  # reports.verdicts.REPORT_RANK of FAIL and PASS
+    assert [e[2] for e in entries] == [
+        fail if o == "failed" else passed for o in outcomes[-HISTORY_RUNS:]
+    ]
+
+
+def test_aggregates_of_an_older_version_are_folded_again(spark, tmp_path: Path) -> None:
+    """Tables written before the statuses (no rank, no certification, no history)."""
+    early = [f"alpha-{i}.xml" for i in range(3)] + [f"beta-{i}.xml" for i in range(2)]
+    a, b = split_history(tmp_path, early)
+    out = tmp_path / "two"
+    build(spark, [str(a)], str(out))
+    aggregates = out / "aggregates"
+    for name, dropped in (("behaviour_runs", ["rank", "partial"]), ("runs", ["certification"])):
+        old = spark.read.parquet(str(aggregates / name)).drop(*dropped)
+        old.write.parquet(str(aggregates / f"{name}.old-format"))
+        shutil.rmtree(aggregates / name)
+        (aggregates / f"{name}.old-format").rename(aggregates / name)
+    shutil.rmtree(aggregates / "scenario_history")
+    build(spark, [str(a), str(b)], str(out))
+    build(spark, [str(a), str(b)], str(tmp_path / "one"))
+    assert results(out) == results(tmp_path / "one")
+    assert _history_rows(spark, out) == _history_rows(spark, tmp_path / "one")

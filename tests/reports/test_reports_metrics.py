@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from reports_junit_helpers import ALPHA, BETA, E, F, P, S
 
+from pytest_shadowcheck.statuses import Status, strongest
+
 pytestmark = pytest.mark.spark
 
 
@@ -93,8 +95,10 @@ def test_latest_matrix_and_durations(history: Path) -> None:
             (runs[-1] if target == "alpha" else runs[-1][1])
             for tags, runs in data.values() if behaviour in tags.split(",")
         ]
-        status = "FAIL" if {F, E} & set(outcomes) else "PASS" if P in outcomes else "SKIPPED"
-        assert row["status"] == status, (behaviour, target)
+        # The plugin's own combination: an error is INCONCLUSIVE, the helper's skips
+        # say UNTESTABLE.
+        meaning = {P: Status.PASS, F: Status.FAIL, E: Status.INCONCLUSIVE, S: Status.UNTESTABLE}
+        assert row["status"] == strongest([meaning[o] for o in outcomes]), (behaviour, target)
     durations = [r for r in read_csv(history / "durations.csv")
                  if r["target"] == "alpha" and r["scenario"] == "test_steady"]
     assert [float(r["p95_s"]) for r in durations] == pytest.approx(
@@ -108,7 +112,9 @@ def test_latest_matrix_and_durations(history: Path) -> None:
         assert float(row["pass_rate"]) == pytest.approx(executed.count(P) / len(executed), abs=1e-4)
 
 
-def test_outside_guarantee_is_its_own_status(spark, tmp_path: Path) -> None:
+def test_statuses_without_verdicts_come_from_outcome_and_message(
+    spark, tmp_path: Path
+) -> None:
     from reports_junit_helpers import DAY0, Case, write_junit
 
     from reports.build import build
@@ -118,15 +124,22 @@ def test_outside_guarantee_is_its_own_status(spark, tmp_path: Path) -> None:
         Case("s.omega", "test_untestable", "skipped", behaviours="SN-7"),
         Case("s.omega", "test_shadowed", "passed", behaviours="PR-4,CR-1"),
         Case("s.omega", "test_both_lost", "outside", behaviours="PR-5"),
+        Case("s.omega", "test_no_docker", "skip", behaviours="DI-1"),
+        Case("s.omega", "test_no_session", "not-applicable", behaviours="TO-2"),
+        Case("s.omega", "test_node_died", "inconclusive", behaviours="SN-2"),
+        Case("s.omega", "test_node_died_2", "error", behaviours="SN-3"),
     ]
     write_junit(tmp_path / "in" / "o1.xml", run_id="o1", target="omega", version="1",
                 started=DAY0, cases=cases)
     result = build(spark, [str(tmp_path / "in")], str(tmp_path / "out"))
     latest = {r["behaviour"]: r for r in read_csv(tmp_path / "out" / "latest_matrix.csv")}
-    # PASS beats OUTSIDE-GUARANTEE beats a plain skip, as in the certification report
+    # Combined as the certification combines them (statuses.RANK): OUTSIDE-GUARANTEE
+    # beats PASS; a skip without a verdict prefix is SKIPPED; every error INCONCLUSIVE.
     assert {b: (r["status"], r["outside"]) for b, r in latest.items()} == {
-        "PR-4": ("PASS", "1"), "CR-1": ("PASS", "0"),
-        "PR-5": ("OUTSIDE-GUARANTEE", "1"), "SN-7": ("SKIPPED", "0"),
+        "PR-4": ("OUTSIDE-GUARANTEE", "1"), "CR-1": ("PASS", "0"),
+        "PR-5": ("OUTSIDE-GUARANTEE", "1"), "SN-7": ("UNTESTABLE", "0"),
+        "DI-1": ("SKIPPED", "0"), "TO-2": ("NOT-APPLICABLE", "0"),
+        "SN-2": ("INCONCLUSIVE", "0"), "SN-3": ("INCONCLUSIVE", "0"),
     }
     matrix = {r["behaviour"]: r for r in read_csv(tmp_path / "out" / "matrix.csv")}
     assert (matrix["PR-5"]["skipped"], matrix["PR-5"]["outside"], matrix["PR-5"]["pass_rate"]) == (
@@ -134,4 +147,4 @@ def test_outside_guarantee_is_its_own_status(spark, tmp_path: Path) -> None:
     )
     page = (tmp_path / "out" / "dashboard.html").read_text()
     assert "OUTSIDE-GUARANTEE" in page and "#ef6c00" in page
-    assert result.rows == 4
+    assert result.rows == 8
