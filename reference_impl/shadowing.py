@@ -42,6 +42,8 @@ class Shadowing:
         # written yet lives here, and a failure forces the next write (PR-6 counts).
         self._last_contact: dict[str, tuple[float, str | None]] = {}
         self._failed_since_contact: set[str] = set()
+        #: primary -> when this node resumed after standing still (see _note_stall)
+        self._stalled_at: dict[str, float] = {}
         self.attempt_log: list[dict[str, Any]] = []
 
     def start(self) -> None:
@@ -229,9 +231,23 @@ class Shadowing:
             self._heartbeats[primary] = self.node.background(self._heartbeat_loop(primary))
 
     async def _heartbeat_loop(self, primary: str) -> None:
+        frequency = self.node.settings.ShadowHeartbeatFrequency
         while self.node.db.has_shadows(primary):
-            await self.node.clock.sleep(self.node.settings.ShadowHeartbeatFrequency)
+            before = self.node.clock.now()
+            await self.node.clock.sleep(frequency)
+            self._note_stall(primary, before, frequency)
             await self.heartbeat(primary)
+
+    def _note_stall(self, primary: str, since: float, expected: float) -> bool:
+        """Whether this node itself stood still (frozen, starved) since ``since`` for far
+        longer than ``expected``: the time it missed says nothing of the primary, so the
+        primary's unreachability is then measured from now on. Real clock only: a
+        virtual clock jumps by design."""
+        now = self.node.clock.now()
+        if self.node.clock.mode != "real" or now - since <= 2 * expected + 1.0:
+            return False
+        self._stalled_at[primary] = now
+        return True
 
     async def heartbeat(self, primary: str) -> None:
         """DI-2: a session to the primary whose only purpose is XQDISCARD."""
@@ -246,6 +262,7 @@ class Shadowing:
         )
         address = node.peer_address(primary)
         link = None
+        started = node.clock.now()
         try:
             if address is None:
                 raise PeerError(f"no address known for {primary}")
@@ -261,7 +278,9 @@ class Shadowing:
             if link.advert is None:
                 self._contact(primary, node.clock.now(), None)
         except PeerError as exc:
-            self._primary_unreachable(primary, str(exc))
+            # a session that outlasted its own timeouts by far: this node stood still
+            if not self._note_stall(primary, started, timeout):
+                self._primary_unreachable(primary, str(exc))
         finally:
             if link is not None:
                 await link.close()
@@ -279,6 +298,7 @@ class Shadowing:
         last = peer["last_contact"] if peer else node.clock.now()
         if primary in self._last_contact:
             last = max(last, self._last_contact[primary][0])
+        last = max(last, self._stalled_at.get(primary, last))
         if node.clock.now() - last >= node.settings.ShadowResubmitTimeSpan:
             self.promote(primary, f"unreachable since {last:.3f} ({reason})")
 
