@@ -273,7 +273,9 @@ def _cause(fate: Fate, faults: list[Window]) -> str:
             f"{'PR-2' if w.kind == 'wipe' else 'PR-1'} promotion after {w.kind} of {fate.via}"
         )
     for node in sorted({node for (node, _), n in per_node.items() if n > 1}):
-        own = [w for w in during if w.touches(node)]
+        # a wiped node has no queue left to deliver from again: its wipe explains a copy
+        # promoted by its peer, never a second delivery of its own
+        own = [w for w in during if w.touches(node) and w.kind != "wipe"]
         restarts = [w for w in own if w.kind in ("kill", "restart") and node in w.nodes]
         links = [w for w in own if w.links]
         if restarts:
