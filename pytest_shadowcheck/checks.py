@@ -234,6 +234,9 @@ async def check_not_delivered(run: Run, step: Step) -> CheckResult:
 
 def find_event(run: Run, matcher: dict[str, Any]) -> tuple[float, str] | None:
     """First history event matching ``matcher``: (t, description) or None."""
+    if "any_of" in matcher:
+        hits = [hit for each in matcher["any_of"] if (hit := find_event(run, each))]
+        return min(hits, default=None)
     if "reply" in matcher:
         msg = run.messages[matcher["reply"]]
         if msg.reply_t is None:
@@ -251,6 +254,9 @@ def find_event(run: Run, matcher: dict[str, Any]) -> tuple[float, str] | None:
                 return event.t, f"step {event.data.get('text')}"
         return None
     link = matcher["link"]
+    if matcher.get("opened"):
+        opened = run.history.events(kind="connect", link=link)
+        return (opened[0].t, f"{link} #{opened[0].conn} opened") if opened else None
     events = run.history.events(link=link)
     pattern = re.compile(matcher.get("line", ".*"))
     direction = matcher.get("direction")
@@ -299,6 +305,8 @@ def _find_close(
 
 
 def matcher_text(matcher: dict[str, Any]) -> str:
+    if "any_of" in matcher:
+        return " or ".join(matcher_text(each) for each in matcher["any_of"])
     if "reply" in matcher:
         return f"the sender's reply for {matcher['reply']}"
     if "delivered" in matcher:
@@ -308,6 +316,8 @@ def matcher_text(matcher: dict[str, Any]) -> str:
     if "closed" in matcher:
         who = "" if matcher["closed"] == "any" else f" by the {matcher['closed']}"
         text = f"a connection on {matcher['link']} closed{who}"
+    elif matcher.get("opened"):
+        text = f"a connection opened on {matcher['link']}"
     else:
         text = f"/{matcher.get('line', '.*')}/ on {matcher['link']}"
     if "message" in matcher:
@@ -318,6 +328,8 @@ def matcher_text(matcher: dict[str, Any]) -> str:
 def _matcher_links(run: Run, *matchers: dict[str, Any]) -> list[str]:
     links: list[str] = []
     for m in matchers:
+        if "any_of" in m:
+            links += _matcher_links(run, *m["any_of"])
         if "link" in m:
             links.append(m["link"])
         for key in ("reply", "delivered", "message"):

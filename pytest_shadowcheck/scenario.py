@@ -642,6 +642,23 @@ class _Context:
             self.node(node, [*doc_path, "nodes", i])
 
     def matcher(self, arg: dict[str, Any], doc_path: list[Any]) -> None:
+        if "any_of" in arg:
+            if len(arg) > 1:
+                raise ScenarioError(
+                    "'any_of' takes no other key: put them in its matchers",
+                    self.at([*doc_path, "any_of"]),
+                    "e.g. {any_of: [{link: mbx1->mbx2, opened: true}, {reply: m1}]}",
+                )
+            for i, each in enumerate(arg["any_of"]):
+                self.matcher(each, [*doc_path, "any_of", i])
+            return
+        if "opened" in arg and not ({"link"} <= set(arg) <= {"link", "opened"}):
+            raise ScenarioError(
+                "'opened' matches the opening of a connection on a link: it needs link, "
+                "and takes nothing else",
+                self.at([*doc_path, "opened"]),
+                "e.g. {link: mbx1->mbx2, opened: true}",
+            )
         if "link" in arg:
             self.link(arg["link"], [*doc_path, "link"])
         for ref in ("message", "reply", "delivered"):

@@ -143,6 +143,61 @@ def test_a_check_whose_event_never_happened_is_not_applicable(
     assert "[[PROPERTY|shadowcheck.verdicts=TO-1=NOT-APPLICABLE;CR-5=PASS]]" in outs
 
 
+GIVEN_A_CONNECTION = """\
+defaults:
+  topology:
+    nodes: {mbx1: {}}
+scenarios:
+  - name: judged_once_a_connection_opened
+    behaviours: [CR-4, CR-5]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+    expect:
+      # the sender's connection opened: this check applies (and passes)
+      - reply:
+          message: m1
+          code: 250
+          behaviours: [CR-5]
+          given: {any_of: [{step: "^no such step"}, {link: client->mbx1, opened: true}]}
+      # neither event happened: nothing to judge CR-4 on here
+      - reply:
+          message: m1
+          code: 451
+          behaviours: [CR-4]
+          given: {any_of: [{step: "^no such step"}, {reply: m1, opened: true}]}
+"""
+
+
+def test_given_any_of_and_a_connection_opened(
+    pytester: pytest.Pytester, plain_smtp: ThreadedSink
+) -> None:
+    bad = GIVEN_A_CONNECTION.replace("{reply: m1, opened: true}", "{step: '^nor this'}")
+    _write(pytester, "s.yaml", bad)
+    result = pytester.runpytest(
+        "--shadowcheck",
+        f"--shadowcheck-target=external:mbx1={plain_smtp.address}",
+        f"--shadowcheck-report={pytester.path / 'cert'}",
+        "-rs",
+        "library",
+    )
+    result.assert_outcomes(passed=1)
+    statuses = _statuses(_certification(pytester))
+    assert statuses["CR-5"] == "PASS"
+    assert statuses["CR-4"] == "NOT-APPLICABLE"
+    cr4 = next(b for b in _certification(pytester)["behaviours"] if b["id"] == "CR-4")
+    assert "step /^no such step/ or step /^nor this/ never happened" in json.dumps(cr4)
+
+
+def test_opened_takes_a_link_and_nothing_else(pytester: pytest.Pytester) -> None:
+    # {reply: m1, opened: true} is not a link's opening: one clean error at its line
+    _write(pytester, "s.yaml", GIVEN_A_CONNECTION)
+    result = pytester.runpytest("--shadowcheck", "library")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        ["*s.yaml:21: *'opened' matches the opening of a connection on a link*"]
+    )
+
+
 @pytest.mark.slow
 def test_a_node_that_never_starts_is_inconclusive_not_a_failure(
     pytester: pytest.Pytester,
