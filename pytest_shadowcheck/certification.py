@@ -221,6 +221,11 @@ def _scenario_section(report: dict[str, Any], s: dict[str, Any]) -> str:
         else ""
     )
     passed = [c["name"] for c in s.get("checks", []) if c.get("status") == "PASS"]
+    workloads = (
+        f'<p>workload figures: <a href="#workloads-{html.escape(s["scenario"])}">below</a></p>'
+        if s.get("workloads")
+        else ""
+    )
     return (
         f'<section id="scenario-{html.escape(s["scenario"])}"><h3>{html.escape(s["scenario"])}'
         f" {_badge(s['verdict'])}</h3><p>{html.escape(s.get('title', ''))}</p>"
@@ -229,7 +234,43 @@ def _scenario_section(report: dict[str, Any], s: dict[str, Any]) -> str:
         f"<code>{html.escape(reproduce_command(report, s['nodeid']))}</code></p>"
         f"{rendered}"
         + (f"<p>passed: {html.escape(', '.join(passed))}</p>" if passed else "")
-        + f"{diagnostics}</section>"
+        + f"{workloads}{diagnostics}</section>"
+    )
+
+
+def _workloads_section(report: dict[str, Any]) -> str:
+    """Every workload's figures, whatever its scenario's status: durability at volume is
+    measured as much as judged."""
+    parts = [
+        f'<section id="workloads-{html.escape(s["scenario"])}"><h3>{html.escape(s["scenario"])} '
+        f"{_badge(s['verdict'])}</h3>"
+        + "".join(_workload_table(w) for w in s["workloads"])
+        + "</section>"
+        for s in report["scenarios"]
+        if s.get("workloads")
+    ]
+    return f"<h2>Durability workloads</h2>{''.join(parts)}" if parts else ""
+
+
+def _workload_table(w: dict[str, Any]) -> str:
+    """A workload's figures: what happened to every message, and how fast."""
+    fates = ", ".join(f"{k} {v}" for k, v in sorted(w.get("fates", {}).items()))
+    causes = ", ".join(f"{k}: {v}" for k, v in w.get("duplicate_causes", {}).items()) or "none"
+    ack, e2e = w.get("ack_latency_s", {}), w.get("end_to_end_s", {})
+    rows = [
+        ("messages", f"{w.get('attempted')} attempted, {w.get('acknowledged')} acknowledged"),
+        ("fates", fates),
+        ("duplicate rate", f"{w.get('duplicate_rate', 0):.3%}; causes: {causes}"),
+        ("ack latency p50 / p99", f"{ack.get('p50', 0):.3f} / {ack.get('p99', 0):.3f} s"),
+        ("end to end p50 / p99", f"{e2e.get('p50', 0):.3f} / {e2e.get('p99', 0):.3f} s"),
+        ("availability", f"{w.get('availability', 0):.1%} of 1-second buckets with a 250"),
+        ("faults", f"{w.get('faults')}, {w.get('temporary_failures')} 4xx replies"),
+        ("seed", str(w.get("seed"))),
+    ]
+    body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+    return (
+        f'<table class="workload"><caption>workload {html.escape(str(w.get("workload")))}'
+        f"</caption>{body}</table>"
     )
 
 
@@ -337,6 +378,7 @@ section {{ border-top: 1px solid #ddd; margin-top: 1em; }}
 <table><thead><tr><th>ID</th><th>behaviour</th><th>status</th><th>why</th>{head}</tr></thead>
 <tbody>{"".join(rows)}</tbody></table>
 <h2>Evidence: scenarios with a status other than PASS</h2>{details or "<p>none</p>"}
+{_workloads_section(report)}
 {"<h2>Scenario files with errors</h2>" + errors if errors else ""}
 </body></html>
 """
@@ -389,6 +431,7 @@ class CertificationRecorder:
             "diagnostics": data.get("diagnostics", ""),
             "duration_s": round(report.duration, 3),
             "checks": checks,
+            "workloads": data.get("workloads", []),
         }
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:

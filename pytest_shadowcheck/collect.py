@@ -13,6 +13,7 @@ import pytest
 from _pytest._code.code import ExceptionInfo, TerminalRepr
 
 from .errors import ScenarioError
+from .results import workload_properties
 from .scenario import Scenario, load_scenario_file
 from .statuses import VERDICTS_PROPERTY, format_verdicts
 from .verdict import Status, Verdict
@@ -76,6 +77,7 @@ class ScenarioItem(pytest.Item):
             self.user_properties.append(("shadowcheck.behaviours", ",".join(verdict.behaviours)))
             self.user_properties.append(("shadowcheck.verdict", str(verdict.status)))
             self.user_properties.append((VERDICTS_PROPERTY, format_verdicts(verdict.by_behaviour)))
+            self.user_properties.extend(workload_properties(verdict.workloads))
         if verdict.status == Status.INCONCLUSIVE:
             raise ScenarioInconclusive(verdict)
 

@@ -12,7 +12,9 @@ the scenario's status is the outcome (see :mod:`.statuses`), and the status of
 each behaviour is the property ``shadowcheck.verdicts``: a ``<property>`` for
 the ``xunit1``/``legacy`` families, a Jenkins ``[[PROPERTY|name=value]]`` line
 in the test case's ``system-out`` for xunit2, whose schema forbids properties
-in a test case.
+in a test case. A scenario with workload steps adds, the same way, the figures
+of each workload as ``shadowcheck.workload.NAME.FIGURE`` (see
+:func:`workload_properties`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,34 @@ from .statuses import VERDICTS_PROPERTY
 if TYPE_CHECKING:
     from .state import ShadowcheckState
 
-__all__ = ["JUnitProperties", "suite_properties"]
+__all__ = ["JUnitProperties", "suite_properties", "workload_properties"]
+
+
+def workload_properties(workloads: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The figures of each workload (HistoryReport.summary()) as flat JUnit properties:
+    what a dashboard plots per run - counts, rates, latency percentiles, the seed."""
+    out: list[tuple[str, str]] = []
+    for w in workloads:
+        fates = w.get("fates", {})
+        figures = {
+            "seed": w.get("seed"),
+            "attempted": w.get("attempted"),
+            "acknowledged": w.get("acknowledged"),
+            "lost": fates.get("lost", 0),
+            "lost_outside_guarantee": fates.get("lost-outside", 0),
+            "duplicated": fates.get("duplicated", 0),
+            "duplicate_rate": w.get("duplicate_rate"),
+            "still_queued": fates.get("queued", 0),
+            "ack_latency_p50_s": w.get("ack_latency_s", {}).get("p50"),
+            "ack_latency_p99_s": w.get("ack_latency_s", {}).get("p99"),
+            "end_to_end_p99_s": w.get("end_to_end_s", {}).get("p99"),
+            "availability": w.get("availability"),
+            "temporary_failures": w.get("temporary_failures"),
+            "faults": w.get("faults"),
+        }
+        prefix = f"shadowcheck.workload.{w.get('workload', 'workload')}"
+        out += [(f"{prefix}.{k}", str(v)) for k, v in figures.items() if v is not None]
+    return out
 
 
 def suite_properties(state: ShadowcheckState) -> dict[str, str]:
@@ -68,6 +97,7 @@ class JUnitProperties:
         if xml is None or not isinstance(data, dict) or self.state.junit_properties_per_case:
             return
         verdicts = ";".join(f"{b}={v['status']}" for b, v in data["by_behaviour"].items())
+        lines = [(VERDICTS_PROPERTY, verdicts), *workload_properties(data.get("workloads", []))]
         out = ET.Element("system-out")
-        out.text = f"[[PROPERTY|{VERDICTS_PROPERTY}={verdicts}]]\n"
+        out.text = "".join(f"[[PROPERTY|{name}={value}]]\n" for name, value in lines)
         xml.node_reporter(report).append(out)

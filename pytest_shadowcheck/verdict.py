@@ -60,6 +60,8 @@ class Verdict:
     overall: Status | None = None
     #: the target's evidence of its own state (node log tails), shown once
     diagnostics: str = ""
+    #: the figures of each workload step (HistoryReport.summary()): JUnit, certification
+    workloads: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, result: CheckResult) -> None:
         self.checks.append(result)
@@ -179,4 +181,5 @@ class Verdict:
             checks=checks,
             overall=Status(overall) if overall else None,
             diagnostics=data.get("diagnostics", ""),
+            workloads=list(data.get("workloads", [])),
         )

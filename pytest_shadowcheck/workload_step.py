@@ -129,6 +129,7 @@ async def run_workload(run: Any, step: Step, verdict: Verdict) -> None:
         history, spec.name, spec.seed, since, frozenset(run.scenario.topology.nodes)
     )
     history.record("note", text=f"workload {spec.name} summary", summary=report.summary())
+    verdict.workloads.append(report.summary())
     timeline = ""
     if getattr(run, "timeline_dir", None) is not None:
         path = write_timeline(run.timeline_dir, history, report, run.scenario.name)

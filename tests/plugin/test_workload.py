@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -294,11 +295,25 @@ def test_same_seed_same_faults_and_verdict_scale_multiplies(pytester: pytest.Pyt
         ]
 
     report = pytester.path / "cert"
+    xml = pytester.path / "out.xml"
     first, events1 = _run(
-        pytester, "--shadowcheck-workload-seed", "5", f"--shadowcheck-report={report}"
-    )
+        pytester, "--shadowcheck-workload-seed", "5", f"--shadowcheck-report={report}",
+        f"--junitxml={xml}", "-o", "junit_family=xunit2",
+    )  # fmt: skip
     (page,) = report.glob("timeline-wl_single-*.html")
     assert "nemesis" not in page.name and "wl_single: workload w" in page.read_text()
+    # the workload's figures travel in the JUnit and the certification, from the history
+    attempts = [e["data"] for e in events1 if e["kind"] == "attempt"]
+    acked = sum(1 for a in attempts if a["code"] == 250 and a["command"] == "EOD")  # type: ignore[index]
+    out = "".join(e.text or "" for e in ET.parse(xml).getroot().iter("system-out"))
+    assert "[[PROPERTY|shadowcheck.workload.w.seed=5]]" in out
+    assert "[[PROPERTY|shadowcheck.workload.w.lost=0]]" in out
+    assert f"[[PROPERTY|shadowcheck.workload.w.acknowledged={acked}]]" in out, out
+    cert = json.loads((report / "certification.json").read_text())
+    (scenario,) = cert["scenarios"]
+    assert scenario["workloads"][0]["seed"] == 5
+    assert scenario["workloads"][0]["acknowledged"] == acked
+    assert "<caption>workload w</caption>" in (report / "certification.html").read_text()
     again, events2 = _run(pytester, "--shadowcheck-workload-seed", "5")
     first.assert_outcomes(passed=1)
     again.assert_outcomes(passed=1)
