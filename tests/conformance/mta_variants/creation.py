@@ -115,6 +115,19 @@ def _one_attempt_per_site() -> None:
     force_settings(MaxRetriesForRemoteSiteShadow=1, MaxRetriesForLocalSiteShadow=1)
 
 
+def _one_extra_attempt_per_site() -> None:
+    # MaxRetriesFor{Remote,Local}SiteShadow off by one: a site gets one attempt more than
+    # the setting allows (CR-7 counts are exact, both ways).
+    from reference_impl.shadowing import Shadowing
+
+    original = Shadowing._cycle
+
+    def cycle(self: Shadowing, names: list[str], attempts: int) -> list[str]:
+        return original(self, names, attempts + 1)
+
+    Shadowing._cycle = cycle  # type: ignore[method-assign]
+
+
 def _one_boundary_for_all() -> None:
     # Every node of the organisation counts as a peer of the boundary: copies may go to
     # another DAG, and a relay into another DAG keeps tracking the message (CR-9).
@@ -294,6 +307,17 @@ VARIANTS: list[Variant] = [
             "cr7_outside_a_dag_local_site_whatever_the_preference",
         ),
         apply=_one_attempt_per_site,
+    ),
+    Variant(
+        name="one-extra-shadow-attempt-per-site",
+        breaks="MaxRetriesFor{Remote,Local}SiteShadow off by one: one attempt too many per site",
+        fails=(
+            "cr4_retries_used_up_rejects",
+            "cr7_remote_only_never_uses_local_site",
+            "cr7_local_only_never_uses_remote_site",
+            "cr7_outside_a_dag_local_site_whatever_the_preference",
+        ),
+        apply=_one_extra_attempt_per_site,
     ),
     Variant(
         name="one-boundary-for-all-nodes",

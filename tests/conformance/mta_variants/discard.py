@@ -194,6 +194,18 @@ def _discard_events_never_expire() -> None:
     QueueDB.expire_discards = expire_discards  # type: ignore[method-assign]
 
 
+def _discard_events_expire_a_minute_early() -> None:
+    # ShadowMessageAutoDiscardInterval one minute short (DI-6 at its edge).
+    from reference_impl.queue_db import QueueDB
+
+    original = QueueDB.expire_discards
+
+    def expire_discards(self: QueueDB, older_than: float) -> int:
+        return original(self, older_than + 60)
+
+    QueueDB.expire_discards = expire_discards  # type: ignore[method-assign]
+
+
 def _discards_sender_shadow_on_receipt() -> None:
     # Multi-hop: the sending hop is told to discard as soon as this node has the
     # message, before this node has relayed it onward.
@@ -295,6 +307,12 @@ VARIANTS: list[Variant] = [
             "di6_unqueried_discard_event_expires_on_the_wire",
         ),
         apply=_discard_events_never_expire,
+    ),
+    Variant(
+        name="discard-events-expire-a-minute-early",
+        breaks="drops discard events a minute before ShadowMessageAutoDiscardInterval is up",
+        fails=("di6_unqueried_discard_events_expire",),
+        apply=_discard_events_expire_a_minute_early,
     ),
     Variant(
         name="multi-hop-discards-on-receipt",

@@ -40,6 +40,27 @@ def _safety_net_never_expires() -> None:
     QueueDB.expire_safety_net = expire_safety_net  # type: ignore[method-assign]
 
 
+def _expires_a_minute_early(table: str) -> None:
+    # The hold (SN-3) or the unacknowledged shadow's hold + expiration (SN-4) one minute
+    # short: an off-by-a-minute edge the hour-wide checks of old let through.
+    from reference_impl.queue_db import QueueDB
+
+    if table == "safety_net":
+        original = QueueDB.expire_safety_net
+
+        def expire_safety_net(self: QueueDB, now: float) -> int:
+            return original(self, now + 60)
+
+        QueueDB.expire_safety_net = expire_safety_net  # type: ignore[method-assign]
+    else:
+        original_shadows = QueueDB.expire_shadows
+
+        def expire_shadows(self: QueueDB, older_than: float) -> int:
+            return original_shadows(self, older_than + 60)
+
+        QueueDB.expire_shadows = expire_shadows  # type: ignore[method-assign]
+
+
 def _shadow_drops_discarded_copy() -> None:
     # On a discard notification the shadow deletes its copy, as if it had no
     # Shadow Safety Net (SN-2).
@@ -231,6 +252,19 @@ VARIANTS: list[Variant] = [
         breaks="keeps messages in Safety Net past SafetyNetHoldTime",
         fails=("sn1_sn3_primary_safety_net_hold_time", "sn2_sn3_shadow_safety_net_hold_time"),
         apply=_safety_net_never_expires,
+    ),
+    Variant(
+        name="safety-net-hold-a-minute-short",
+        breaks="drops Safety Net entries a minute before SafetyNetHoldTime is up",
+        fails=("sn1_sn3_primary_safety_net_hold_time", "sn2_sn3_shadow_safety_net_hold_time"),
+        apply=lambda: _expires_a_minute_early("safety_net"),
+    ),
+    Variant(
+        name="unacknowledged-shadow-expires-a-minute-early",
+        breaks="drops an unacknowledged shadow copy a minute before SafetyNetHoldTime + "
+        "MessageExpirationTimeout",
+        fails=("sn4_unacknowledged_shadow_expires_after_hold_plus_expiration",),
+        apply=lambda: _expires_a_minute_early("shadows"),
     ),
     Variant(
         name="shadow-drops-discarded-copy",
