@@ -78,6 +78,12 @@ class Run:
 
     # -- helpers the checks use ------------------------------------------------
 
+
+    @property
+    def peer_secret(self) -> str:
+        """The boundary's secret in this run's cluster plan (docs/protocol.md section 3)."""
+        return f"shadowcheck-{self.token}"
+
     def excerpt(
         self, around: float, links: list[str], before: float = 3.0, after: float = 2.0
     ) -> str:
@@ -202,7 +208,7 @@ class Run:
             peers=peers,
             next_hops=next_hops,
             workdir=self.workdir,
-            secret=f"shadowcheck-{self.token}",
+            secret=self.peer_secret,
             node_settings={n: dict(v) for n, v in self.scenario.node_settings.items()},
         )
         self.history.record(

@@ -605,6 +605,8 @@ class _Context:
         for i, item in enumerate(arg["say"]):
             item = {"send": item} if isinstance(item, str) else item
             at = [*doc_path, "say", i]
+            if "auth_as" in item:
+                self.node(item["auth_as"], [*at, "auth_as"])
             if "message" in item:
                 if item["message"] in self.sent:
                     raise ScenarioError(

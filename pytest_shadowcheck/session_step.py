@@ -7,7 +7,10 @@ other. Each item is sent as given (CRLF added) and one reply is read; an item
 with ``reply`` adds a check that the reply matches that regular expression.
 An item ``{message: ID}`` sends a generated message's content and the final
 dot, and registers ``ID`` as a message of the scenario, so every expectation
-(reply, delivered, queue...) and the no-loss invariant apply to it.
+(reply, delivered, queue...) and the no-loss invariant apply to it. An item
+``{auth_as: NODE}`` authenticates as that node of the topology, with the
+password the cluster plan's secret gives it (docs/protocol.md section 3): a
+peer of another boundary trying what only the boundary's own peers may.
 
 With ``idle`` the session then stays open up to that long, waiting for the
 node to close it (TO-1: ConnectionInactivityTimeout); with ``keepalive`` it
@@ -23,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from .integrity import envelope_of
 from .network.client import RawReply, RecordingClient, Reply, SendResult, make_message
-from .network.smtp_text import dot_stuff, mask_auth_line, parse_enhanced_code
+from .network.smtp_text import dot_stuff, mask_auth_line, parse_enhanced_code, peer_auth_line
 from .verdict import CheckResult, Status, Verdict
 
 if TYPE_CHECKING:
@@ -51,11 +54,15 @@ def _reply_text(reply: RawReply) -> str:
 
 def session_label(arg: dict[str, Any]) -> str:
     """The step as the history shows it: where to, and what is said (credentials masked)."""
-    said = [
-        f"<message {item['message']}>" if "message" in item else mask_auth_line(item["send"])
-        for item in arg["say"]
-    ]
-    return f"session via={arg['via']}: " + " / ".join(said)
+    return f"session via={arg['via']}: " + " / ".join(_shown(item) for item in arg["say"])
+
+
+def _shown(item: dict[str, Any]) -> str:
+    if "message" in item:
+        return f"message {item['message']}"
+    if "auth_as" in item:
+        return f"AUTH PLAIN as {item['auth_as']}"
+    return mask_auth_line(item["send"])
 
 
 async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
@@ -77,6 +84,8 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
             sender, recipients = envelope_of(items, index)
             run.register_message(ref, message_id, via, raw, sender, recipients)
             payloads.append(dot_stuff(raw) + b".\r\n")
+        elif "auth_as" in item:
+            payloads.append(peer_auth_line(run.peer_secret, item["auth_as"]).encode() + b"\r\n")
         else:
             payloads.append(item["send"].encode() + b"\r\n")
     client = RecordingClient(run.history, link=link)
@@ -92,7 +101,7 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
     # replies[0] is the greeting; then one reply per item sent, fewer if the server hung up
     answers: list[RawReply | None] = [*replies[1:], *[None] * len(items)][: len(items)]
     for item, answer in zip(items, answers, strict=True):
-        shown = f"message {item['message']}" if "message" in item else mask_auth_line(item["send"])
+        shown = _shown(item)
         if "message" in item:
             _settle_message(run, item["message"], answer)
         if "reply" not in item:

@@ -7,6 +7,9 @@ three agree on how a Message-ID or an enhanced status code is spelled.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import re
 from email.parser import BytesHeaderParser
 from email.policy import compat32
@@ -74,6 +77,14 @@ def message_id_from_bytes(raw: bytes) -> str | None:
     headers = BytesHeaderParser(policy=compat32).parsebytes(header_section(raw))
     value = headers.get("Message-ID")
     return normalize_message_id(str(value)) if value is not None else None
+
+
+def peer_auth_line(secret: str, node: str) -> str:
+    """``AUTH PLAIN`` as node ``node`` of a cluster with ``secret`` (docs/protocol.md
+    section 3): the password is hex(HMAC-SHA256(secret, "shadowcheck-node:" + node))."""
+    password = hmac.new(secret.encode(), b"shadowcheck-node:" + node.encode(), hashlib.sha256)
+    plain = b"\0" + node.encode() + b"\0" + password.hexdigest().encode()
+    return "AUTH PLAIN " + base64.b64encode(plain).decode()
 
 
 def mask_auth_line(line: str) -> str:

@@ -85,6 +85,13 @@ CASES = {
         "unknown message 'm2'",
         "the id of a send step: m1",
     ),
+    "auth_as_unknown_node": (
+        GOOD_HEAD + "      - session:\n          via: mbx1\n"
+        "          say: [EHLO x.test, {auth_as: mbx9}]\n",
+        9,
+        "unknown node 'mbx9'",
+        "a node of topology 'inline': mbx1",
+    ),
     "unique_without_contains": (
         GOOD_HEAD + "      - send: {id: m1, via: mbx1, to: [a@corp.test]}\n"
         "    expect:\n"

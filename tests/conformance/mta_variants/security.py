@@ -65,6 +65,31 @@ def _accepts_xqdiscard_from_anyone() -> None:
     NodeSMTP.smtp_XQDISCARD = smtp_XQDISCARD  # type: ignore[method-assign]
 
 
+def _xqdiscard_for_any_boundary() -> None:
+    # An authenticated node of another DAG gets every pending discard notification: the
+    # boundary check forgotten in XQDISCARD, notifications not filtered by who asks.
+    from reference_impl.smtp_in import NodeSMTP
+
+    original = NodeSMTP.smtp_XQDISCARD
+
+    async def smtp_XQDISCARD(self: NodeSMTP, arg: str | None) -> None:
+        peer = self.peer_state.peer_node
+        if peer is None or self.node.same_boundary(peer):
+            await original(self, arg)
+            return
+        node = self.node
+        pending = {e["shadow_node"] for e in node.db.discard_events() if not e["handed_out_at"]}
+        lines = [f"DBID {node.db.db_id}"]
+        for shadow in sorted(pending):
+            lines += [f"DISCARD {m}" for m in node.db.take_discards(shadow, node.clock.now())]
+        lines.append(f"{len(lines) - 1} discard notifications")
+        for line in lines[:-1]:
+            await self.push("250-" + line)
+        await self.push("250 " + lines[-1])
+
+    NodeSMTP.smtp_XQDISCARD = smtp_XQDISCARD  # type: ignore[method-assign]
+
+
 def _xshadow_to_any_hop() -> None:
     # Issues XSHADOW to every next node, whether or not it advertised it.
     from reference_impl.peer_link import PeerLink
@@ -147,6 +172,13 @@ VARIANTS: list[Variant] = [
         "discard notification, which the real shadow then never gets",
         fails=("xs3_stranger_cannot_query_discards",),
         apply=_accepts_xqdiscard_from_anyone,
+    ),
+    Variant(
+        name="xqdiscard-for-any-boundary",
+        breaks="answers XQDISCARD from an authenticated node of another DAG with every "
+        "pending discard notification, which the boundary's shadow then never gets",
+        fails=("xs3_other_boundary_cannot_query_discards",),
+        apply=_xqdiscard_for_any_boundary,
     ),
     Variant(
         name="xshadow-to-any-hop",
