@@ -8,6 +8,7 @@ Python traceback is ever needed to understand it.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,13 @@ class SourceRef:
     column: int = 0
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}" if self.line else str(self.path)
+        # relative to the working directory when below it, like pytest's node IDs: the
+        # same in reports whatever checkout or machine ran them
+        path = self.path
+        if path.is_absolute():
+            with contextlib.suppress(ValueError, OSError):
+                path = path.relative_to(Path.cwd())
+        return f"{path}:{self.line}" if self.line else str(path)
 
 
 def format_snippet(path: Path, line: int, column: int = 0, context: int = 2) -> str:
