@@ -182,8 +182,20 @@ class Run:
             await sink.start()
             self.sinks[name] = sink
         for link in topo.links():
-            proxy = FaultProxy(link, self.history)
-            await proxy.start()
+            fixed = self.target.link_address(link, topo)
+            if fixed is None:
+                proxy = FaultProxy(link, self.history)
+                await proxy.start()
+            else:
+                # an MTA the harness cannot re-route relays to a fixed address: be there
+                proxy = FaultProxy(link, self.history, listen_host=fixed[0])
+                try:
+                    await proxy.start(fixed[1])
+                except OSError as exc:
+                    raise TargetError(
+                        f"cannot listen on {fixed[0]}:{fixed[1]} for {link}, where "
+                        f"{self.target.label} relays: {exc}"
+                    ) from None
             self.proxies[link] = proxy
             dst = link.partition("->")[2]
             if dst in self.sinks:

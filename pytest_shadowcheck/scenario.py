@@ -225,11 +225,13 @@ def _plain(value: Any) -> Any:
 
 # --------------------------------------------------------------------------- loading
 
-_DURATION_SETTINGS = {
+#: every setting a scenario may give (Exchange names), and those that are durations
+SETTING_NAMES = frozenset(scenario_schema()["$defs"]["settings"]["properties"])
+DURATION_SETTINGS = frozenset(
     name
     for name, spec in scenario_schema()["$defs"]["settings"]["properties"].items()
     if spec == {"$ref": "#/$defs/duration"}
-}
+)
 
 
 def _topology_dirs(path: Path) -> list[Path]:
@@ -358,7 +360,7 @@ def load_scenario_file(path: Path) -> list[Scenario]:
             in_raw = key in raw.get("settings", {})
             spath = [*base, "settings", key] if in_raw else ["defaults", "settings", key]
             at = SourceRef(path, *locate(doc, spath))
-            settings[key] = parse_duration(value, at) if key in _DURATION_SETTINGS else value
+            settings[key] = parse_duration(value, at) if key in DURATION_SETTINGS else value
         node_settings: dict[str, dict[str, Any]] = {}
         for node, values in raw.get("node_settings", {}).items():
             if node not in topology.nodes:
@@ -369,7 +371,7 @@ def load_scenario_file(path: Path) -> list[Scenario]:
                 )
             node_settings[node] = {
                 key: parse_duration(value, where("node_settings", node, key))
-                if key in _DURATION_SETTINGS
+                if key in DURATION_SETTINGS
                 else value
                 for key, value in values.items()
             }
@@ -537,7 +539,7 @@ class _Context:
             for i, node in enumerate(arg.get("nodes", [])):
                 self.node(node, [*p, "nodes", i])
             for key, value in list(arg["values"].items()):
-                if key in _DURATION_SETTINGS:
+                if key in DURATION_SETTINGS:
                     arg["values"][key] = self.duration(value, [*p, "values", key])
         elif kind in ("resubmit", "snapshot"):
             self.node(arg["node"], [*p, "node"])

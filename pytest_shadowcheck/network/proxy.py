@@ -83,11 +83,13 @@ class FaultProxy:
 
     # -- lifecycle ---------------------------------------------------------------
 
-    async def start(self) -> tuple[str, int]:
-        """Listen on an ephemeral port; return (and keep in :attr:`address`) it."""
+    async def start(self, port: int = 0) -> tuple[str, int]:
+        """Listen on ``port`` of ``listen_host`` (0: an ephemeral one, the default; a
+        fixed one where an MTA the harness cannot re-route expects it); return (and keep
+        in :attr:`address`) where it listens."""
         if self._server is not None:
             raise RuntimeError(f"proxy {self.link} already started")
-        self._server = await asyncio.start_server(self._handle_client, self.listen_host, 0)
+        self._server = await asyncio.start_server(self._handle_client, self.listen_host, port)
         host, port = self._server.sockets[0].getsockname()[:2]
         self._address = (host, port)
         return self._address

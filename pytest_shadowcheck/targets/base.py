@@ -121,6 +121,13 @@ class Target(abc.ABC):
         (a ``log`` check is then UNTESTABLE)."""
         return None
 
+    def link_address(self, link: str, topology: Topology) -> tuple[str, int] | None:
+        """Where the harness must listen for ``link`` ("mbx1->mailbox", "mbx1->mbx2"):
+        the fixed address a node relays to or reaches its peer at, for an MTA whose
+        routes the harness cannot set. None (the default): any free port, given to the
+        nodes in the ClusterPlan."""
+        return None
+
     # -- node actions (only called with the matching capability) -------------
 
     async def kill(self, node: str) -> None:
