@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -263,3 +264,22 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         f"({state.target.version()}), run {state.run_id}",
         "shadowcheck scenarios: " + ", ".join(str(p) for p in config.args),
     ]
+
+
+def pytest_report_collectionfinish(
+    config: pytest.Config, start_path: Path, items: Sequence[pytest.Item]
+) -> list[str] | None:
+    """With --collect-only: which scenarios the target can run, and what each other one
+    needs (a capability, a relay, a setting) - before anything runs."""
+    if not enabled(config) or not config.option.collectonly or STATE_KEY not in config.stash:
+        return None
+    from .collect import ScenarioItem
+
+    state = get_state(config)
+    scenarios = [item for item in items if isinstance(item, ScenarioItem)]
+    needs = {item.nodeid: state.why_untestable(item.scenario) for item in scenarios}
+    runnable = sum(1 for why in needs.values() if why is None)
+    lines = [f"target {state.target.label}: {runnable} of {len(scenarios)} scenario(s) can run"]
+    for nodeid, why in needs.items():
+        lines.append(f"  runs        {nodeid}" if why is None else f"  UNTESTABLE  {nodeid}: {why}")
+    return lines

@@ -84,6 +84,19 @@ class ShadowcheckState:
             return factory.mktemp(f"shadowcheck-{name[:40]}", numbered=True)
         return Path(tempfile.mkdtemp(prefix=f"shadowcheck-{name[:40]}-"))
 
+    def why_untestable(self, scenario: Scenario) -> str | None:
+        """Why the target cannot run ``scenario`` at all (UNTESTABLE), or None."""
+        target = self.target
+        why = missing_capability_reason(scenario, target)
+        if why is None and scenario.node_settings and not target.per_node_settings:
+            why = (
+                f"target {target.label} cannot give single nodes settings of their own "
+                f"(node_settings for {', '.join(scenario.node_settings)})"
+            )
+        if why is None and (other := target.cannot_run(scenario)):
+            why = f"target {target.label}: {other}"
+        return why
+
     def run(self, item: ScenarioItem) -> Verdict:
         from .engine import run_scenario
         from .progress import Progress
@@ -96,14 +109,7 @@ class ShadowcheckState:
             source=str(scenario.where),
             title=scenario.title,
         )
-        why = missing_capability_reason(scenario, target)
-        if why is None and scenario.node_settings and not target.per_node_settings:
-            why = (
-                f"target {target.label} cannot give single nodes settings of their own "
-                f"(node_settings for {', '.join(scenario.node_settings)})"
-            )
-        if why is None and (other := target.cannot_run(scenario)):
-            why = f"target {target.label}: {other}"
+        why = self.why_untestable(scenario)
         if why:
             verdict.untestable(why)
             return verdict

@@ -184,3 +184,21 @@ def test_undeclared_settings_and_routes_are_named(
     )
     result.assert_outcomes(skipped=3)
     result.stdout.fnmatch_lines(["*give each node `relays` and `peers` in a nodes.yaml*"])
+
+
+def test_collect_only_lists_what_each_scenario_needs(
+    pytester: pytest.Pytester, black_box: Path
+) -> None:
+    (pytester.path / "library").mkdir()
+    (pytester.path / "library" / "s.yaml").write_text(LIBRARY, encoding="utf-8")
+    result = pytester.runpytest(
+        "--shadowcheck", f"--shadowcheck-target=external:{black_box}", "--collect-only", "library"
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "target black-box-reference: 1 of 3 scenario(s) can run",
+            "  runs        library/s.yaml::copied_and_delivered_through_fixed_routes*",
+            "  UNTESTABLE  library/s.yaml::needs_a_setting_the_mta_lacks*RejectMessage*",
+            "  UNTESTABLE  library/s.yaml::needs_a_relay_the_mta_lacks*relays no remote.test*",
+        ]
+    )
