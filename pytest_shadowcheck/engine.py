@@ -495,12 +495,14 @@ class Run:
 def default_body(scenario: str, ref: str) -> str:
     """What a message says unless the scenario gives a body: lines that a transport
     must carry unchanged but easily mangles - dot-stuffing, a line near the 998-byte
-    limit - so that the integrity invariant catches a copy altered on its way."""
+    limit, 8-bit text - so that the integrity invariant catches a copy altered on its
+    way."""
     return (
         f"scenario {scenario}, message {ref}\n"
         ".a line starting with a dot: the transport dot-stuffs it on every hop\n"
         "..and one starting with two\n"
         ".\n" + "L" * 990 + "\n"
+        "8-bit, as UTF-8 with no transfer encoding: Grüße aus Zürich, naïve café, ½ €\n"
         "the end\n"
     )
 

@@ -191,6 +191,8 @@ def make_message(
         "Message-ID": message_id or new_message_id(),
         "MIME-Version": "1.0",
         "Content-Type": "text/plain; charset=utf-8",
+        # the default bodies carry 8-bit UTF-8 text as is (RFC 6152 8BITMIME)
+        "Content-Transfer-Encoding": "8bit",
     }
     fields.update(headers or {})
     head = "".join(f"{name}: {value}\r\n" for name, value in fields.items()).encode()
