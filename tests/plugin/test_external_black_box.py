@@ -147,14 +147,16 @@ def black_box(tmp_path: Path) -> Iterator[Path]:
             proc.wait(timeout=10)
 
 
+def _run_library(pytester: pytest.Pytester, nodes: Path, *extra: str) -> pytest.RunResult:
+    (pytester.path / "library").mkdir()
+    (pytester.path / "library" / "s.yaml").write_text(LIBRARY, encoding="utf-8")
+    return pytester.runpytest("--shadowcheck", f"--shadowcheck-target=external:{nodes}", *extra)
+
+
 def test_a_black_box_is_tested_on_the_links_its_admin_configured(
     pytester: pytest.Pytester, black_box: Path
 ) -> None:
-    (pytester.path / "library").mkdir()
-    (pytester.path / "library" / "s.yaml").write_text(LIBRARY, encoding="utf-8")
-    result = pytester.runpytest(
-        "--shadowcheck", f"--shadowcheck-target=external:{black_box}", "-rs", "library"
-    )
+    result = _run_library(pytester, black_box, "-rs", "library")
     result.assert_outcomes(passed=1, skipped=2)
     out = result.stdout.str()
     # the relay link and the peer link went through the harness at the MTA's own addresses
@@ -177,11 +179,7 @@ def test_undeclared_settings_and_routes_are_named(
     for spec in data["nodes"].values():
         del spec["relays"], spec["peers"]
     black_box.write_text(yaml.safe_dump(data))
-    (pytester.path / "library").mkdir()
-    (pytester.path / "library" / "s.yaml").write_text(LIBRARY, encoding="utf-8")
-    result = pytester.runpytest(
-        "--shadowcheck", f"--shadowcheck-target=external:{black_box}", "-rs", "library"
-    )
+    result = _run_library(pytester, black_box, "-rs", "library")
     result.assert_outcomes(skipped=3)
     result.stdout.fnmatch_lines(["*give each node `relays` and `peers` in a nodes.yaml*"])
 
@@ -189,11 +187,7 @@ def test_undeclared_settings_and_routes_are_named(
 def test_collect_only_lists_what_each_scenario_needs(
     pytester: pytest.Pytester, black_box: Path
 ) -> None:
-    (pytester.path / "library").mkdir()
-    (pytester.path / "library" / "s.yaml").write_text(LIBRARY, encoding="utf-8")
-    result = pytester.runpytest(
-        "--shadowcheck", f"--shadowcheck-target=external:{black_box}", "--collect-only", "library"
-    )
+    result = _run_library(pytester, black_box, "--collect-only", "library")
     result.stdout.fnmatch_lines(
         [
             "target black-box-reference: 1 of 3 scenario(s) can run",

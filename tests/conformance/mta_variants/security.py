@@ -51,18 +51,22 @@ def _accepts_xqdiscard_from_anyone() -> None:
         if self._is_peer():
             await original(self, arg)
             return
-        node = self.node
-        pending = {e["shadow_node"] for e in node.db.discard_events() if not e["handed_out_at"]}
-        lines = [f"DBID {node.db.db_id}"]
-        for shadow in sorted(pending):
-            taken = node.db.take_discards(shadow, node.clock.now())
-            lines += [f"DISCARD {message}" for message in taken]
-        lines.append(f"{len(lines) - 1} discard notifications")
-        for line in lines[:-1]:
-            await self.push("250-" + line)
-        await self.push("250 " + lines[-1])
+        await _hand_out_every_pending_discard(self)
 
     NodeSMTP.smtp_XQDISCARD = smtp_XQDISCARD  # type: ignore[method-assign]
+
+
+async def _hand_out_every_pending_discard(session: Any) -> None:
+    """Answer XQDISCARD with every shadow's pending notifications, whoever asked."""
+    node = session.node
+    pending = {e["shadow_node"] for e in node.db.discard_events() if not e["handed_out_at"]}
+    lines = [f"DBID {node.db.db_id}"]
+    for shadow in sorted(pending):
+        lines += [f"DISCARD {m}" for m in node.db.take_discards(shadow, node.clock.now())]
+    lines.append(f"{len(lines) - 1} discard notifications")
+    for line in lines[:-1]:
+        await session.push("250-" + line)
+    await session.push("250 " + lines[-1])
 
 
 def _xqdiscard_for_any_boundary() -> None:
@@ -77,15 +81,7 @@ def _xqdiscard_for_any_boundary() -> None:
         if peer is None or self.node.same_boundary(peer):
             await original(self, arg)
             return
-        node = self.node
-        pending = {e["shadow_node"] for e in node.db.discard_events() if not e["handed_out_at"]}
-        lines = [f"DBID {node.db.db_id}"]
-        for shadow in sorted(pending):
-            lines += [f"DISCARD {m}" for m in node.db.take_discards(shadow, node.clock.now())]
-        lines.append(f"{len(lines) - 1} discard notifications")
-        for line in lines[:-1]:
-            await self.push("250-" + line)
-        await self.push("250 " + lines[-1])
+        await _hand_out_every_pending_discard(self)
 
     NodeSMTP.smtp_XQDISCARD = smtp_XQDISCARD  # type: ignore[method-assign]
 
