@@ -207,3 +207,28 @@ def test_script_validation() -> None:
         sink.script("RCPT", "451 4.3.0 later", times=0)
     with pytest.raises(RuntimeError, match="not started"):
         _ = sink.address
+
+
+@pytest.mark.parametrize(
+    "arg",
+    [
+        "<alice@corp.test>",
+        "<alice@corp.test> SIZE=1000 BODY=8BITMIME",
+        " <x.y+tag@sub.d-x.test>  X=1 ",
+        "<>",
+        "bare@corp.test",
+        '<"quoted local"@corp.test>',
+        "<@route:alice@corp.test>",
+        "<unterminated@corp.test",
+        "<no-at-sign>",
+    ],
+)
+def test_the_sinks_address_fast_path_reads_what_aiosmtpd_reads(arg: str) -> None:
+    # the sink's shortcut for plain <local@domain> must agree with aiosmtpd's RFC 5322
+    # parser on every form, plain or not (the others go to that parser)
+    from aiosmtpd.smtp import SMTP
+
+    from pytest_shadowcheck.network.sink import _SinkSMTP
+
+    handler = object()
+    assert _SinkSMTP(handler)._getaddr(arg) == SMTP(handler)._getaddr(arg)
