@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import secrets
 import traceback
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -492,6 +494,22 @@ class Run:
         self.history.record("step", text=f"resubmit requested on {node}: {body} -> {answer}")
 
 
+def run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """Run the scenario's event loop: uvloop (as the reference nodes do) unless
+    SHADOWCHECK_LOOP=asyncio. The harness's proxies and sinks must outrun any MTA it
+    tests; on uvloop its own sink takes about twice the messages per second
+    (benchmarks/bench_harness.py --uvloop)."""
+    if os.environ.get("SHADOWCHECK_LOOP", "uvloop") != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            uvloop.run(main)
+            return
+    asyncio.run(main)
+
+
 def default_body(scenario: str, ref: str) -> str:
     """What a message says unless the scenario gives a body: lines that a transport
     must carry unchanged but easily mangles - dot-stuffing, a line near the 998-byte
@@ -634,7 +652,7 @@ def run_scenario(
                 verdict.diagnostics = target.diagnostics()
             await run.teardown()
 
-    asyncio.run(main())
+    run_loop(main())
     if history_file is not None:
         history.write_json(history_file)
     return verdict
