@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from .checks import find_event, matcher_text
 from .integrity import envelope_of
 from .network.client import RawReply, RecordingClient, Reply, SendResult, make_message
 from .network.smtp_text import dot_stuff, mask_auth_line, parse_enhanced_code, peer_auth_line
@@ -100,6 +101,9 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
     )
     # replies[0] is the greeting; then one reply per item sent, fewer if the server hung up
     answers: list[RawReply | None] = [*replies[1:], *[None] * len(items)][: len(items)]
+    # the scenario's given (e.g. "a shadow copy was made") governs these checks too
+    given = run.scenario.given
+    unmet = given is not None and find_event(run, given) is None
     for item, answer in zip(items, answers, strict=True):
         shown = _shown(item)
         if "message" in item:
@@ -112,14 +116,22 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
             and re.search(item["reply"], _reply_text(answer)) is not None
         )
         around = answer.t if answer is not None else run.history.now()
+        expected = f"{via} answers {shown} with a reply matching /{item['reply']}/"
+        if unmet and given is not None:
+            status, observed = Status.NOT_APPLICABLE, (
+                f"{matcher_text(given)} had not happened, so there was nothing to check "
+                f"(the reply was: {_describe(answer)})"
+            )
+        else:
+            status, observed = (Status.PASS if ok else Status.FAIL), _describe(answer)
         verdict.add(
             CheckResult(
                 f"session reply to {shown}",
-                Status.PASS if ok else Status.FAIL,
-                f"{via} answers {shown} with a reply matching /{item['reply']}/",
-                _describe(answer),
+                status,
+                expected,
+                observed,
                 where=item.get("where", str(step.where)),
-                excerpt=run.excerpt(around, [link]),
+                excerpt="" if unmet else run.excerpt(around, [link]),
                 behaviours=list(arg.get("behaviours", [])),
             )
         )
