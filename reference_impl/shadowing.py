@@ -24,6 +24,7 @@ from .config import NodeConfig
 from .peer_link import PeerError, PeerLink
 from .queue_db import Message, new_id
 from .smtp_in import PeerState
+from .stall_watch import StallWatch
 
 if TYPE_CHECKING:
     from .node import Node
@@ -44,9 +45,12 @@ class Shadowing:
         self._failed_since_contact: set[str] = set()
         #: primary -> when this node resumed after standing still (see _note_stall)
         self._stalled_at: dict[str, float] = {}
+        self.stalls = StallWatch(node.clock.now)
         self.attempt_log: list[dict[str, Any]] = []
 
     def start(self) -> None:
+        if self.node.clock.mode == "real":
+            self.node.background(self.stalls.run())
         for primary in self.node.db.shadow_primaries():
             self.ensure_heartbeat(primary)
 
@@ -239,12 +243,15 @@ class Shadowing:
             await self.heartbeat(primary)
 
     def _note_stall(self, primary: str, since: float, expected: float) -> bool:
-        """Whether this node itself stood still (frozen, starved) since ``since`` for far
-        longer than ``expected``: the time it missed says nothing of the primary, so the
-        primary's unreachability is then measured from now on. Real clock only: a
-        virtual clock jumps by design."""
+        """Whether this node itself stood still (frozen, starved) since ``since``: its
+        watchdog saw the loop stand still, or a wait outlasted ``expected`` by far. The
+        time it missed says nothing of the primary, so the primary's unreachability is
+        then measured from now on. Real clock only: a virtual clock jumps by design."""
         now = self.node.clock.now()
-        if self.node.clock.mode != "real" or now - since <= 2 * expected + 1.0:
+        if self.node.clock.mode != "real":
+            return False
+        # the watchdog saw the loop stand still, or this wait outlasted its own timer by far
+        if not self.stalls.stood_still_since(since) and now - since <= 2 * expected + 1.0:
             return False
         self._stalled_at[primary] = now
         return True
