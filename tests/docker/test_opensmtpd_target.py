@@ -1,0 +1,109 @@
+"""Debian's OpenSMTPD through the docker target (targets/opensmtpd.yaml), on a real engine.
+
+The image is built from its recipe unless one with the current recipe hash is
+already there; every scenario starts real containers (host networking,
+loopback ports) and nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dockerkit import TARGETS, leftovers
+
+from pytest_shadowcheck.engine import run_scenario
+from pytest_shadowcheck.scenario import load_scenario_file
+from pytest_shadowcheck.targets.docker import DockerTarget
+from pytest_shadowcheck.verdict import Status
+
+pytestmark = pytest.mark.docker
+
+# OpenSMTPD retries a deferred message only after 400 s (its scheduler's fixed
+# backoff), so the message is caught while its first delivery is under way: the
+# next hop's greeting is held back, then the node is killed (or its queue wiped).
+SCENARIOS = """
+defaults:
+  topology: single-node
+  timeout: 90s
+scenarios:
+  - name: acknowledged_message_survives_kill_and_restart
+    title: an acknowledged message, its delivery under way, survives kill -9 and a restart
+    behaviours: [PR-3]
+    steps:
+      - fault: {link: mbx1->mailbox, kind: slow_greeting, seconds: 60s}
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - wait: 1s
+      - kill: mbx1
+      - heal: mbx1->mailbox
+      - restart: mbx1
+    expect:
+      - reply: {message: m1, code: 250}
+      - delivered: {message: m1, to: mailbox, by: mbx1, within: 20s}
+  - name: acknowledged_message_gone_with_a_wiped_queue
+    title: the same message is gone when the queue is wiped instead (the only copy)
+    behaviours: [PR-3]
+    steps:
+      - fault: {link: mbx1->mailbox, kind: slow_greeting, seconds: 60s}
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - wait: 1s
+      - wipe: mbx1
+      - heal: mbx1->mailbox
+    expect:
+      - not_delivered: {message: m1, for: 6s}
+  - name: each_domain_to_its_own_next_hop
+    title: one message for two domains reaches each domain's next hop, relayed by the node
+    topology: security-two-next-hops
+    behaviours: [XS-5]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test, dan@other.test]}
+    expect:
+      - reply: {message: m1, code: 250}
+      - delivered: {message: m1, to: mailbox, by: mbx1, within: 10s}
+      - delivered: {message: m1, to: other, by: mbx1, within: 10s}
+"""
+
+
+@pytest.fixture(scope="module")
+def opensmtpd_image(engine: Any) -> str:
+    """Built unless the image with the current recipe hash exists (CI caches it)."""
+    from pytest_shadowcheck.images import build
+
+    return build(["opensmtpd"], client=engine, log=lambda _: None)["opensmtpd"]
+
+
+@pytest.mark.usefixtures("opensmtpd_image")
+def test_opensmtpd_relays_and_keeps_an_acknowledged_message_across_kill_and_restart(
+    engine: Any, tmp_path: Path, tidy: list[str]
+) -> None:
+    run_id = f"test-{uuid.uuid4().hex[:8]}"
+    tidy.append(run_id)
+    path = tmp_path / "opensmtpd.yaml"
+    path.write_text(SCENARIOS.lstrip())
+    kept, wiped, routed = load_scenario_file(path)
+    target = DockerTarget(str(TARGETS / "opensmtpd.yaml"), run_id=run_id)
+    assert target.version().startswith("OpenSMTPD 6.8.")
+
+    verdict = run_scenario(kept, target, workdir=tmp_path / "kept")
+    assert verdict.status == Status.PASS, verdict.failures
+    log = (tmp_path / "kept" / "mbx1.log").read_text()
+    assert log.count("--- container ") == 2  # killed container, then the restarted one
+    # accepted by one container, delivered by the other from the same queue
+    (evpid,) = re.findall(r"smtp envelope evpid=(\w+)", log)
+    accepted, delivered = sorted(log.split("--- container ")[1:], key=lambda b: "result=" in b)
+    assert f"smtp envelope evpid={evpid}" in accepted and 'result="Ok"' not in accepted
+    assert re.search(rf'mta delivery evpid={evpid} .* result="Ok"', delivered), delivered
+
+    verdict = run_scenario(wiped, target, workdir=tmp_path / "wiped")
+    assert verdict.status == Status.OUTSIDE_GUARANTEE, verdict.failures
+    loss = next(c for c in verdict.checks if c.name == "no loss of m1")
+    assert "mbx1 had its queue database wiped" in loss.observed
+
+    verdict = run_scenario(routed, target, workdir=tmp_path / "routed")
+    assert verdict.status == Status.PASS, verdict.failures
+    conf = (tmp_path / "routed" / "mbx1" / "files" / "etc" / "smtpd.conf").read_text()
+    assert conf.count("relay host smtp+notls://127.0.0.1:") == 2
+    assert leftovers(engine, run_id) == []
