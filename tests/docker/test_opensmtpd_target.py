@@ -17,7 +17,13 @@ from dockerkit import TARGETS, leftovers
 
 from pytest_shadowcheck.engine import run_scenario
 from pytest_shadowcheck.scenario import load_scenario_file
+from pytest_shadowcheck.targets.base import ClusterPlan
 from pytest_shadowcheck.targets.docker import DockerTarget
+from pytest_shadowcheck.targets.docker_description import (
+    NodePorts,
+    load_description,
+    render_node,
+)
 from pytest_shadowcheck.verdict import Status
 
 pytestmark = pytest.mark.docker
@@ -66,6 +72,67 @@ scenarios:
       - delivered: {message: m1, to: mailbox, by: mbx1, within: 10s}
       - delivered: {message: m1, to: other, by: mbx1, within: 10s}
 """
+
+
+TWO_HOPS = """
+defaults:
+  topology: security-two-next-hops
+  settings:
+    {TransientFailureRetryInterval: 0.5s, MessageExpirationTimeout: 2d, MaxMessageSize: 1000}
+scenarios:
+  - name: two_hops
+    behaviours: [XS-5]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+"""
+
+
+def _rendered(tmp_path: Path) -> tuple[str, list[str]]:
+    path = tmp_path / "two.yaml"
+    path.write_text(TWO_HOPS.lstrip())
+    (scenario,) = load_scenario_file(path)
+    hops = {"corp.test": "127.0.0.1:41100", "other.test": "127.0.0.1:41101"}
+    plan = ClusterPlan(
+        topology=scenario.topology,
+        settings=dict(scenario.settings),
+        peers={"mbx1": {"mbx2": "127.0.0.1:41002"}, "mbx2": {"mbx1": "127.0.0.1:41001"}},
+        next_hops={
+            node: {d: {"address": a, "kind": "mailbox"} for d, a in hops.items()}
+            for node in ("mbx1", "mbx2")
+        },
+        workdir=tmp_path / "work",
+    )
+    ports = {"mbx1": NodePorts(smtp=42001), "mbx2": NodePorts(smtp=42002)}
+    node = render_node(load_description(TARGETS / "opensmtpd.yaml"), plan, "mbx1", ports, "r")
+    return node.files["/etc/smtpd.conf"][0].decode(), node.command
+
+
+@pytest.mark.usefixtures("opensmtpd_image")
+def test_the_rendered_configuration_is_one_smtpd_accepts(engine: Any, tmp_path: Path) -> None:
+    conf, command = _rendered(tmp_path)
+    assert "listen on 127.0.0.1 port 42001 hostname mbx1.shadowcheck.test" in conf
+    assert "relay host smtp+notls://127.0.0.1:41101 helo mbx1.shadowcheck.test" in conf
+    assert 'match from any for domain "other.test" action "hop2"' in conf
+    assert "queue ttl 172800s" in conf and "smtp max-message-size 1000" in conf
+    # the retry interval, in whole seconds, drives smtpctl schedule all beside smtpd
+    assert "while sleep 1 " in command[-1] and "smtpctl schedule all" in command[-1]
+
+    def check(text: str) -> tuple[int, str]:
+        # smtpd -n: parse the configuration and exit, as an admin checks an edit
+        script = 'printf %s "$CONF" > /tmp/smtpd.conf && smtpd -n -f /tmp/smtpd.conf'
+        container = engine.containers.run(
+            "shadowcheck/opensmtpd:6.8", ["sh", "-c", script], environment={"CONF": text},
+            network_mode="none", detach=True,
+        )  # fmt: skip
+        try:
+            code = int(container.wait(timeout=30)["StatusCode"])
+            return code, container.logs().decode()
+        finally:
+            container.remove(force=True)
+
+    assert check(conf) == (0, "configuration OK\n")
+    code, said = check(conf.replace("relay host", "relay hots"))
+    assert code != 0 and "syntax error" in said, said
 
 
 @pytest.fixture(scope="module")
