@@ -6,6 +6,7 @@
   from the Debian mirror the host's apt already uses, turned into an image by
   ``docker import`` (tag ``shadowcheck/debian-base:HASH``);
 * ``postfix``: Debian's Postfix 3.7 on that base (``recipes/postfix``);
+* ``opensmtpd``: Debian's OpenSMTPD 6.8 on that base (``recipes/opensmtpd``);
 * ``reference``: the reference MTA in a virtualenv on that base, installed
   from wheels built on the host (``pip wheel``; PyPI or the pip cache), so the
   image build itself fetches nothing but Debian packages.
@@ -60,6 +61,7 @@ class Recipe:
 
 RECIPES = {
     "postfix": Recipe("postfix", "shadowcheck/postfix:3.7", "Debian's Postfix 3.7"),
+    "opensmtpd": Recipe("opensmtpd", "shadowcheck/opensmtpd:6.8", "Debian's OpenSMTPD 6.8"),
     "reference": Recipe(
         "reference",
         "shadowcheck/reference:local",

@@ -1,0 +1,179 @@
+"""Debian's OpenSMTPD through the docker target (targets/opensmtpd.yaml), on a real engine.
+
+The image is built from its recipe unless one with the current recipe hash is
+already there; every scenario starts real containers (host networking,
+loopback ports) and nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dockerkit import TARGETS, leftovers
+
+from pytest_shadowcheck.engine import run_scenario
+from pytest_shadowcheck.scenario import load_scenario_file
+from pytest_shadowcheck.targets.base import ClusterPlan
+from pytest_shadowcheck.targets.docker import DockerTarget
+from pytest_shadowcheck.targets.docker_description import (
+    NodePorts,
+    load_description,
+    render_node,
+)
+from pytest_shadowcheck.verdict import Status
+
+pytestmark = pytest.mark.docker
+
+# OpenSMTPD's own retry schedule is 400 s; the description renders
+# TransientFailureRetryInterval as `smtpctl schedule all` every interval, so a
+# deferred message is tried again within seconds here.
+SCENARIOS = """
+defaults:
+  topology: single-node
+  settings: {TransientFailureRetryInterval: 1s}
+  timeout: 90s
+scenarios:
+  - name: acknowledged_message_survives_kill_and_restart
+    title: a deferred, acknowledged message survives kill -9 and a restart on the same queue
+    behaviours: [PR-3]
+    steps:
+      - sink: {name: mailbox, reply: "451 4.3.0 mailbox busy, try later"}
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - wait: 1s
+      - kill: mbx1
+      - restart: mbx1
+      - sink: {name: mailbox, reply: accept}
+    expect:
+      - reply: {message: m1, code: 250}
+      - delivered: {message: m1, to: mailbox, by: mbx1, within: 20s}
+  - name: acknowledged_message_gone_with_a_wiped_queue
+    title: the same message is gone when the queue is wiped instead (the only copy)
+    behaviours: [PR-3]
+    steps:
+      - sink: {name: mailbox, reply: "451 4.3.0 mailbox busy, try later"}
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - wait: 1s
+      - wipe: mbx1
+      - sink: {name: mailbox, reply: accept}
+    expect:
+      - not_delivered: {message: m1, for: 6s}
+  - name: each_domain_to_its_own_next_hop
+    title: one message for two domains reaches each domain's next hop, relayed by the node
+    topology: security-two-next-hops
+    behaviours: [XS-5]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test, dan@other.test]}
+    expect:
+      - reply: {message: m1, code: 250}
+      - delivered: {message: m1, to: mailbox, by: mbx1, within: 10s}
+      - delivered: {message: m1, to: other, by: mbx1, within: 10s}
+"""
+
+
+TWO_HOPS = """
+defaults:
+  topology: security-two-next-hops
+  settings:
+    {TransientFailureRetryInterval: 0.5s, MessageExpirationTimeout: 2d, MaxMessageSize: 1000}
+scenarios:
+  - name: two_hops
+    behaviours: [XS-5]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+"""
+
+
+def _rendered(tmp_path: Path) -> tuple[str, list[str]]:
+    path = tmp_path / "two.yaml"
+    path.write_text(TWO_HOPS.lstrip())
+    (scenario,) = load_scenario_file(path)
+    hops = {"corp.test": "127.0.0.1:41100", "other.test": "127.0.0.1:41101"}
+    plan = ClusterPlan(
+        topology=scenario.topology,
+        settings=dict(scenario.settings),
+        peers={"mbx1": {"mbx2": "127.0.0.1:41002"}, "mbx2": {"mbx1": "127.0.0.1:41001"}},
+        next_hops={
+            node: {d: {"address": a, "kind": "mailbox"} for d, a in hops.items()}
+            for node in ("mbx1", "mbx2")
+        },
+        workdir=tmp_path / "work",
+    )
+    ports = {"mbx1": NodePorts(smtp=42001), "mbx2": NodePorts(smtp=42002)}
+    node = render_node(load_description(TARGETS / "opensmtpd.yaml"), plan, "mbx1", ports, "r")
+    return node.files["/etc/smtpd.conf"][0].decode(), node.command
+
+
+@pytest.mark.usefixtures("opensmtpd_image")
+def test_the_rendered_configuration_is_one_smtpd_accepts(engine: Any, tmp_path: Path) -> None:
+    conf, command = _rendered(tmp_path)
+    assert "listen on 127.0.0.1 port 42001 hostname mbx1.shadowcheck.test" in conf
+    assert "relay host smtp+notls://127.0.0.1:41101 helo mbx1.shadowcheck.test" in conf
+    assert 'match from any for domain "other.test" action "hop2"' in conf
+    assert "queue ttl 172800s" in conf and "smtp max-message-size 1000" in conf
+    # the retry interval, in whole seconds, drives smtpctl schedule all beside smtpd
+    assert "while sleep 1 " in command[-1] and "smtpctl schedule all" in command[-1]
+
+    def check(text: str) -> tuple[int, str]:
+        # smtpd -n: parse the configuration and exit, as an admin checks an edit
+        script = 'printf %s "$CONF" > /tmp/smtpd.conf && smtpd -n -f /tmp/smtpd.conf'
+        container = engine.containers.run(
+            "shadowcheck/opensmtpd:6.8", ["sh", "-c", script], environment={"CONF": text},
+            network_mode="none", detach=True,
+        )  # fmt: skip
+        try:
+            code = int(container.wait(timeout=30)["StatusCode"])
+            return code, container.logs().decode()
+        finally:
+            container.remove(force=True)
+
+    assert check(conf) == (0, "configuration OK\n")
+    code, said = check(conf.replace("relay host", "relay hots"))
+    assert code != 0 and "syntax error" in said, said
+
+
+@pytest.fixture(scope="module")
+def opensmtpd_image(engine: Any) -> str:
+    """Built unless the image with the current recipe hash exists (CI caches it)."""
+    from pytest_shadowcheck.images import build
+
+    return build(["opensmtpd"], client=engine, log=lambda _: None)["opensmtpd"]
+
+
+@pytest.mark.usefixtures("opensmtpd_image")
+def test_opensmtpd_relays_and_keeps_an_acknowledged_message_across_kill_and_restart(
+    engine: Any, tmp_path: Path, tidy: list[str]
+) -> None:
+    run_id = f"test-{uuid.uuid4().hex[:8]}"
+    tidy.append(run_id)
+    path = tmp_path / "opensmtpd.yaml"
+    path.write_text(SCENARIOS.lstrip())
+    kept, wiped, routed = load_scenario_file(path)
+    target = DockerTarget(str(TARGETS / "opensmtpd.yaml"), run_id=run_id)
+    assert target.version().startswith("OpenSMTPD 6.8.")
+
+    verdict = run_scenario(kept, target, workdir=tmp_path / "kept")
+    assert verdict.status == Status.PASS, verdict.failures
+    log = (tmp_path / "kept" / "mbx1.log").read_text()
+    assert log.count("--- container ") == 2  # killed container, then the restarted one
+    # accepted and deferred by one container, delivered by the next from the same queue
+    (evpid,) = re.findall(r"smtp envelope evpid=(\w+)", log)
+    blocks = log.split("--- container ")[1:]
+    accepted = next(b for b in blocks if "smtp envelope" in b)
+    (delivered,) = (b for b in blocks if b is not accepted)
+    assert re.search(rf'mta delivery evpid={evpid} .* result="TempFail"', accepted), accepted
+    assert re.search(rf'mta delivery evpid={evpid} .* result="Ok"', delivered), delivered
+
+    verdict = run_scenario(wiped, target, workdir=tmp_path / "wiped")
+    assert verdict.status == Status.OUTSIDE_GUARANTEE, verdict.failures
+    loss = next(c for c in verdict.checks if c.name == "no loss of m1")
+    assert "mbx1 had its queue database wiped" in loss.observed
+
+    verdict = run_scenario(routed, target, workdir=tmp_path / "routed")
+    assert verdict.status == Status.PASS, verdict.failures
+    conf = (tmp_path / "routed" / "mbx1" / "files" / "etc" / "smtpd.conf").read_text()
+    assert conf.count("relay host smtp+notls://127.0.0.1:") == 2
+    assert leftovers(engine, run_id) == []
