@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from math import inf
 from typing import TYPE_CHECKING, Any
 
 from .nemesis import NODE_FAULTS
@@ -92,6 +93,8 @@ class WorkloadReport:
     temporary_failures: int
     recoveries: list[tuple[str, float | None]]
     faults: int
+    #: the nemesis's faults, in order (what a loss is blamed on)
+    windows: list[Window] = field(default_factory=list)
 
     def of(self, fate: str) -> list[Fate]:
         return [f for f in self.fates.values() if f.fate == fate]
@@ -216,6 +219,7 @@ def check_workload(
         availability=_availability(fates, acks),
         temporary_failures=temporary,
         recoveries=_recoveries(faults, fates),
+        windows=faults,
         faults=len(faults),
     )
 
@@ -341,6 +345,24 @@ def _entries(answer: Any) -> list[dict[str, Any]]:
     return []
 
 
+def _blamed(lost: list[Fate], faults: list[Window], behaviours: list[str]) -> list[str]:
+    """The behaviours a loss evidences: those of the faults that hit the lost messages'
+    primaries (a wipe is PR-2's promise, a kill and restart PR-3's, a pause or a broken
+    link PR-1's), among the workload's; all of them when no fault explains it."""
+    blamed = set()
+    for fate in lost:
+        kinds = {w.kind for w in faults if w.touches(fate.via) and w.meets(fate.sent, inf)}
+        # the fault that can destroy a queue first: a wipe, then a kill, then the rest
+        if "wipe" in kinds:
+            blamed.add("PR-2")
+        elif kinds & {"kill", "restart"}:
+            blamed.add("PR-3")
+        elif kinds:
+            blamed.add("PR-1")
+    chosen = [b for b in behaviours if b in blamed]
+    return chosen or behaviours
+
+
 def _listed(fates: list[Fate]) -> str:
     shown = ", ".join(
         f"{f.ref} {f.message_id} (via {f.via}"
@@ -367,10 +389,11 @@ def results(
     name = f"workload {report.workload}: no acknowledged message lost"
     expected = "every acknowledged message delivered to every recipient (or still queued)"
     if lost:
+        blamed = _blamed(lost, report.windows, behaviours)
         loss = CheckResult(
             name, Status.FAIL, expected,
             f"{len(lost)} acknowledged message(s) never delivered: {_listed(lost)}. {figures}",
-            where=where, excerpt=excerpt, behaviours=behaviours,
+            where=where, excerpt=excerpt, behaviours=blamed,
         )  # fmt: skip
     elif outside_lost:
         loss = CheckResult(

@@ -228,6 +228,26 @@ def test_one_node_down_is_no_excuse() -> None:
     assert check_workload(h, "w", 1).fates["m"].fate == "lost"
 
 
+def test_a_loss_is_blamed_on_the_fault_that_could_destroy_the_queue() -> None:
+    # paused, then wiped: the wipe lost it (PR-2), not the pause (PR-1) nor PR-3
+    h = History()
+    _attempt(h, "m", "mbx1", 250, ["a@corp.test"])
+    _fault(h, 0, "pause", ["mbx1"], "start")
+    _fault(h, 0, "pause", ["mbx1"], "end")
+    _fault(h, 1, "wipe", ["mbx1"], "start")
+    _fault(h, 1, "wipe", ["mbx1"], "end")
+    report = check_workload(h, "w", 1)
+    loss = results(report, ["PR-1", "PR-2", "PR-3"], "x.yaml:1")[0]
+    assert loss.status == Status.FAIL and loss.behaviours == ["PR-2"]
+    # killed and restarted on its queue: PR-3's promise
+    h = History()
+    _attempt(h, "m", "mbx1", 250, ["a@corp.test"])
+    _fault(h, 0, "kill", ["mbx1"], "start")
+    _fault(h, 0, "kill", ["mbx1"], "end")
+    loss = results(check_workload(h, "w", 1), ["PR-1", "PR-2", "PR-3"], "x.yaml:1")[0]
+    assert loss.behaviours == ["PR-3"]
+
+
 def test_workload_errors_name_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(
