@@ -60,6 +60,7 @@ class Recipe:
 
 RECIPES = {
     "postfix": Recipe("postfix", "shadowcheck/postfix:3.7", "Debian's Postfix 3.7"),
+    "exim": Recipe("exim", "shadowcheck/exim:4.96", "Debian's Exim 4.96 (exim4-daemon-light)"),
     "reference": Recipe(
         "reference",
         "shadowcheck/reference:local",
