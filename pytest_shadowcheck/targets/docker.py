@@ -636,6 +636,8 @@ class DockerTarget(Target):
         if admin.check:
             await self._admin(node, admin.check, f"check of {what}")
         await self._admin(node, admin.reload, f"reload for {what}")
+        # an MTA that re-executes itself on reload (Exim) listens again only later
+        await self._wait_ready(node)
 
     async def wipe(self, node: str) -> NodeHandle:
         await asyncio.to_thread(self._kill, node)
