@@ -198,13 +198,25 @@ class DockerTarget(Target):
     def _find_image(self) -> Any:
         from docker.errors import ImageNotFound
 
+        from ..images import RECIPES, Recipe, RecipeError, recipe_hash, user_recipe
+
         desc = self.description
         where = desc.where("image")
+        recipe: str | Recipe | None = desc.recipe
+        build = f"python -m pytest_shadowcheck.images build {desc.recipe}"
+        if desc.recipe and desc.recipe not in RECIPES:
+            # a user's recipe: a directory, relative to the description
+            path = desc.path.parent / desc.recipe
+            try:
+                recipe = user_recipe(path, desc.image)
+            except RecipeError as exc:
+                raise TargetError(f"{desc.where('recipe')}: {exc}") from None
+            build = f"python -m pytest_shadowcheck.images build --recipe {path} --tag {desc.image}"
         try:
             image = self.client.images.get(desc.image)
         except ImageNotFound:
             how = (
-                f"build it: python -m pytest_shadowcheck.images build {desc.recipe}"
+                f"build it: {build}"
                 if desc.recipe
                 else "build or load it (docker build -t / docker load / docker tag) "
                 "and name it in 'image'"
@@ -213,11 +225,9 @@ class DockerTarget(Target):
                 f"{where}: image {desc.image!r} is not in the local Docker engine "
                 f"(no registry is used); {how}"
             ) from None
-        if desc.recipe:
-            from ..images import RecipeError, recipe_hash
-
+        if recipe is not None:
             try:
-                wanted = recipe_hash(desc.recipe)
+                wanted = recipe_hash(recipe)
             except RecipeError:
                 wanted = None  # no source tree to compare with: trust the image
             built = (image.labels or {}).get(RECIPE_HASH_LABEL)
@@ -225,7 +235,7 @@ class DockerTarget(Target):
                 raise TargetError(
                     f"{where}: image {desc.image!r} was not built from the current "
                     f"{desc.recipe!r} recipe (label {built}, recipe {wanted}); rebuild it: "
-                    f"python -m pytest_shadowcheck.images build {desc.recipe}"
+                    f"{build}"
                 )
         return image
 

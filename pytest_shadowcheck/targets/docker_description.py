@@ -48,7 +48,7 @@ LISTEN_HOST = "127.0.0.1"
 _KEYS = {
     "name": "label shown in reports (default: the file name)",
     "image": "the image to run (required)",
-    "recipe": "bundled recipe that builds the image (python -m pytest_shadowcheck.images)",
+    "recipe": "the recipe that builds the image: a bundled one or your directory (images build)",
     "max_nodes": "how many nodes the target can run at once",
     "queue_dir": "directory of the durable queue: a named volume per node",
     "files": "path in the container -> template (or {template, mode})",

@@ -6,6 +6,7 @@ locally built images; nothing is mocked.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -340,3 +341,39 @@ def test_admin_adapters_list_the_queue_reload_settings_and_reroute(
     config = (tmp_path / "work" / "mbx1" / "files" / main_cf).read_text()
     assert timeout_line in config and "127.0.0.1" in config
     assert leftovers(engine, run_id) == []
+
+
+@pytest.mark.usefixtures("images")
+def test_a_users_own_recipe_is_built_from_the_base_and_cached_by_hash(
+    engine: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_shadowcheck.images import recipe_hash, user_recipe
+    from pytest_shadowcheck.images.__main__ import main
+
+    recipe = tmp_path / "mymta"
+    recipe.mkdir()
+    (recipe / "Dockerfile").write_text(
+        "ARG BASE\nFROM ${BASE}\nRUN echo 'mymta 0.1' > /etc/mymta-version\n"
+    )
+    tag = f"shadowcheck-test/mymta:{uuid.uuid4().hex[:8]}"
+    build = ["build", "--recipe", str(recipe), "--tag", tag]
+    try:
+        assert main(build) == 0
+        assert capsys.readouterr().out.strip() == f"{tag}: built"
+        assert main(build) == 0  # same files: the image is not built again
+        assert capsys.readouterr().out.strip() == f"{tag}: cached"
+        labels = engine.images.get(tag).labels
+        assert labels["org.shadowcheck.recipe-hash"] == recipe_hash(user_recipe(recipe, tag))
+        description = write_description(
+            tmp_path,
+            f"name: mymta\nimage: {tag}\nrecipe: mymta\n"
+            "version: {command: [cat, /etc/mymta-version]}\n",
+        )
+        assert DockerTarget(str(description)).version().startswith("mymta 0.1")
+        # a changed recipe: the target refuses the image it no longer describes
+        (recipe / "Dockerfile").write_text((recipe / "Dockerfile").read_text() + "# changed\n")
+        with pytest.raises(TargetError, match=rf"build --recipe {recipe} --tag {tag}"):
+            DockerTarget(str(description))
+    finally:
+        with contextlib.suppress(Exception):
+            engine.images.remove(tag, force=True)
