@@ -377,3 +377,51 @@ def test_a_users_own_recipe_is_built_from_the_base_and_cached_by_hash(
     finally:
         with contextlib.suppress(Exception):
             engine.images.remove(tag, force=True)
+
+
+EXIM_SCENARIO = """
+defaults:
+  topology: two-node-dag
+  settings: {TransientFailureRetryInterval: 1s}
+  timeout: 90s
+scenarios:
+  - name: exim_keeps_a_message_across_kill_and_restart
+    title: two Exim daemons side by side; a deferred message survives kill -9 and a restart
+    behaviours: [PR-3]
+    steps:
+      - sink: {name: mailbox, reply: "451 4.3.0 mailbox busy, try later"}
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - check: {queue: {node: mbx1, queue: active, contains: [m1], within: 5s}}
+      - kill: mbx1
+      - restart: mbx1
+      - sink: {name: mailbox, reply: accept}
+    expect:
+      - reply: {message: m1, code: 250}
+      - delivered: {message: m1, to: mailbox, by: mbx1, within: 20s}
+      - log: {node: mbx2, contains: "daemon started"}
+"""
+
+
+@pytest.mark.usefixtures("images")
+def test_exim_keeps_an_acknowledged_message_across_kill_and_restart(
+    engine: Any, tmp_path: Path, tidy: list[str]
+) -> None:
+    run_id = f"test-{uuid.uuid4().hex[:8]}"
+    tidy.append(run_id)
+    path = tmp_path / "exim.yaml"
+    path.write_text(EXIM_SCENARIO.lstrip())
+    (scenario,) = load_scenario_file(path)
+    target = DockerTarget(str(TARGETS / "exim.yaml"), run_id=run_id)
+    assert target.version().startswith("Exim version 4.96")
+
+    verdict = run_scenario(scenario, target, workdir=tmp_path / "work")
+    assert verdict.status == Status.PASS, (verdict.failures, verdict.diagnostics)
+    # Exim logs only to files: the target kept them with the containers' output
+    log = (tmp_path / "work" / "mbx1.log").read_text()
+    assert "--- /var/log/exim4/mainlog in container " in log
+    assert "== alice@corp.test" in log and "=> alice@corp.test" in log  # deferred, delivered
+    assert log.count("--- container ") == 2  # killed container, then the restarted one
+    # two daemons on one host network: each has a notifier socket of its own
+    for node in ("mbx1", "mbx2"):
+        assert "notifier" not in (tmp_path / "work" / f"{node}.log").read_text()
+    assert leftovers(engine, run_id) == []
