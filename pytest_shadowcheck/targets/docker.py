@@ -15,8 +15,13 @@ the target allocates, so every link goes through the harness proxies and no
 traffic leaves the machine. Every container and volume carries labels naming
 the run and the owning process; they are removed on stop, at interpreter exit,
 and - after a crash or SIGKILL - by the reaper that runs before the first start
-of any later run. Each container's log is written to the scenario's workdir
-(``NODE.log``) before the container is removed.
+of any later run. Each container's log (its output, then the description's
+``logs:`` files) is written to the scenario's workdir (``NODE.log``) before the
+container is removed.
+
+Without a control API, a description's admin adapters (:mod:`.docker_admin`)
+run commands in the container: ``set_settings`` and route changes render the
+files again and reload the MTA; a queue listing answers GET /queues/active.
 """
 
 from __future__ import annotations
