@@ -61,6 +61,7 @@ LABEL_TARGET = "org.shadowcheck.target"
 KILL_TIMEOUT = 10.0
 POLL = 0.1
 LOG_TAIL = 15
+PAUSE_ATTEMPTS = 5
 
 #: (container ids, volume names) this process created and has not removed yet
 _LIVE_CONTAINERS: set[str] = set()
@@ -566,7 +567,19 @@ class DockerTarget(Target):
         await asyncio.to_thread(self._kill, node)
 
     async def pause(self, node: str) -> None:
-        await asyncio.to_thread(self._container(node).pause)
+        from docker.errors import APIError
+
+        container = self._container(node)
+        for attempt in range(PAUSE_ATTEMPTS):
+            try:
+                await asyncio.to_thread(container.pause)
+                break
+            except APIError as exc:
+                # the cgroup freezer gives up on a container that forks as it freezes
+                # (Exim forks per delivery); runc thaws it again, so try once more
+                if "unable to freeze" not in str(exc) or attempt == PAUSE_ATTEMPTS - 1:
+                    raise TargetError(f"pause {node}: {exc}") from None
+                await asyncio.sleep(0.05)
         self.paused.add(node)
 
     async def resume(self, node: str) -> None:
