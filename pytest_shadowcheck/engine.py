@@ -110,13 +110,14 @@ class Run:
 
     async def still_held(self, ref: str) -> str | None:
         """Name of a live node whose active or shadow queue holds ``ref`` (control API)."""
-        if "control_api" not in self.target.capabilities:
+        queues = [q for q in ("active", "shadow") if self.target.can(*_queue_call(q))]
+        if not queues:
             return None
         wanted = self.messages[ref].message_id
         for node in self.scenario.topology.nodes:
             if node in self.down or node in self.paused:
                 continue
-            for queue in ("active", "shadow"):
+            for queue in queues:
                 try:
                     answer = await self.target.control(node, "GET", QUEUE_PATHS[queue])
                 except TargetError:
@@ -523,6 +524,10 @@ def default_body(scenario: str, ref: str) -> str:
         "8-bit, as UTF-8 with no transfer encoding: Grüße aus Zürich, naïve café, ½ €\n"
         "the end\n"
     )
+
+
+def _queue_call(queue: str) -> tuple[str, tuple[str, str]]:
+    return "control_api", ("GET", QUEUE_PATHS[queue])
 
 
 def _hp(address: tuple[str, int]) -> str:

@@ -21,6 +21,7 @@ from .checks import (
 )
 from .inside_checks import check_config_warning, check_log, check_queue
 from .scenario import CAPABILITY_NEED
+from .targets.base import control_call
 from .verdict import CheckResult, Status
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ async def run_check(run: Run, step: Step) -> CheckResult:
     look at is UNTESTABLE (alone: the scenario's other checks still count); a check whose
     ``given`` event never happened is NOT-APPLICABLE."""
     needed = step.capability()
-    if needed is not None and needed not in run.target.capabilities:
+    if needed is not None and not run.target.can(needed, control_call(step.kind, step.arg)):
         what = ", ".join(f"{k}={v}" for k, v in step.arg.items() if not isinstance(v, dict))
         result = CheckResult(
             f"{step.kind} ({what})",

@@ -11,7 +11,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from .checks import poll, result
-from .targets.base import TargetError
+from .targets.base import QUEUE_PATHS, TargetError
 from .verdict import CheckResult, Status
 
 if TYPE_CHECKING:
@@ -19,15 +19,6 @@ if TYPE_CHECKING:
     from .scenario import Step
 
 __all__ = ["QUEUE_PATHS", "check_config_warning", "check_log", "check_queue", "queue_entries"]
-
-QUEUE_PATHS = {
-    "active": "/queues/active",
-    "shadow": "/queues/shadow",
-    "safetynet_primary": "/safetynet/primary",
-    "safetynet_shadow": "/safetynet/shadow",
-    "discard_events": "/discard-events",
-}
-
 
 def queue_entries(answer: Any) -> list[dict[str, Any]]:
     if isinstance(answer, dict):

@@ -123,7 +123,9 @@ async def run_workload(run: Any, step: Step, verdict: Verdict) -> None:
         if nemesis_task is not None:
             await nemesis_task
     await _settle(run, accepted, spec.settle)
-    if "control_api" in run.target.capabilities:
+    # what is still queued is not lost: the queues the target can show (the control
+    # API, or a docker description's queue listing for the active queue)
+    if any(run.target.can("control_api", ("GET", path)) for path in _QUEUES.values()):
         await _snapshot(run, spec.name)
     report = check_workload(
         history, spec.name, spec.seed, since, frozenset(run.scenario.topology.nodes)
@@ -177,6 +179,8 @@ async def _snapshot(run: Any, workload: str) -> None:
         if node in run.down or node in run.paused:
             continue
         for queue, path in _QUEUES.items():
+            if not run.target.can("control_api", ("GET", path)):
+                continue
             try:
                 answer = await run.target.control(node, "GET", path)
             except TargetError:

@@ -34,7 +34,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RECIPES", "RecipeError", "build", "debian_mirrors", "recipe_hash", "source_root"]
+__all__ = [
+    "RECIPES",
+    "Recipe",
+    "RecipeError",
+    "base_image",
+    "build",
+    "debian_mirrors",
+    "recipe_hash",
+    "source_root",
+    "user_recipe",
+]
 
 RECIPE_LABEL = "org.shadowcheck.recipe"
 RECIPE_HASH_LABEL = "org.shadowcheck.recipe-hash"
@@ -57,10 +67,13 @@ class Recipe:
     summary: str
     #: project files whose content the image depends on (relative to the source root)
     sources: tuple[str, ...] = ()
+    #: a user's recipe: its directory (a bundled recipe is in the package)
+    directory: Path | None = None
 
 
 RECIPES = {
     "postfix": Recipe("postfix", "shadowcheck/postfix:3.7", "Debian's Postfix 3.7"),
+    "exim": Recipe("exim", "shadowcheck/exim:4.96", "Debian's Exim 4.96 (exim4-daemon-light)"),
     "opensmtpd": Recipe("opensmtpd", "shadowcheck/opensmtpd:6.8", "Debian's OpenSMTPD 6.8"),
     "reference": Recipe(
         "reference",
@@ -96,8 +109,30 @@ def source_root() -> Path:
     return root
 
 
-def _recipe_dir(name: str) -> Path:
-    return Path(str(resources.files("pytest_shadowcheck.images").joinpath("recipes", name)))
+def _recipe_dir(recipe: Recipe) -> Path:
+    if recipe.directory is not None:
+        return recipe.directory
+    return Path(str(resources.files("pytest_shadowcheck.images").joinpath("recipes", recipe.name)))
+
+
+def user_recipe(path: str | Path, image: str | None = None) -> Recipe:
+    """A user's own recipe: a directory with a Dockerfile that builds ``FROM`` the base
+    (``ARG BASE`` / ``FROM ${BASE}``, see :func:`base_image`). Its image is tagged
+    ``image`` (default ``DIRECTORY-NAME:local``) and cached by the hash of the
+    directory's files, like the bundled recipes."""
+    directory = Path(path).resolve()
+    if not (directory / "Dockerfile").is_file():
+        raise RecipeError(
+            f"recipe {path}: no Dockerfile in {directory} (a recipe is a directory whose "
+            f"Dockerfile starts with ARG BASE and FROM ${{BASE}}: {base_image()})"
+        )
+    tag = image or f"{directory.name.lower()}:local"
+    return Recipe(directory.name, tag, f"your recipe in {directory}", directory=directory)
+
+
+def base_image() -> str:
+    """The Debian base every recipe builds FROM (passed to ``docker build`` as BASE)."""
+    return f"{BASE_REPOSITORY}:{base_hash()}"
 
 
 def _files(root: Path, entries: tuple[str, ...]) -> Iterator[Path]:
@@ -116,16 +151,16 @@ def base_hash() -> str:
     return hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
 
 
-def recipe_hash(name: str) -> str:
+def recipe_hash(name: str | Recipe) -> str:
     """Hash of everything the recipe's image is made of (base, recipe files, sources)."""
-    if name not in RECIPES:
+    if isinstance(name, str) and name not in RECIPES:
         raise RecipeError(f"no recipe {name!r}; recipes: {', '.join(RECIPES)}")
+    recipe = RECIPES[name] if isinstance(name, str) else name
     digest = hashlib.sha256(base_hash().encode())
-    directory = _recipe_dir(name)
+    directory = _recipe_dir(recipe)
     for path in sorted(directory.rglob("*")):
-        if path.is_file():
+        if path.is_file() and "__pycache__" not in path.parts:
             digest.update(str(path.relative_to(directory)).encode() + b"\0" + path.read_bytes())
-    recipe = RECIPES[name]
     if recipe.sources:
         root = source_root()
         for path in _files(root, recipe.sources):
@@ -270,14 +305,14 @@ def _wheels(into: Path, log: Log) -> None:
         )  # fmt: skip
 
 
-def _build_recipe(client: Any, name: str, base_tag: str, digest: str, log: Log) -> None:
+def _build_recipe(client: Any, recipe: Recipe, base_tag: str, digest: str, log: Log) -> None:
     from docker.errors import BuildError
 
-    recipe = RECIPES[name]
+    name = recipe.name
     with tempfile.TemporaryDirectory(prefix=f"shadowcheck-{name}-") as tmp:
         context = Path(tmp)
-        shutil.copytree(_recipe_dir(name), context, dirs_exist_ok=True)
-        if name == "reference":
+        shutil.copytree(_recipe_dir(recipe), context, dirs_exist_ok=True)
+        if recipe.directory is None and name == "reference":
             _wheels(context / "wheels", log)
         log(f"docker build {recipe.image} (recipe {name}, hash {digest})")
         try:
@@ -315,31 +350,34 @@ def _locked() -> Iterator[None]:
 def build(
     names: list[str] | None = None,
     *,
+    recipes: list[Recipe] | None = None,
     force: bool = False,
     mirror: str | None = None,
     client: Any = None,
     log: Log = _stderr,
 ) -> dict[str, str]:
-    """Build the named recipes (default: all) and the base they need, skipping every
-    image whose recipe hash is already built. Returns recipe -> 'built' / 'cached'."""
+    """Build the named bundled recipes and the given user ``recipes`` (default: every
+    bundled one) and the base they need, skipping every image whose recipe hash is
+    already built. Returns image -> 'built' / 'cached'."""
     from ..targets.docker import docker_client
 
-    wanted = names or list(RECIPES)
+    wanted = [] if recipes and not names else (names or list(RECIPES))
     unknown = [n for n in wanted if n not in RECIPES]
     if unknown:
         raise RecipeError(f"no recipe {unknown[0]!r}; recipes: {', '.join(RECIPES)}")
+    todo = [RECIPES[n] for n in wanted] + list(recipes or [])
     client = client or docker_client()
     outcome: dict[str, str] = {}
     with _locked():
-        base_tag = f"{BASE_REPOSITORY}:{base_hash()}"
-        for name in wanted:
-            digest = recipe_hash(name)
-            if not force and _image_hash(client, RECIPES[name].image) == digest:
-                log(f"{RECIPES[name].image}: up to date (recipe hash {digest})")
-                outcome[name] = "cached"
+        base_tag = base_image()
+        for recipe in todo:
+            digest = recipe_hash(recipe)
+            if not force and _image_hash(client, recipe.image) == digest:
+                log(f"{recipe.image}: up to date (recipe hash {digest})")
+                outcome[recipe.image] = "cached"
                 continue
             if not _has(client, base_tag):
                 _build_base(client, base_tag, mirror, log)
-            _build_recipe(client, name, base_tag, digest, log)
-            outcome[name] = "built"
+            _build_recipe(client, recipe, base_tag, digest, log)
+            outcome[recipe.image] = "built"
     return outcome

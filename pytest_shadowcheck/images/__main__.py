@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..targets.base import TargetError
-from . import RECIPES, RecipeError, base_hash, build, recipe_hash
+from . import RECIPES, RecipeError, base_image, build, recipe_hash, user_recipe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,13 +18,24 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     make = sub.add_parser("build", help="build recipes (default: all), skipping built ones")
     make.add_argument("recipes", nargs="*", metavar="RECIPE", help=", ".join(RECIPES))
+    make.add_argument(
+        "--recipe",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="your own recipe: a directory whose Dockerfile builds FROM ${BASE} "
+        f"(ARG BASE; the base is {base_image()}); repeatable",
+    )
+    make.add_argument(
+        "--tag", help="image name of a --recipe (default: DIRECTORY-NAME:local)"
+    )
     make.add_argument("--force", action="store_true", help="rebuild even when up to date")
     make.add_argument("--mirror", help="Debian mirror (default: the one apt uses here)")
     sub.add_parser("list", help="recipes, their images and current hashes")
     args = parser.parse_args(argv)
     try:
         if args.command == "list":
-            print(f"base       shadowcheck/debian-base:{base_hash()}")
+            print(f"base       {base_image()}  (FROM this: ARG BASE / FROM ${{BASE}})")
             for name, recipe in RECIPES.items():
                 try:
                     digest = recipe_hash(name)
@@ -32,12 +43,15 @@ def main(argv: list[str] | None = None) -> int:
                     digest = f"? ({exc})"
                 print(f"{name:<10} {recipe.image:<30} {digest}  {recipe.summary}")
             return 0
-        outcome = build(args.recipes or None, force=args.force, mirror=args.mirror)
+        if args.tag and len(args.recipe) != 1:
+            raise RecipeError("--tag names the image of one --recipe PATH")
+        own = [user_recipe(path, args.tag) for path in args.recipe]
+        outcome = build(args.recipes or None, recipes=own, force=args.force, mirror=args.mirror)
     except (RecipeError, TargetError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    for name, state in outcome.items():
-        print(f"{RECIPES[name].image}: {state}")
+    for image, state in outcome.items():
+        print(f"{image}: {state}")
     return 0
 
 

@@ -331,6 +331,13 @@ class _Connection:
             done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 task.result()  # surface pump errors to _handle_client
+            if pumps[0] in done and not pumps[1].done() and self.close_reason == "client closed":
+                # a half-close (shutdown(SHUT_WR) after a pipelined QUIT, as Exim does):
+                # pass the FIN on and let the server's last replies through
+                with contextlib.suppress(OSError, RuntimeError):
+                    if server_writer.can_write_eof():
+                        server_writer.write_eof()
+                await asyncio.wait([pumps[1]], timeout=_HALF_CLOSE_TIMEOUT)
         finally:
             for task in pumps:
                 task.cancel()
@@ -444,7 +451,8 @@ class _SmtpRecorder:
 
     Tracks just enough SMTP state: after the client's DATA and the server's 354
     the client's bytes are message content, summarised as one ``data`` event when
-    ``\\r\\n.\\r\\n`` arrives; BDAT chunks are skipped by their announced size;
+    ``\\r\\n.\\r\\n`` arrives; BDAT chunks are skipped by their announced size, and
+    the message they carry is one ``data`` event after its LAST chunk;
     after STARTTLS is accepted the stream is opaque; AUTH credentials are masked.
     """
 
@@ -462,6 +470,10 @@ class _SmtpRecorder:
         self._data_head = bytearray()
         self._bdat_remaining = 0
         self._bdat_size = 0
+        #: the message the BDAT chunks carry: its size so far, its first bytes (for the
+        #: Message-ID), and whether the chunk being read is its LAST
+        self._bdat_total = 0
+        self._bdat_last = False
         self._auth_in_progress = False  # the server sent 334: the next client line is credentials
         self._opaque = False
         #: complete message contents the client sent (DATA bodies)
@@ -492,16 +504,10 @@ class _SmtpRecorder:
                 taken = chunk[: self._bdat_remaining]
                 self._bdat_remaining -= len(taken)
                 chunk = chunk[len(taken) :]
-                if not self._bdat_remaining:
-                    self.history.record(
-                        "data",
-                        self.link,
-                        self.conn,
-                        "c2s",
-                        size=self._bdat_size,
-                        message_id=None,
-                        bdat=True,
-                    )
+                if len(self._data_head) < HEADER_SCAN_LIMIT:
+                    self._data_head += taken[: HEADER_SCAN_LIMIT - len(self._data_head)]
+                if not self._bdat_remaining and self._bdat_last:
+                    self._record_bdat()
             else:
                 chunk = self._feed_lines("c2s", chunk)
 
@@ -549,12 +555,31 @@ class _SmtpRecorder:
         if verb == "BDAT":
             parts = text.split()
             if len(parts) >= 2 and parts[1].isdigit():
+                if not self._bdat_total:
+                    self._data_head = bytearray()  # the first chunk of a message
                 self._bdat_size = self._bdat_remaining = int(parts[1])
-                if not self._bdat_remaining:
-                    self.history.record(
-                        "data", self.link, self.conn, "c2s", size=0, message_id=None, bdat=True
-                    )
+                self._bdat_total += self._bdat_size
+                self._bdat_last = len(parts) >= 3 and parts[2].upper() == "LAST"
+                if not self._bdat_remaining and self._bdat_last:
+                    self._record_bdat()
         return text
+
+    def _record_bdat(self) -> None:
+        """The message a LAST chunk completed (RFC 3030): one ``data`` event, as DATA's."""
+        self.contents += 1
+        head = bytes(self._data_head)
+        self._data_head = bytearray()
+        size, self._bdat_total = self._bdat_total, 0
+        self.history.record(
+            "data",
+            self.link,
+            self.conn,
+            "c2s",
+            size=size,
+            message_id=message_id_from_bytes(head),
+            complete=True,
+            bdat=True,
+        )
 
     def _server_line(self, text: str) -> None:
         code = text[:3]
@@ -616,6 +641,10 @@ class _SmtpRecorder:
             message_id=message_id_from_bytes(head),
             complete=complete,
         )
+
+
+#: how long the server may still answer a client that half-closed its side
+_HALF_CLOSE_TIMEOUT = 10.0
 
 
 def _directions(direction: str) -> tuple[str, ...]:

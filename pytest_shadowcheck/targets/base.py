@@ -19,7 +19,38 @@ import aiohttp
 
 from ..scenario import CAPABILITIES, Scenario, Topology
 
-__all__ = ["CAPABILITIES", "ClusterPlan", "NodeHandle", "Target", "TargetError"]
+__all__ = [
+    "CAPABILITIES",
+    "QUEUE_PATHS",
+    "ClusterPlan",
+    "NodeHandle",
+    "Target",
+    "TargetError",
+    "control_call",
+]
+
+#: control API paths of the queues a ``queue`` check or ``snapshot`` step reads
+QUEUE_PATHS = {
+    "active": "/queues/active",
+    "shadow": "/queues/shadow",
+    "safetynet_primary": "/safetynet/primary",
+    "safetynet_shadow": "/safetynet/shadow",
+    "discard_events": "/discard-events",
+}
+
+
+def control_call(kind: str, arg: Any) -> tuple[str, str] | None:
+    """The control API call (method, path) a step or check of ``kind`` makes, when it
+    makes one call a target could answer without the whole control API (an admin
+    adapter: a queue listing, a re-rendered route); None for anything else."""
+    if kind in ("queue", "snapshot") and isinstance(arg, dict):
+        path = QUEUE_PATHS.get(str(arg.get("queue")))
+        return ("GET", path) if path else None
+    if kind == "route":
+        return ("PUT", "/topology/next_hops")
+    if kind == "config_warning":
+        return ("GET", "/config/warnings")
+    return None
 
 
 class TargetError(Exception):
@@ -75,9 +106,19 @@ class Target(abc.ABC):
     #: whether ClusterPlan.node_settings reach the nodes (scenarios giving one node
     #: settings of its own are UNTESTABLE on a target without it)
     per_node_settings: bool = False
+    #: control API calls (method, path) this target answers without the capability
+    #: control_api (a docker description's admin adapters); see :meth:`can`
+    control_calls: frozenset[tuple[str, str]] = frozenset()
     #: the latest virtual time a node reported after advance_clock (None: real
     #: clock or never advanced); a node started again should start there
     virtual_now: float | None = None
+
+    def can(self, capability: str, call: tuple[str, str] | None = None) -> bool:
+        """Whether the target has ``capability``, or - for control_api - answers the one
+        ``call`` (method, path) a step or check needs (:func:`control_call`)."""
+        if capability in self.capabilities:
+            return True
+        return capability == "control_api" and call is not None and call in self.control_calls
 
     # -- description ---------------------------------------------------------
 

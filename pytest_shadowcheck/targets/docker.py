@@ -15,8 +15,13 @@ the target allocates, so every link goes through the harness proxies and no
 traffic leaves the machine. Every container and volume carries labels naming
 the run and the owning process; they are removed on stop, at interpreter exit,
 and - after a crash or SIGKILL - by the reaper that runs before the first start
-of any later run. Each container's log is written to the scenario's workdir
-(``NODE.log``) before the container is removed.
+of any later run. Each container's log (its output, then the description's
+``logs:`` files) is written to the scenario's workdir (``NODE.log``) before the
+container is removed.
+
+Without a control API, a description's admin adapters (:mod:`.docker_admin`)
+run commands in the container: ``set_settings`` and route changes render the
+files again and reload the MTA; a queue listing answers GET /queues/active.
 """
 
 from __future__ import annotations
@@ -24,13 +29,11 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import io
 import os
-import random
 import re
 import secrets
 import socket
-import tarfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,7 @@ from ..hookspecs import hookimpl
 from ..images import RECIPE_HASH_LABEL
 from ..scenario import Scenario
 from .base import ClusterPlan, NodeHandle, Target, TargetError
+from .docker_admin import ACTIVE_QUEUE, EXEC_TIMEOUT, ROUTES, list_queue, read_file, run_in
 from .docker_description import (
     LISTEN_HOST,
     Description,
@@ -46,6 +50,7 @@ from .docker_description import (
     load_description,
     render_node,
 )
+from .docker_support import free_ports, http_ok, smtp_banner, tar_files
 
 __all__ = ["DockerTarget", "docker_client", "owner_label", "reap_leftovers"]
 
@@ -56,8 +61,7 @@ LABEL_TARGET = "org.shadowcheck.target"
 KILL_TIMEOUT = 10.0
 POLL = 0.1
 LOG_TAIL = 15
-#: node ports are chosen from here up to the ephemeral range
-PORT_POOL_START = 20000
+PAUSE_ATTEMPTS = 5
 
 #: (container ids, volume names) this process created and has not removed yet
 _LIVE_CONTAINERS: set[str] = set()
@@ -160,86 +164,6 @@ def _remove_live() -> None:
 atexit.register(_remove_live)
 
 
-def _ephemeral_floor() -> int:
-    """Lowest port the kernel hands out for bind(port 0)."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct free loopback ports, all held until every one is chosen.
-
-    They come from below the kernel's ephemeral range: between choosing a port
-    and the container binding it, a bind(0) anywhere on the machine (the
-    harness's own proxies, other test processes) can never take it."""
-    floor = _ephemeral_floor()
-    pool = list(range(PORT_POOL_START, floor)) if floor - PORT_POOL_START >= 1000 else []
-    random.shuffle(pool)
-    sockets: list[socket.socket] = []
-    try:
-        while len(sockets) < count:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            port = pool.pop() if pool else 0
-            try:
-                sock.bind((LISTEN_HOST, port))
-            except OSError as exc:
-                sock.close()
-                if port == 0:
-                    raise TargetError(f"no free port on {LISTEN_HOST}: {exc}") from None
-                continue
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def _tar(files: dict[str, tuple[bytes, int]]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for path, (content, mode) in files.items():
-            info = tarfile.TarInfo(path.lstrip("/"))
-            info.size = len(content)
-            info.mode = mode
-            archive.addfile(info, io.BytesIO(content))
-    return buffer.getvalue()
-
-
-async def _smtp_banner(port: int) -> str | None:
-    """None when an SMTP server greets with 220 on the port, else what was wrong."""
-    try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(LISTEN_HOST, port), timeout=2.0
-        )
-    except (OSError, TimeoutError) as exc:
-        return f"no SMTP service on {LISTEN_HOST}:{port} ({exc.__class__.__name__})"
-    try:
-        line = await asyncio.wait_for(reader.readline(), timeout=2.0)
-    except (OSError, TimeoutError):
-        line = b""
-    finally:
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-    text = line.decode(errors="replace").strip()
-    return None if text.startswith("220") else f"no 220 banner on port {port} (got {text!r})"
-
-
-async def _http_ok(port: int, path: str) -> str | None:
-    import aiohttp
-
-    try:
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session,
-            session.get(f"http://{LISTEN_HOST}:{port}{path}") as response,
-        ):
-            return None if response.status < 300 else f"GET {path}: HTTP {response.status}"
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        return f"GET {path} on port {port}: {exc.__class__.__name__}"
-
-
 # --------------------------------------------------------------------------- the target
 
 
@@ -252,6 +176,9 @@ class DockerTarget(Target):
         self.name = f"docker:{self.description.name}"
         self.capabilities = self.description.capabilities
         self.added_headers = self.description.added_headers
+        self.control_calls = self.description.admin.calls
+        # every node's files are rendered from its own settings
+        self.per_node_settings = True
         self.run_id = run_id or secrets.token_hex(8)
         self.client = docker_client()
         self.image = self._find_image()
@@ -264,6 +191,10 @@ class DockerTarget(Target):
         self.volumes: dict[str, str] = {}
         self.handles: dict[str, NodeHandle] = {}
         self.paused: set[str] = set()
+        # settings and routes changed during the scenario (admin adapters), per node:
+        # the files are rendered with them from then on, also after a restart
+        self.changed: dict[str, dict[str, Any]] = {}
+        self.routes: dict[str, dict[str, Any]] = {}
         # the cluster's virtual time as the last clock move reported it: a node
         # started again starts there (its templates see it as virtual_now)
         self.virtual_now: float | None = None
@@ -273,13 +204,25 @@ class DockerTarget(Target):
     def _find_image(self) -> Any:
         from docker.errors import ImageNotFound
 
+        from ..images import RECIPES, Recipe, RecipeError, recipe_hash, user_recipe
+
         desc = self.description
         where = desc.where("image")
+        recipe: str | Recipe | None = desc.recipe
+        build = f"python -m pytest_shadowcheck.images build {desc.recipe}"
+        if desc.recipe and desc.recipe not in RECIPES:
+            # a user's recipe: a directory, relative to the description
+            path = desc.path.parent / desc.recipe
+            try:
+                recipe = user_recipe(path, desc.image)
+            except RecipeError as exc:
+                raise TargetError(f"{desc.where('recipe')}: {exc}") from None
+            build = f"python -m pytest_shadowcheck.images build --recipe {path} --tag {desc.image}"
         try:
             image = self.client.images.get(desc.image)
         except ImageNotFound:
             how = (
-                f"build it: python -m pytest_shadowcheck.images build {desc.recipe}"
+                f"build it: {build}"
                 if desc.recipe
                 else "build or load it (docker build -t / docker load / docker tag) "
                 "and name it in 'image'"
@@ -288,11 +231,9 @@ class DockerTarget(Target):
                 f"{where}: image {desc.image!r} is not in the local Docker engine "
                 f"(no registry is used); {how}"
             ) from None
-        if desc.recipe:
-            from ..images import RecipeError, recipe_hash
-
+        if recipe is not None:
             try:
-                wanted = recipe_hash(desc.recipe)
+                wanted = recipe_hash(recipe)
             except RecipeError:
                 wanted = None  # no source tree to compare with: trust the image
             built = (image.labels or {}).get(RECIPE_HASH_LABEL)
@@ -300,7 +241,7 @@ class DockerTarget(Target):
                 raise TargetError(
                     f"{where}: image {desc.image!r} was not built from the current "
                     f"{desc.recipe!r} recipe (label {built}, recipe {wanted}); rebuild it: "
-                    f"python -m pytest_shadowcheck.images build {desc.recipe}"
+                    f"{build}"
                 )
         return image
 
@@ -338,7 +279,9 @@ class DockerTarget(Target):
         nodes = len(scenario.topology.nodes)
         if nodes > desc.max_nodes:
             return f"{desc.name} runs at most {desc.max_nodes} nodes, the scenario has {nodes}"
-        unsupported = sorted(set(scenario.settings) & desc.unsupported_settings)
+        given = set(scenario.settings).union(*scenario.node_settings.values())
+        changed = [s.arg["values"] for s in scenario.steps if s.kind == "set_settings"]
+        unsupported = sorted(given.union(*changed) & desc.unsupported_settings)
         if unsupported:
             return (
                 f"{desc.name} cannot apply setting {', '.join(unsupported)} "
@@ -353,6 +296,16 @@ class DockerTarget(Target):
                     f"the configuration it must refuse cannot be given to {desc.name}: no "
                     f"template of {desc.path.name} renders {', '.join(unrendered)}"
                 )
+        for step in scenario.steps:
+            if step.kind != "set_settings" or step.arg.get("result") != "rejected":
+                continue
+            # a change the MTA must reject proves nothing unless the MTA is given all of it
+            unrendered = sorted(s for s in step.arg["values"] if not desc.renders(s))
+            if unrendered:
+                return (
+                    f"the change it must reject (line {step.where.line}) cannot be given to "
+                    f"{desc.name}: no template of {desc.path.name} renders {', '.join(unrendered)}"
+                )
         return None
 
     # -- lifecycle -----------------------------------------------------------------
@@ -365,11 +318,12 @@ class DockerTarget(Target):
         self.plan = plan
         self.virtual_now = None
         self.ports, self.rendered = {}, {}  # one target runs many scenarios
+        self.changed, self.routes = {}, {}
         plan.workdir.mkdir(parents=True, exist_ok=True)
         self.token = secrets.token_hex(4)
         nodes = list(plan.topology.nodes)
         with_control = "control_api" in self.capabilities
-        ports = _free_ports(len(nodes) * (2 if with_control else 1))
+        ports = free_ports(len(nodes) * (2 if with_control else 1))
         for index, node in enumerate(nodes):
             step = 2 if with_control else 1
             self.ports[node] = NodePorts(
@@ -389,8 +343,17 @@ class DockerTarget(Target):
     def _render(self, node: str) -> None:
         """Fill the node's templates; keep the result in the workdir as evidence."""
         assert self.plan is not None
+        plan = self.plan
+        if self.changed.get(node) or self.routes.get(node):
+            own = {**plan.node_settings.get(node, {}), **self.changed.get(node, {})}
+            hops = {**plan.next_hops.get(node, {}), **self.routes.get(node, {})}
+            plan = replace(
+                plan,
+                node_settings={**plan.node_settings, node: own},
+                next_hops={**plan.next_hops, node: {d: h for d, h in hops.items() if h}},
+            )
         rendered = render_node(
-            self.description, self.plan, node, self.ports, self.run_id, self.virtual_now
+            self.description, plan, node, self.ports, self.run_id, self.virtual_now
         )
         self.rendered[node] = rendered
         base = self.plan.workdir / node / "files"
@@ -432,7 +395,7 @@ class DockerTarget(Target):
         _LIVE_CONTAINERS.add(container.id)
         self.containers[node] = container
         if rendered.files:
-            container.put_archive("/", _tar(rendered.files))
+            container.put_archive("/", tar_files(rendered.files))
         return container
 
     async def _launch(self, node: str) -> NodeHandle:
@@ -464,9 +427,9 @@ class DockerTarget(Target):
                     f"node {node} ({self.description.image}) exited with code {code} "
                     f"before it was ready\n{self._tail(node)}"
                 )
-            problem = await _smtp_banner(ports.smtp) if ready.smtp_banner else None
+            problem = await smtp_banner(ports.smtp) if ready.smtp_banner else None
             if problem is None and ready.control_path and ports.control is not None:
-                problem = await _http_ok(ports.control, ready.control_path)
+                problem = await http_ok(ports.control, ready.control_path)
             if problem is None and ready.command:
                 result = await asyncio.to_thread(container.exec_run, list(ready.command))
                 if result.exit_code != 0:
@@ -484,15 +447,46 @@ class DockerTarget(Target):
     def _tail(self, node: str, lines: int = LOG_TAIL) -> str:
         container = self.containers.get(node)
         text = ""
+        files: dict[str, str] = {}
         if container is not None:
             with contextlib.suppress(Exception):
                 text = container.logs(tail=lines).decode(errors="replace")
-        if not text and self.plan is not None:
+            files = self._log_files(container)
+        if not (text or files) and self.plan is not None:
             with contextlib.suppress(OSError):
                 saved = (self.plan.workdir / f"{node}.log").read_text(errors="replace")
                 text = "\n".join(saved.splitlines()[-lines:])
-        text = text.rstrip()
-        return f"--- last lines of the {node} container log ---\n{text}" if text else ""
+        parts = [f"--- last lines of the {node} container log ---\n{text.rstrip()}"] * bool(
+            text.strip()
+        )
+        for path, content in files.items():
+            tail = "\n".join(content.splitlines()[-lines:])
+            parts.append(f"--- last lines of {path} in {node} ---\n{tail}")
+        return "\n".join(parts)
+
+    def _log_files(self, container: Any) -> dict[str, str]:
+        """The description's ``logs:`` files that exist in the container, by path."""
+        found = {}
+        for path in self.description.logs:
+            content = read_file(container, path)
+            if content:
+                found[path] = content
+        return found
+
+    def node_log(self, node: str) -> str | None:
+        """Everything the node logged in this scenario: the containers it had before
+        (saved in the workdir), then the live one's output and ``logs:`` files."""
+        if self.plan is None:
+            return None
+        parts = []
+        with contextlib.suppress(OSError):
+            parts.append((self.plan.workdir / f"{node}.log").read_text(errors="replace"))
+        container = self.containers.get(node)
+        if container is not None:
+            with contextlib.suppress(Exception):
+                parts.append(container.logs().decode(errors="replace"))
+            parts.extend(self._log_files(container).values())
+        return "\n".join(parts)
 
     def diagnostics(self) -> str:
         if self.plan is None:
@@ -508,6 +502,9 @@ class DockerTarget(Target):
             with (self.plan.workdir / f"{node}.log").open("ab") as out:
                 out.write(f"--- container {container.name} ({why}) ---\n".encode())
                 out.write(log)
+                for path, content in self._log_files(container).items():
+                    out.write(f"--- {path} in container {container.name} ---\n".encode())
+                    out.write(content.encode())
 
     def _remove(self, node: str, why: str, volume: bool) -> None:
         from docker.errors import APIError, NotFound
@@ -570,7 +567,19 @@ class DockerTarget(Target):
         await asyncio.to_thread(self._kill, node)
 
     async def pause(self, node: str) -> None:
-        await asyncio.to_thread(self._container(node).pause)
+        from docker.errors import APIError
+
+        container = self._container(node)
+        for attempt in range(PAUSE_ATTEMPTS):
+            try:
+                await asyncio.to_thread(container.pause)
+                break
+            except APIError as exc:
+                # the cgroup freezer gives up on a container that forks as it freezes
+                # (Exim forks per delivery); runc thaws it again, so try once more
+                if "unable to freeze" not in str(exc) or attempt == PAUSE_ATTEMPTS - 1:
+                    raise TargetError(f"pause {node}: {exc}") from None
+                await asyncio.sleep(0.05)
         self.paused.add(node)
 
     async def resume(self, node: str) -> None:
@@ -584,6 +593,79 @@ class DockerTarget(Target):
         await asyncio.to_thread(self._remove, node, "restarted", False)
         self._render(node)
         return await self._launch(node)
+
+    # -- admin adapters (docker_admin.py): what the control API would answer -----------
+
+    async def _admin(self, node: str, command: tuple[str, ...], what: str) -> str:
+        container = self._container(node)
+        try:
+            code, output = await asyncio.wait_for(
+                asyncio.to_thread(run_in, container, command), EXEC_TIMEOUT
+            )
+        except TimeoutError:
+            raise TargetError(f"{what} on {node}: {' '.join(command)} did not finish") from None
+        if code != 0:
+            raise TargetError(
+                f"{what} on {node}: {' '.join(command)} exited {code}: {output.strip()[-500:]}"
+            )
+        return output
+
+    async def control(self, node: str, method: str, path: str, body: Any = None) -> Any:
+        if "control_api" in self.capabilities:
+            return await super().control(node, method, path, body)
+        admin = self.description.admin
+        if (method, path) == ACTIVE_QUEUE and admin.queue is not None:
+            try:
+                return await asyncio.wait_for(
+                    asyncio.to_thread(list_queue, self._container(node), admin.queue),
+                    EXEC_TIMEOUT,
+                )
+            except (RuntimeError, TimeoutError) as exc:
+                raise TargetError(f"queue of {node}: {exc or 'no answer'}") from None
+        if (method, path) == ROUTES and admin.reload and isinstance(body, dict):
+            for domain, hop in body.items():
+                await self.set_next_hop(node, domain, hop)
+            return None
+        raise TargetError(
+            f"{self.description.name} has no control API and no admin adapter for {method} {path}"
+        )
+
+    async def set_settings(self, node: str, values: dict[str, Any]) -> Any:
+        if not self.description.admin.reload:
+            return await super().set_settings(node, values)
+        before = dict(self.changed.get(node, {}))
+        self.changed[node] = {**before, **values}
+        try:
+            await self._reconfigure(node, "settings")
+        except TargetError:
+            self.changed[node] = before
+            await self._reconfigure(node, "previous settings")
+            raise
+        return {"rendered": sorted(v for v in values if self.description.renders(v))}
+
+    async def set_next_hop(self, node: str, domain: str, hop: dict[str, Any]) -> Any:
+        admin = self.description.admin
+        if not admin.reload:
+            return await super().set_next_hop(node, domain, hop)
+        self.routes.setdefault(node, {})[domain] = hop
+        await self._reconfigure(node, f"route {domain}")
+        if admin.flush:
+            # what waited for a route goes now, as the control API's route change does
+            await self._admin(node, admin.flush, "flush")
+        return None
+
+    async def _reconfigure(self, node: str, what: str) -> None:
+        """Render the node's files again, vet them (admin.check), then admin.reload."""
+        admin = self.description.admin
+        self._render(node)
+        files = self.rendered[node].files
+        container = self._container(node)
+        await asyncio.to_thread(container.put_archive, "/", tar_files(files))
+        if admin.check:
+            await self._admin(node, admin.check, f"check of {what}")
+        await self._admin(node, admin.reload, f"reload for {what}")
+        # an MTA that re-executes itself on reload (Exim) listens again only later
+        await self._wait_ready(node)
 
     async def wipe(self, node: str) -> NodeHandle:
         await asyncio.to_thread(self._kill, node)

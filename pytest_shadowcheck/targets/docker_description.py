@@ -25,6 +25,7 @@ from ..durations import parse_duration
 from ..errors import SourceRef, format_snippet
 from ..scenario import MTA_CAPABILITIES, PROCESS_CAPABILITIES
 from .base import ClusterPlan, TargetError
+from .docker_admin import AdminAdapters, AdminError, parse_admin
 
 __all__ = [
     "CLAIMABLE",
@@ -47,7 +48,7 @@ LISTEN_HOST = "127.0.0.1"
 _KEYS = {
     "name": "label shown in reports (default: the file name)",
     "image": "the image to run (required)",
-    "recipe": "bundled recipe that builds the image (python -m pytest_shadowcheck.images)",
+    "recipe": "the recipe that builds the image: a bundled one or your directory (images build)",
     "max_nodes": "how many nodes the target can run at once",
     "queue_dir": "directory of the durable queue: a named volume per node",
     "files": "path in the container -> template (or {template, mode})",
@@ -58,6 +59,8 @@ _KEYS = {
     "capabilities": "capabilities beyond docker's own",
     "settings": "unsupported: settings the MTA cannot apply",
     "added_headers": "header fields the MTA adds to every message beyond Received/Return-Path",
+    "admin": "commands run in the container: reload, check, flush, queue (docker_admin.py)",
+    "logs": "files in the container the MTA logs to, shown as the node's log",
 }
 
 
@@ -110,12 +113,17 @@ class Description:
     claimed: frozenset[str]
     unsupported_settings: frozenset[str]
     added_headers: frozenset[str] = frozenset()
+    admin: AdminAdapters = field(default_factory=AdminAdapters)
+    #: files in the container the MTA logs to (beside its standard output)
+    logs: tuple[str, ...] = ()
     lines: dict[str, int] = field(default_factory=dict)
 
     @property
     def capabilities(self) -> frozenset[str]:
         own = DOCKER_CAPABILITIES if self.queue_dir else DOCKER_CAPABILITIES - {"wipe_queue_db"}
-        return own | self.claimed
+        # a reload after the files are rendered again with the new settings
+        adapted = {"set_settings"} if self.admin.reload else set()
+        return own | self.claimed | adapted
 
     def where(self, key: str) -> SourceRef:
         return SourceRef(self.path, self.lines.get(key, 0))
@@ -155,6 +163,9 @@ def _marks(node: yaml.Node) -> dict[str, tuple[int, str | None]]:
     for key, value in node.value:
         name = str(key.value)
         out[name] = (key.start_mark.line + 1, None)
+        if name == "admin" and isinstance(value, yaml.MappingNode):
+            for akey, _ in value.value:
+                out[f"admin.{akey.value}"] = (akey.start_mark.line + 1, None)
         if name == "files" and isinstance(value, yaml.MappingNode):
             for fkey, fvalue in value.value:
                 template = fvalue
@@ -292,6 +303,18 @@ def load_description(path: str | Path) -> Description:
     queue_dir = data.get("queue_dir")
     if queue_dir is not None and not str(queue_dir).startswith("/"):
         raise DescriptionError("'queue_dir' must be an absolute path", at("queue_dir"))
+    admin = AdminAdapters()
+    if data.get("admin") is not None:
+        try:
+            admin = parse_admin(data["admin"], at)
+        except AdminError as exc:
+            raise DescriptionError(str(exc), exc.where) from None
+    logs = _str_list(data.get("logs") or [], at("logs"), "'logs'")
+    relative = [p for p in logs if not p.startswith("/")]
+    if relative:
+        raise DescriptionError(
+            f"logs: {relative[0]!r} must be an absolute path in the container", at("logs")
+        )
     return Description(
         path=file,
         name=str(data.get("name") or file.stem),
@@ -313,6 +336,8 @@ def load_description(path: str | Path) -> Description:
         added_headers=frozenset(
             _str_list(data.get("added_headers") or [], at("added_headers"), "added_headers")
         ),
+        admin=admin,
+        logs=tuple(logs),
         lines=lines,
     )
 
@@ -394,7 +419,8 @@ def node_context(
         },
         "peers": peers,
         "next_hops": next_hops,
-        "settings": dict(plan.settings),
+        # the scenario's settings, then this node's own (node_settings) over them
+        "settings": {**plan.settings, **plan.node_settings.get(node, {})},
         "boundary": topo.boundary,
         "clock": topo.clock,
         "clock_start": plan.clock_start,

@@ -29,10 +29,11 @@ def engine() -> Any:
 
 @pytest.fixture(scope="session")
 def images(engine: Any) -> dict[str, str]:
-    """The postfix and reference images, built unless up to date (cached by recipe hash)."""
+    """The postfix, exim and reference images, built unless up to date (cached by recipe
+    hash)."""
     from pytest_shadowcheck.images import build
 
-    return build(["postfix", "reference"], client=engine, log=lambda _: None)
+    return build(["postfix", "exim", "reference"], client=engine, log=lambda _: None)
 
 
 SINGLE_NODE_SCENARIO = """

@@ -13,6 +13,7 @@ from dockerkit import TARGETS, write_description
 
 from pytest_shadowcheck.scenario import load_scenario_file
 from pytest_shadowcheck.targets.base import ClusterPlan
+from pytest_shadowcheck.targets.docker_admin import QUEUE_FORMATS, message_id_of
 from pytest_shadowcheck.targets.docker_description import (
     DescriptionError,
     NodePorts,
@@ -54,7 +55,12 @@ PORTS = {"mbx1": NodePorts(smtp=42001, control=42011), "mbx2": NodePorts(smtp=42
 
 def test_postfix_description_renders_relay_to_the_harness_proxies(tmp_path: Path) -> None:
     description = load_description(TARGETS / "postfix.yaml")
-    assert description.capabilities == {"kill", "pause", "restart", "wipe_queue_db"}
+    # set_settings through the reload adapter; the queue listing answers for the
+    # active queue and the reload for routes, never the whole control API
+    assert description.capabilities == {
+        "kill", "pause", "restart", "wipe_queue_db", "set_settings"
+    }  # fmt: skip
+    assert description.admin.calls == {("GET", "/queues/active"), ("PUT", "/topology/next_hops")}
     node = render_node(description, plan_for(tmp_path), "mbx1", PORTS, "run-1")
     main_cf = node.files["/etc/postfix/main.cf"][0].decode()
     master_cf = node.files["/etc/postfix/master.cf"][0].decode()
@@ -99,8 +105,30 @@ def test_reference_description_writes_the_cluster_file(tmp_path: Path) -> None:
         ("image: x\nfiles:\n  etc/a.conf: text\n", 3, "the path must be absolute"),
         ("image: x\nready: {smtp_banner: false}\n", 2, "'ready' needs at least one check"),
         ("image: x\nqueue_dir: spool\n", 2, "'queue_dir' must be an absolute path"),
+        ("image: x\nadmin:\n  reload: [r]\n  restart: [r]\n", 4, "unknown admin adapter 'restart'"),
+        ("image: x\nadmin:\n  check: [postfix, check]\n", 3, "admin.check needs admin.reload"),
+        (
+            "image: x\nadmin:\n  flush: []\n  queue:\n"
+            "    {list: [q], format: mailq, headers: [h, '{id}']}\n",
+            3,
+            "admin.flush is a command",
+        ),
+        (
+            "image: x\nadmin:\n  queue:\n    {list: [q], format: mailq, headers: [h, '{id}']}\n",
+            3,
+            "admin.queue.format 'mailq' is not one of postqueue-json, exim-bp",
+        ),
+        (
+            "image: x\nadmin:\n  queue: {list: [q], format: exim-bp, headers: [exim, -Mvh]}\n",
+            3,
+            "put {id} in it",
+        ),
+        ("image: x\nlogs: [var/log/exim4/mainlog]\n", 2, "must be an absolute path"),
     ],
-    ids=["unknown-key", "no-image", "capability", "template-syntax", "relative", "ready", "queue"],
+    ids=[
+        "unknown-key", "no-image", "capability", "template-syntax", "relative", "ready", "queue",
+        "admin-key", "check-alone", "empty-command", "queue-format", "headers-id", "logs",
+    ],
 )
 def test_a_bad_description_names_file_and_line(
     tmp_path: Path, body: str, line: int, message: str
@@ -112,6 +140,57 @@ def test_a_bad_description_names_file_and_line(
     assert text.startswith(f"{path}:{line}: "), text
     assert message in text
     assert f"> {line} |" in text  # the offending line is shown
+
+
+def test_node_settings_reach_only_their_node(tmp_path: Path) -> None:
+    path = write_description(
+        tmp_path,
+        """
+        image: x
+        files:
+          /etc/a.conf: "lag = {{ settings.ReplayLagTime | default('none') }}"
+        """,
+    )
+    description = load_description(path)
+    plan = plan_for(tmp_path)
+    plan.node_settings = {"mbx1": {"ReplayLagTime": 259200.0}}
+    files = {
+        node: render_node(description, plan, node, PORTS, "run-1").files["/etc/a.conf"][0]
+        for node in ("mbx1", "mbx2")
+    }
+    assert files == {"mbx1": b"lag = 259200.0", "mbx2": b"lag = none"}
+
+
+def test_queue_listings_are_read_as_the_active_queue() -> None:
+    postqueue = (
+        '{"queue_name": "deferred", "queue_id": "4D40A160D73", "arrival_time": 1763900000, '
+        '"sender": "sender@ext.test", "recipients": [{"address": "alice@corp.test", '
+        '"delay_reason": "connection refused"}]}\n'
+    )
+    exim = (
+        " 0m   1.2K 1qYx8A-000123-AB <sender@ext.test>\n"
+        "        D bob@corp.test\n"
+        "          alice@corp.test\n"
+        "\n"
+        "25m   2.0K 1qYx9B-000456-CD <> *** frozen ***\n"
+        "          postmaster@corp.test\n"
+    )
+    assert QUEUE_FORMATS["postqueue-json"](postqueue) == [
+        {"id": "4D40A160D73", "sender": "sender@ext.test", "recipients": ["alice@corp.test"],
+         "state": "deferred", "received_at": 1763900000},
+    ]  # fmt: skip
+    assert QUEUE_FORMATS["exim-bp"](exim) == [
+        {"id": "1qYx8A-000123-AB", "sender": "sender@ext.test", "recipients": ["alice@corp.test"],
+         "state": "queued"},
+        {"id": "1qYx9B-000456-CD", "sender": "", "recipients": ["postmaster@corp.test"],
+         "state": "frozen"},
+    ]  # fmt: skip
+    # postcat -hq and exim -Mvh print a header section each in its own way
+    assert message_id_of("Received: x\nMessage-Id: <m1.a@shadowcheck.test>\n") == (
+        "<m1.a@shadowcheck.test>"
+    )
+    assert message_id_of("1qYx8A-000123-AB-H\n049I Message-ID: <m2@x.test>\n") == "<m2@x.test>"
+    assert message_id_of("Subject: no id\n") is None
 
 
 def test_a_template_error_while_rendering_names_the_template_line(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ locally built images; nothing is mocked.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -264,3 +265,163 @@ def test_bundled_scenarios_pass_on_the_reference_image(
         # -m runs part of the library: what ran passed, the certification says partial
         assert entry["status"] in ("PASS", "PARTIAL"), (behaviour, entry["status"])
         assert all(s["status"] == "PASS" for s in entry["scenarios"]), entry["scenarios"]
+
+
+ADMIN_SCENARIO = """
+defaults:
+  topology:
+    description: one node; corp.test goes to the mailbox sink until re-routed to backup
+    boundary: dag1
+    nodes: {mbx1: {site: site-a, dag: dag1}}
+    next_hops:
+      corp.test: {sink: mailbox}
+      other.test: {sink: backup}
+  settings: {TransientFailureRetryInterval: 1h, ReceiveConnectionInactivityTimeout: 5s}
+  timeout: 90s
+scenarios:
+  - name: admin_adapters
+    title: the queue listing, a settings reload and a route change, all inside the container
+    behaviours: [TO-1]
+    steps:
+      - set_settings: {values: {ReceiveConnectionInactivityTimeout: 1s}, result: accepted}
+      - session: {via: mbx1, say: ["EHLO client.test"], idle: 3s}
+      - sink: {name: mailbox, reply: "451 4.3.0 mailbox busy, try later"}
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - check: {queue: {node: mbx1, queue: active, contains: [m1], within: 5s}}
+      - check: {log: {node: mbx1, contains: "DEFERRED", within: 5s}}
+      - route: {domain: corp.test, sink: backup}
+    expect:
+      # the retry interval is an hour: only the flush after the route change delivers it now
+      - delivered: {message: m1, to: backup, within: 5s}
+      - queue: {node: mbx1, queue: active, absent: [m1], within: 5s}
+      # the idle session, before any message: the 1s of the reloaded configuration
+      - timing:
+          from: {link: client->mbx1, direction: s2c, line: "^250 "}
+          to: {link: client->mbx1, closed: server}
+          at_least: 1s
+          at_most: 1s
+          tolerance: 0.5s
+"""
+
+
+@pytest.mark.usefixtures("images")
+@pytest.mark.parametrize(
+    ("description", "deferred", "main_cf", "timeout_line"),
+    [
+        ("postfix.yaml", "status=deferred", "etc/postfix/main.cf", "smtpd_timeout = 1s"),
+        # Exim logs only to files (logs: in the description): the log check reads them
+        ("exim.yaml", "== alice@corp.test .* defer", "etc/exim4/exim4.conf",
+         "smtp_receive_timeout = 1s"),
+    ],
+    ids=["postfix", "exim"],
+)  # fmt: skip
+def test_admin_adapters_list_the_queue_reload_settings_and_reroute(
+    engine: Any,
+    tmp_path: Path,
+    tidy: list[str],
+    description: str,
+    deferred: str,
+    main_cf: str,
+    timeout_line: str,
+) -> None:
+    run_id = f"test-{uuid.uuid4().hex[:8]}"
+    tidy.append(run_id)
+    path = tmp_path / "admin.yaml"
+    path.write_text(ADMIN_SCENARIO.replace("DEFERRED", deferred).lstrip())
+    (scenario,) = load_scenario_file(path)
+    target = DockerTarget(str(TARGETS / description), run_id=run_id)
+    assert "control_api" not in target.capabilities
+
+    verdict = run_scenario(scenario, target, workdir=tmp_path / "work")
+    assert verdict.status == Status.PASS, (verdict.reason, verdict.failures, verdict.diagnostics)
+    # the queue looks were answered inside the container, not skipped as UNTESTABLE
+    assert all(c.status == Status.PASS for c in verdict.checks), verdict.checks
+    observed = [c.observed for c in verdict.checks if c.name == "active queue of mbx1"]
+    assert observed == ["holds 1: m1", "holds 0: (empty)"]
+    config = (tmp_path / "work" / "mbx1" / "files" / main_cf).read_text()
+    assert timeout_line in config and "127.0.0.1" in config
+    assert leftovers(engine, run_id) == []
+
+
+@pytest.mark.usefixtures("images")
+def test_a_users_own_recipe_is_built_from_the_base_and_cached_by_hash(
+    engine: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_shadowcheck.images import recipe_hash, user_recipe
+    from pytest_shadowcheck.images.__main__ import main
+
+    recipe = tmp_path / "mymta"
+    recipe.mkdir()
+    (recipe / "Dockerfile").write_text(
+        "ARG BASE\nFROM ${BASE}\nRUN echo 'mymta 0.1' > /etc/mymta-version\n"
+    )
+    tag = f"shadowcheck-test/mymta:{uuid.uuid4().hex[:8]}"
+    build = ["build", "--recipe", str(recipe), "--tag", tag]
+    try:
+        assert main(build) == 0
+        assert capsys.readouterr().out.strip() == f"{tag}: built"
+        assert main(build) == 0  # same files: the image is not built again
+        assert capsys.readouterr().out.strip() == f"{tag}: cached"
+        labels = engine.images.get(tag).labels
+        assert labels["org.shadowcheck.recipe-hash"] == recipe_hash(user_recipe(recipe, tag))
+        description = write_description(
+            tmp_path,
+            f"name: mymta\nimage: {tag}\nrecipe: mymta\n"
+            "version: {command: [cat, /etc/mymta-version]}\n",
+        )
+        assert DockerTarget(str(description)).version().startswith("mymta 0.1")
+        # a changed recipe: the target refuses the image it no longer describes
+        (recipe / "Dockerfile").write_text((recipe / "Dockerfile").read_text() + "# changed\n")
+        with pytest.raises(TargetError, match=rf"build --recipe {recipe} --tag {tag}"):
+            DockerTarget(str(description))
+    finally:
+        with contextlib.suppress(Exception):
+            engine.images.remove(tag, force=True)
+
+
+EXIM_SCENARIO = """
+defaults:
+  topology: two-node-dag
+  settings: {TransientFailureRetryInterval: 1s}
+  timeout: 90s
+scenarios:
+  - name: exim_keeps_a_message_across_kill_and_restart
+    title: two Exim daemons side by side; a deferred message survives kill -9 and a restart
+    behaviours: [PR-3]
+    steps:
+      - sink: {name: mailbox, reply: "451 4.3.0 mailbox busy, try later"}
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - check: {queue: {node: mbx1, queue: active, contains: [m1], within: 5s}}
+      - kill: mbx1
+      - restart: mbx1
+      - sink: {name: mailbox, reply: accept}
+    expect:
+      - reply: {message: m1, code: 250}
+      - delivered: {message: m1, to: mailbox, by: mbx1, within: 20s}
+      - log: {node: mbx2, contains: "daemon started"}
+"""
+
+
+@pytest.mark.usefixtures("images")
+def test_exim_keeps_an_acknowledged_message_across_kill_and_restart(
+    engine: Any, tmp_path: Path, tidy: list[str]
+) -> None:
+    run_id = f"test-{uuid.uuid4().hex[:8]}"
+    tidy.append(run_id)
+    path = tmp_path / "exim.yaml"
+    path.write_text(EXIM_SCENARIO.lstrip())
+    (scenario,) = load_scenario_file(path)
+    target = DockerTarget(str(TARGETS / "exim.yaml"), run_id=run_id)
+    assert target.version().startswith("Exim version 4.96")
+
+    verdict = run_scenario(scenario, target, workdir=tmp_path / "work")
+    assert verdict.status == Status.PASS, (verdict.failures, verdict.diagnostics)
+    # Exim logs only to files: the target kept them with the containers' output
+    log = (tmp_path / "work" / "mbx1.log").read_text()
+    assert "--- /var/log/exim4/mainlog in container " in log
+    assert "== alice@corp.test" in log and "=> alice@corp.test" in log  # deferred, delivered
+    assert log.count("--- container ") == 2  # killed container, then the restarted one
+    # two daemons on one host network: each has a notifier socket of its own
+    for node in ("mbx1", "mbx2"):
+        assert "notifier" not in (tmp_path / "work" / f"{node}.log").read_text()
+    assert leftovers(engine, run_id) == []

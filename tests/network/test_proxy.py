@@ -150,6 +150,53 @@ def test_bdat_chunks_are_skipped_not_parsed() -> None:
     assert data.data["size"] == 14 and data.data["bdat"] is True
 
 
+def test_bdat_message_is_one_data_event_with_its_message_id() -> None:
+    history = History()
+    recorder = _SmtpRecorder(history, "l", 1)
+    first, second = MESSAGE[:30], MESSAGE[30:]
+    recorder.feed("c2s", b"BDAT %d\r\n" % len(first) + first)
+    assert not history.events(kind="data")  # not a whole message yet
+    # the LAST chunk split across reads, and what follows it read as commands again
+    recorder.feed("c2s", b"BDAT %d LAST\r\n" % len(second) + second[:10])
+    recorder.feed("c2s", second[10:] + b"QUIT\r\n")
+    (data,) = history.events(kind="data")
+    assert data.data["message_id"] == "<m1@ext.test>"
+    assert data.data["size"] == len(MESSAGE) and data.data["complete"] is True
+    assert recorder.contents == 1
+    assert [e.data["text"] for e in history.events(kind="line")][-1] == "QUIT"
+
+
+def test_a_client_half_close_still_gets_the_servers_last_replies(
+    run: Run, history: History
+) -> None:
+    """Exim pipelines QUIT after the message and shuts its sending side down at once:
+    the server's 250 and 221 must still reach it, or it retries a delivered message."""
+
+    async def scenario() -> None:
+        sink = MailSink("corp.test", history)
+        proxy = await open_proxy(history, await sink.start())
+        reader, writer = await asyncio.open_connection(*proxy.address)
+        await read_reply(reader)
+        await command(reader, writer, "EHLO mbx1.test")
+        await command(reader, writer, "MAIL FROM:<a@ext.test>")
+        await command(reader, writer, "RCPT TO:<alice@corp.test>")
+        assert (await command(reader, writer, "DATA"))[0].startswith("354")
+        writer.write(MESSAGE + b".\r\nQUIT\r\n")
+        writer.write_eof()  # shutdown(SHUT_WR)
+        assert (await read_reply(reader))[0].startswith("250")
+        assert (await read_reply(reader))[0].startswith("221")
+        assert await closed_by_peer(reader)
+        writer.close()
+        await proxy.stop()
+        await sink.stop()
+
+    run(scenario())
+    assert lines(history, "s2c")[-2:][0].startswith("250")
+    assert lines(history, "s2c")[-1].startswith("221")
+    (close,) = history.events(kind="close")
+    assert close.data["reason"] == "client closed"
+
+
 def test_cut_closes_existing_and_refuses_new_until_switched_off(run: Run, history: History) -> None:
     async def scenario() -> None:
         upstream = LineServer()
