@@ -138,9 +138,10 @@ def test_the_rendered_configuration_is_one_smtpd_accepts(engine: Any, tmp_path: 
 @pytest.fixture(scope="module")
 def opensmtpd_image(engine: Any) -> str:
     """Built unless the image with the current recipe hash exists (CI caches it)."""
-    from pytest_shadowcheck.images import build
+    from pytest_shadowcheck.images import RECIPES, build
 
-    return build(["opensmtpd"], client=engine, log=lambda _: None)["opensmtpd"]
+    build(["opensmtpd"], client=engine, log=lambda _: None)
+    return RECIPES["opensmtpd"].image
 
 
 @pytest.mark.usefixtures("opensmtpd_image")
