@@ -10,7 +10,8 @@ and the conformance suite runs against it, restricted to the scenarios of the
 behaviours that module implements (``-m``), without the slow ``durability_*`` workloads,
 stopping at the first failure (``-x``). A mutant is *killed* when a scenario fails,
 *survived* when all pass, *timed out* when the run outlives its per-mutant limit
-(``--timeout-factor`` times the module's unmutated run, plus a margin).
+(``--timeout-factor`` times the module's unmutated run plus 120 s: a killing run
+waits out the failing check's own limits, so it can outlast a passing one).
 
 Why not ``cosmic-ray exec``: the reference nodes are processes of their own (forked
 from a fork server, each leading its own process group), so cosmic-ray's timeout,
@@ -544,7 +545,7 @@ def main() -> int:
             print(output[-3000:], file=sys.stderr)
             print(f"{module}: the unmutated selection fails; no score", file=sys.stderr)
             return 2
-        timeouts[module] = args.timeout_factor * seconds + 30
+        timeouts[module] = args.timeout_factor * seconds + 120  # a kill waits out its check
         print(f"{module}: unmutated selection {seconds:.0f} s, timeout {timeouts[module]:.0f} s,"
               f" {tallies[module].sampled} of {tallies[module].total} mutants "
               f"({tallies[module].annotation} in annotations)", flush=True)  # fmt: skip
