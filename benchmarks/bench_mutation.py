@@ -377,11 +377,12 @@ def mutant_key(m: Mutant) -> str:
 
 
 def read_dispositions() -> dict[str, str]:
-    """key -> equivalent | gap, from the table rows of DISPOSITIONS."""
+    """key -> equivalent | gap | outside, from the table rows of DISPOSITIONS (outside:
+    observable, but no behaviour of the catalogue describes it; counted as a gap)."""
     found: dict[str, str] = {}
     if DISPOSITIONS.exists():
         for row in DISPOSITIONS.read_text().splitlines():
-            match = re.match(r"\|\s*`([^`]+)`\s*\|\s*(equivalent|gap)\s*\|", row)
+            match = re.match(r"\|\s*`([^`]+)`\s*\|\s*(equivalent|gap|outside)\s*\|", row)
             if match:
                 found[match.group(1)] = match.group(2)
     return found
