@@ -13,6 +13,12 @@ stopping at the first failure (``-x``). A mutant is *killed* when a scenario fai
 (``--timeout-factor`` times the module's unmutated run plus 120 s: a killing run
 waits out the failing check's own limits, so it can outlast a passing one).
 
+Why cosmic-ray: mutmut 3 (tried on reference_impl/directory.py) decides which tests
+cover a mutant from calls recorded in the pytest process; the MTA runs in the node
+processes, so it found a test for none of the module's 31 mutants and ran none (fork
+server and ``SHADOWCHECK_NODE_START=exec`` alike). cosmic-ray writes the mutant into
+the file before the test command starts, so every node imports it.
+
 Why not ``cosmic-ray exec``: the reference nodes are processes of their own (forked
 from a fork server, each leading its own process group), so cosmic-ray's timeout,
 which kills the test command's process group, would leave them running; here each
