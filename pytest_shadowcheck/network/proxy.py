@@ -567,19 +567,8 @@ class _SmtpRecorder:
     def _record_bdat(self) -> None:
         """The message a LAST chunk completed (RFC 3030): one ``data`` event, as DATA's."""
         self.contents += 1
-        head = bytes(self._data_head)
-        self._data_head = bytearray()
         size, self._bdat_total = self._bdat_total, 0
-        self.history.record(
-            "data",
-            self.link,
-            self.conn,
-            "c2s",
-            size=size,
-            message_id=message_id_from_bytes(head),
-            complete=True,
-            bdat=True,
-        )
+        self._record_content(size, complete=True, bdat=True)
 
     def _server_line(self, text: str) -> None:
         code = text[:3]
@@ -630,17 +619,17 @@ class _SmtpRecorder:
         self.contents += complete
         # Size is the content without the terminating ".\r\n".
         size = max(self._data_size - 3, 0) if complete else self._data_size
+        self._record_content(size, complete=complete)
+
+    def _record_content(self, size: int, **details: Any) -> None:
+        """One ``data`` event for a message's content (DATA or BDAT), with the Message-ID
+        read from its first bytes."""
         head = bytes(self._data_head)
         self._data_head = bytearray()
         self.history.record(
-            "data",
-            self.link,
-            self.conn,
-            "c2s",
-            size=size,
-            message_id=message_id_from_bytes(head),
-            complete=complete,
-        )
+            "data", self.link, self.conn, "c2s",
+            size=size, message_id=message_id_from_bytes(head), **details,
+        )  # fmt: skip
 
 
 #: how long the server may still answer a client that half-closed its side
