@@ -127,21 +127,26 @@ async def check_delivered(run: Run, step: Step) -> CheckResult:
     ref, sink, by = arg["message"], arg.get("to"), arg.get("by")
     within = arg.get("within", run.scenario.settle)
     duplicates = arg.get("duplicates", "forbidden")
+    exactly: int | None = arg.get("count")
     where = f" to {sink}" if sink else ""
     if by:
         where += f" by {by}"
     run.progress.waiting(within, f"for {ref} to be delivered{where}")
+    wanted = exactly or (2 if duplicates == "expected" else 1)
 
     async def arrived() -> bool:
-        found = deliveries(run, ref, sink, by)
-        return len(found) >= (2 if duplicates == "expected" else 1)
+        return len(deliveries(run, ref, sink, by)) >= wanted
 
     await poll(arrived, within)
     found = deliveries(run, ref, sink, by)
     count = len(found)
     ok = count >= 1
     expected = f"{ref} delivered{where} within {within:g}s"
-    if duplicates == "forbidden":
+    if exactly is not None:
+        # A copy too many is as wrong as one too few (e.g. a request answered twice).
+        ok = count == exactly
+        expected += f", exactly {exactly} time" + ("s" if exactly > 1 else "")
+    elif duplicates == "forbidden":
         ok = count == 1
         expected += ", exactly once"
     elif duplicates == "expected":

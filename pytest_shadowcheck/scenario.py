@@ -712,6 +712,12 @@ class _Context:
             self.sink(arg["to"], [*p, "to"])
         if kind in ("delivered", "not_delivered") and "by" in arg:
             self.node(arg["by"], [*p, "by"])
+        if kind == "delivered" and "count" in arg and "duplicates" in arg:
+            raise ScenarioError(
+                "'count' says exactly how many copies arrive: it takes no 'duplicates'",
+                self.at([*p, "duplicates"]),
+                "delivered: {message: m1, count: 2}",
+            )
         if kind in ("lines", "connections"):
             self.link(arg["link"], [*p, "link"])
         if kind == "lines" and arg.get("unique") and "contains" not in arg:

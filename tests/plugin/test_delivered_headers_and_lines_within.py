@@ -1,7 +1,7 @@
 """Check options, on the reference target (one real node, a real sink):
 ``delivered.headers`` (regexes over the header lines of the delivered copies),
-``lines.within`` (wait for the ``contains`` line before judging) and ``lines.unique``
-(no two matching lines alike)."""
+``delivered.count`` (exactly N copies), ``lines.within`` (wait for the ``contains``
+line before judging) and ``lines.unique`` (no two matching lines alike)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,20 @@ scenarios:
       - check: {lines: {link: mbx1->mailbox, contains: "^NEVER SENT", within: 300ms}}
     expect:
       - delivered: {message: m1, within: 10s, headers: {absent: "^X-Categorized-By: mbx1"}}
+  - name: count_exact
+    behaviours: [SN-11]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+    expect:
+      - delivered: {message: m1, within: 10s, count: 1}
+  - name: count_too_few
+    behaviours: [SN-11]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - wait: {delivered: m1, timeout: 10s}
+    expect:
+      # waits the whole 500 ms for a second copy that never comes
+      - delivered: {message: m1, within: 500ms, count: 2}
   - name: recipients_unique
     behaviours: [DI-3]
     steps:
@@ -55,7 +69,7 @@ def test_headers_and_lines_within(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess(
         "--shadowcheck", "-p", "no:randomly", "-p", "no:cacheprovider", "library", timeout=120
     )
-    result.assert_outcomes(passed=2, failed=2)
+    result.assert_outcomes(passed=3, failed=3)
     out = result.stdout.str()
     result.stdout.fnmatch_lines(
         [
@@ -66,6 +80,13 @@ def test_headers_and_lines_within(pytester: pytest.Pytester) -> None:
             " matching /^X-Categorized-By: mbx1/",
             "*observed: delivered 1x: *; the copy mbx1 delivered to mailbox at *"
             " has 'X-Categorized-By: mbx1; *'",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*count_too_few*",
+            "*expected: m1 delivered within 0.5s, exactly 2 times",
+            "*observed: delivered 1x: mailbox at *",
         ]
     )
     result.stdout.fnmatch_lines(

@@ -101,6 +101,15 @@ CASES = {
         "'unique' says which lines must not repeat: it needs 'contains'",
         "lines: {link, contains: REGEX, unique: true}",
     ),
+    "count_with_duplicates": (
+        GOOD_HEAD + "      - send: {id: m1, via: mbx1, to: [a@corp.test]}\n"
+        "    expect:\n"
+        "      - delivered: {message: m1, count: 2,\n"
+        "                    duplicates: expected}\n",
+        10,
+        "'count' says exactly how many copies arrive: it takes no 'duplicates'",
+        "delivered: {message: m1, count: 2}",
+    ),
 }
 
 
