@@ -132,10 +132,10 @@ async def check_delivered(run: Run, step: Step) -> CheckResult:
     if by:
         where += f" by {by}"
     run.progress.waiting(within, f"for {ref} to be delivered{where}")
-    wanted = exactly or (2 if duplicates == "expected" else 1)
+    enough = exactly or (2 if duplicates == "expected" else 1)
 
     async def arrived() -> bool:
-        return len(deliveries(run, ref, sink, by)) >= wanted
+        return len(deliveries(run, ref, sink, by)) >= enough
 
     await poll(arrived, within)
     found = deliveries(run, ref, sink, by)

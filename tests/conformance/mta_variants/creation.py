@@ -227,6 +227,39 @@ def _shadow_redundancy_off() -> None:
     force_settings(ShadowRedundancyEnabled=False)
 
 
+def _shadow_session_per_message() -> None:
+    # Closes the sender session's shadow session before each copy: the second message
+    # of a sender session is copied over a second session (CR-2: one per sender session).
+    from reference_impl.shadowing import Shadowing
+
+    original = Shadowing.make_copy
+
+    async def make_copy(self: Shadowing, message: Any, next_hops: list[str], state: Any) -> Any:
+        link = state.shadow_link
+        if link is not None and link.is_open:
+            await link.close()
+            state.shadow_link = None
+        return await original(self, message, next_hops, state)
+
+    Shadowing.make_copy = make_copy  # type: ignore[method-assign]
+
+
+def _retries_a_500() -> None:
+    # Treats a next hop's 500 as temporary (a 5xx test written as "> 500"): the fork is
+    # retried for ever instead of failing, so no DSN goes out.
+    from reference_impl.delivery import FINAL, RETRY, _Session
+
+    original = _Session.deliver
+
+    async def deliver(self: _Session, route: Any, message: Any, fork: Any) -> tuple[str, str]:
+        outcome, reason = await original(self, route, message, fork)
+        if outcome == FINAL and reason.startswith("500 "):
+            return RETRY, reason
+        return outcome, reason
+
+    _Session.deliver = deliver  # type: ignore[method-assign]
+
+
 VARIANTS: list[Variant] = [
     Variant(
         name="refuses-bounces",
@@ -342,5 +375,17 @@ VARIANTS: list[Variant] = [
         breaks="retires a message, releasing its shadow copy, before its DSN went out",
         fails=("cr10_copy_kept_until_the_dsn_is_out",),
         apply=_forgets_dsn_fork,
+    ),
+    Variant(
+        name="shadow-session-per-message",
+        breaks="opens a new shadow session for each message of one sender session",
+        fails=("cr2_one_shadow_session_for_a_sender_session",),
+        apply=_shadow_session_per_message,
+    ),
+    Variant(
+        name="retries-a-500",
+        breaks="retries a next hop's 500 as if it were a temporary failure",
+        fails=("cr10_refusal_at_the_500_edge_makes_a_dsn",),
+        apply=_retries_a_500,
     ),
 ]

@@ -225,6 +225,33 @@ def _discards_sender_shadow_on_receipt() -> None:
     Node.enqueue = enqueue  # type: ignore[method-assign]
 
 
+def _unknown_copy_stops_the_discard_batch() -> None:
+    # A notification for a copy the shadow no longer holds ends the batch: the later
+    # notifications were taken from the primary but their copies stay shadows (DI-4).
+    from reference_impl.queue_db import QueueDB, _shadow
+
+    def shadow_to_safety_net(
+        self: QueueDB, primary: str, primary_msgs: list[str], entry_for: Any
+    ) -> int:
+        moved = 0
+        with self.transaction(durable=False) as c:
+            for msg in primary_msgs:
+                row = c.execute(
+                    "SELECT * FROM shadows WHERE primary_node = ? AND primary_msg = ?",
+                    (primary, msg),
+                ).fetchone()
+                if row is None:
+                    break
+                entry = entry_for(_shadow(row))
+                if entry is not None:
+                    self._insert_safety_net(c, entry)
+                c.execute("DELETE FROM shadows WHERE id = ?", (row["id"],))
+                moved += 1
+        return moved
+
+    QueueDB.shadow_to_safety_net = shadow_to_safety_net  # type: ignore[method-assign]
+
+
 VARIANTS: list[Variant] = [
     Variant(
         name="never-queries-discards",
@@ -320,5 +347,11 @@ VARIANTS: list[Variant] = [
         "relaying it onward",
         fails=("di7_multi_hop_shadow_kept_until_next_node_relayed",),
         apply=_discards_sender_shadow_on_receipt,
+    ),
+    Variant(
+        name="unknown-copy-stops-the-discard-batch",
+        breaks="stops moving a batch of discarded copies at the first copy it no longer holds",
+        fails=("di4_notification_for_a_lost_copy_does_not_stop_the_batch",),
+        apply=_unknown_copy_stops_the_discard_batch,
     ),
 ]

@@ -196,7 +196,8 @@ VARIANTS: list[Variant] = [
         breaks="the promoted copy goes out with another reverse-path",
         fails=("pr1_shadow_promotes_after_primary_killed",),
         apply=lambda: _alter_promoted("sender"),
-    ),    Variant(
+    ),
+    Variant(
         name="shadow-drops-copies",
         breaks="the shadow acknowledges every copy but stores none of them",
         fails=("pr1_shadow_promotes_after_primary_killed", "pr4_primary_and_shadow_fail_together"),

@@ -234,6 +234,46 @@ def _resubmits_crossed_boundary() -> None:
     QueueDB.safety_net = safety_net  # type: ignore[method-assign]
 
 
+def _janitor_sweeps_once_a_minute() -> None:
+    # Sweeps on a fixed minute whatever the hold time: fine for days, late by up to a
+    # minute for a hold time of seconds (SN-3).
+    from reference_impl.safety_net import JANITOR_MAX_INTERVAL, SafetyNet
+
+    def janitor_interval(self: SafetyNet) -> float:
+        return JANITOR_MAX_INTERVAL
+
+    SafetyNet.janitor_interval = janitor_interval  # type: ignore[method-assign]
+
+
+def _forgets_requests_on_restart() -> None:
+    # Keeps resubmission requests in memory only: a restarted coordinator never resumes
+    # the request that was waiting for a dead primary (SN-7).
+    from reference_impl.safety_net import SafetyNet
+
+    async def run(self: SafetyNet) -> None:
+        while True:
+            self.sweep()
+            await self.node.clock.sleep(self.janitor_interval())
+
+    SafetyNet.run = run  # type: ignore[method-assign]
+
+
+def _remote_primary_answer_not_recorded() -> None:
+    # The coordinator drops the answer of a primary on another node, so it asks again at
+    # every heartbeat, and the primary resubmits the window again each time (SN-5).
+    from reference_impl.safety_net import SafetyNet
+
+    original = SafetyNet._ask_primary
+
+    async def _ask_primary(
+        self: SafetyNet, primary: str, database: str, start: float, end: float
+    ) -> str | None:
+        answer = await original(self, primary, database, start, end)
+        return answer if primary == self.node.name else None
+
+    SafetyNet._ask_primary = _ask_primary  # type: ignore[method-assign]
+
+
 VARIANTS: list[Variant] = [
     Variant(
         name="window-start-excluded",
@@ -352,5 +392,23 @@ VARIANTS: list[Variant] = [
         breaks="resubmits messages that already left the boundary",
         fails=("sn12_message_that_left_the_boundary_never_resubmitted",),
         apply=_resubmits_crossed_boundary,
+    ),
+    Variant(
+        name="janitor-sweeps-once-a-minute",
+        breaks="sweeps the Safety Net once a minute whatever SafetyNetHoldTime is",
+        fails=("sn3_short_hold_time_expires_on_time",),
+        apply=_janitor_sweeps_once_a_minute,
+    ),
+    Variant(
+        name="forgets-requests-on-restart",
+        breaks="forgets a waiting resubmission request when its coordinating node restarts",
+        fails=("sn7_request_survives_a_restart_of_the_coordinator",),
+        apply=_forgets_requests_on_restart,
+    ),
+    Variant(
+        name="remote-primary-answer-not-recorded",
+        breaks="asks a primary on another node again at every heartbeat after it answered",
+        fails=("sn5_request_through_another_node_served_once",),
+        apply=_remote_primary_answer_not_recorded,
     ),
 ]

@@ -147,6 +147,20 @@ def _no_discard_exchange_at_session_end() -> None:
     PeerLink.query_discards = query_discards  # type: ignore[method-assign]
 
 
+def _refused_shadow_verbs_not_counted() -> None:
+    # Refuses a stranger's shadow verbs without counting them, so a stranger can tell
+    # them from unknown verbs: the fifth still gets 500 where an unknown one ends the session.
+    from reference_impl.smtp_in import REPLY_NOT_RECOGNISED, NodeSMTP
+
+    async def _refuse_unless_peer(self: NodeSMTP, verb: str) -> bool:
+        if self._is_peer():
+            return False
+        await self.push(REPLY_NOT_RECOGNISED.format(verb=verb))
+        return True
+
+    NodeSMTP._refuse_unless_peer = _refuse_unless_peer  # type: ignore[method-assign]
+
+
 VARIANTS: list[Variant] = [
     Variant(
         name="advertises-xshadow-to-anyone",
@@ -201,5 +215,11 @@ VARIANTS: list[Variant] = [
         breaks="a 2010 node does not end its relay sessions with the discard exchange",
         fails=("xs6_discard_exchange_at_end_of_session",),
         apply=_no_discard_exchange_at_session_end,
+    ),
+    Variant(
+        name="refused-shadow-verbs-not-counted",
+        breaks="refuses a stranger's shadow verbs without counting them like unknown verbs",
+        fails=("xs3_stranger_counts_shadow_verbs_like_unknown_ones",),
+        apply=_refused_shadow_verbs_not_counted,
     ),
 ]
