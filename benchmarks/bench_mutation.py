@@ -2,6 +2,7 @@
 
 Run: python3 benchmarks/bench_mutation.py [--modules shadowing safety_net ...]
      [--sample 16] [--seed 13] [--lanes 2] [--out out/mutation] [--node-start fork]
+then python3 benchmarks/bench_mutation.py --out out/mutation --unit-tests
 
 A measurement, not a test. For each reference_impl module that implements behaviours,
 cosmic-ray lists every mutant (``cosmic-ray init``, its core operators), one mutant at a
@@ -32,6 +33,11 @@ not run. ``--sample N`` runs a seeded random sample of N mutants per module (the
 full set is ~1,900 mutants, ~20 hours on 2 cores); the output says so. Before any
 mutant, a canary (``Delivery.deliver`` raising) must be killed - it proves the node
 processes run the lane's code - and each module's unmutated selection must pass.
+
+``--unit-tests`` then runs a finished run's survivors against the reference MTA's own
+tests of their module (tests/reference, ``UNIT_TESTS``) and prints what those kill in
+a second table, apart from the suite's score: the suite is what certifies an MTA, the
+unit tests only guard this reference implementation.
 
 Survivors are listed in OUT/survivors.md with their diffs; dispositions (equivalent,
 or the check that would kill it) are kept in benchmarks/mutation_dispositions.md,
@@ -92,10 +98,24 @@ BEHAVIOURS: dict[str, list[str]] = {
     "directory": ["SN-5", "SN-10", "SN-11"],
 }  # fmt: skip
 
+#: the reference MTA's own tests that exercise each module (real nodes, raw sockets, real
+#: SQLite), run by ``--unit-tests`` on the mutants the suite let through: what they kill
+#: is reported apart, as a second line of defence, never folded into the suite's score
+UNIT_TESTS: dict[str, list[str]] = {
+    "shadowing": ["test_shadow_copy.py", "test_promotion.py", "test_stall_watch.py"],
+    "safety_net": ["test_safety_net.py", "test_smtp_limits.py"],
+    "delivery": ["test_legacy_2010.py", "test_bounces.py", "test_shadow_copy.py"],
+    "smtp_in": ["test_credentials.py", "test_smtp_limits.py", "test_protocol.py"],
+    "queue_db": ["test_queue_durability.py", "test_discard_paging.py", "test_safety_net.py"],
+    "peer_link": ["test_protocol.py", "test_discard_paging.py"],
+    "directory": ["test_safety_net.py"],
+}
+
 #: what a lane needs to run the suite: the plugin, the MTA, the scenarios, the ini
 LANE_CONTENT = ["pyproject.toml", "pytest_shadowcheck", "reference_impl", "scenarios"]
 TIMEOUT_MARK = "MUTANT TIMEOUT"
 TIMEOUT_RC = 124
+UNIT_TIMEOUT = 600.0
 
 
 @dataclass
@@ -257,11 +277,11 @@ def record(out: Path, outcomes: list[Outcome], skipped: dict[str, list[str]]) ->
 # --- lanes ----------------------------------------------------------------------------
 
 
-def make_lane(out: Path, index: int) -> Path:
+def make_lane(out: Path, index: int, unit_tests: bool = False) -> Path:
     lane = out / f"lane-{index}"
     shutil.rmtree(lane, ignore_errors=True)
     lane.mkdir(parents=True)
-    for name in LANE_CONTENT:
+    for name in [*LANE_CONTENT, *(["tests/reference"] if unit_tests else [])]:
         source = ROOT / name
         if source.is_dir():
             shutil.copytree(source, lane / name, ignore=shutil.ignore_patterns("__pycache__"))
@@ -278,24 +298,32 @@ def pytest_args(module: str) -> list[str]:
     ]  # fmt: skip
 
 
-def test_command(lane: Path, module: str, timeout: float) -> list[str]:
+def unit_test_args(module: str) -> list[str]:
+    files = [f"tests/reference/{name}" for name in UNIT_TESTS[module]]
+    return ["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *files]
+
+
+def test_command(lane: Path, timeout: float, args: list[str]) -> list[str]:
     return [
         sys.executable, str(Path(__file__).resolve()), "_run-tests", "--lane", str(lane),
-        "--timeout", str(timeout), "--", *pytest_args(module),
+        "--timeout", str(timeout), "--", *args,
     ]  # fmt: skip
 
 
-def run_in_lane(lane: Path, module: str, timeout: float) -> tuple[int, str, float]:
+def run_in_lane(
+    lane: Path, module: str, timeout: float, args: list[str] | None = None
+) -> tuple[int, str, float]:
     started = time.perf_counter()
     proc = subprocess.run(
-        test_command(lane, module, timeout),
+        test_command(lane, timeout, pytest_args(module) if args is None else args),
         capture_output=True, text=True, start_new_session=True, timeout=timeout + 120,
     )  # fmt: skip
     return proc.returncode, proc.stdout + proc.stderr, time.perf_counter() - started
 
 
-def run_mutant(lane: Path, m: Mutant, timeout: float) -> Outcome:
-    """Apply ``m`` to the lane's copy with cosmic-ray, run the tests, restore the file."""
+def run_mutant(lane: Path, m: Mutant, timeout: float, args: list[str] | None = None) -> Outcome:
+    """Apply ``m`` to the lane's copy with cosmic-ray, run the tests (the suite's selection
+    unless ``args`` says otherwise), restore the file."""
     import cosmic_ray.plugins
     from cosmic_ray.mutating import use_mutation
 
@@ -316,7 +344,7 @@ def run_mutant(lane: Path, m: Mutant, timeout: float) -> Outcome:
             )
             if not line.startswith(("---", "+++"))
         )
-        rc, output, _ = run_in_lane(lane, m.module, timeout)
+        rc, output, _ = run_in_lane(lane, m.module, timeout, args)
     seconds = time.perf_counter() - started
     if rc == 0:
         status = "survived"
@@ -404,7 +432,12 @@ def write_survivors(out: Path, outcomes: list[Outcome]) -> None:
     (out / "survivors.md").write_text("\n".join(lines))
 
 
-def report(tallies: dict[str, Tally], outcomes: list[Outcome], args: argparse.Namespace) -> None:
+def report(
+    tallies: dict[str, Tally],
+    outcomes: list[Outcome],
+    args: argparse.Namespace,
+    unit: dict[str, str] | None = None,
+) -> None:
     dispositions = read_dispositions()
     print()
     if args.sample:
@@ -447,6 +480,46 @@ def report(tallies: dict[str, Tally], outcomes: list[Outcome], args: argparse.Na
     print("score = (killed + timed out) / (killed + timed out + survived); non-eq. = the same")
     print("without the survivors recorded as equivalent in mutation_dispositions.md; invalid =")
     print("the mutant does not compile (not run, not counted)")
+    if unit is not None:
+        report_unit(tallies, outcomes, dispositions, unit)
+
+
+def report_unit(
+    tallies: dict[str, Tally],
+    outcomes: list[Outcome],
+    dispositions: dict[str, str],
+    unit: dict[str, str],
+) -> None:
+    """The suite's survivors against the MTA's own tests (``--unit-tests``), apart."""
+    print()
+    print("the suite's survivors against tests/reference (--unit-tests):")
+    both_header = "non-eq. killed, suite + unit"
+    print(f"{'module':<12} {'survived':>8} {'unit-killed':>11} {both_header:>29}")
+    grand = [0, 0, 0, 0]
+    for module in tallies:
+        mine = [o for o in outcomes if o.mutant.module == module]
+        detected = sum(o.status in ("killed", "timeout") for o in mine)
+        survivors = [mutant_key(o.mutant) for o in mine if o.status == "survived"]
+        by_unit = sum(unit.get(key) in ("killed", "timeout") for key in survivors)
+        equivalent = sum(
+            dispositions.get(key) == "equivalent" and unit.get(key) not in ("killed", "timeout")
+            for key in survivors
+        )
+        non_eq = detected + len(survivors) - equivalent
+        both = detected + by_unit
+        for i, v in enumerate((len(survivors), by_unit, both, non_eq)):
+            grand[i] += v
+        share = f"{both}/{non_eq} = {100 * both / non_eq:.0f}%" if non_eq else "-"
+        print(f"{module:<12} {len(survivors):>8} {by_unit:>11} {share:>29}")
+    share = f"{grand[2]}/{grand[3]} = {100 * grand[2] / grand[3]:.0f}%" if grand[3] else "-"
+    print(f"{'all':<12} {grand[0]:>8} {grand[1]:>11} {share:>29}")
+    missing = [
+        mutant_key(o.mutant)
+        for o in outcomes
+        if o.status == "survived" and mutant_key(o.mutant) not in unit
+    ]
+    if missing:
+        print(f"{len(missing)} survivor(s) not yet run against the unit tests")
 
 
 def _score_cells(c: dict[str, int], equivalent: int) -> str:
@@ -475,8 +548,37 @@ def report_again(out: Path, args: argparse.Namespace) -> int:
         counts = tallies[o.mutant.module].counts
         counts[o.status] = counts.get(o.status, 0) + 1
     write_survivors(out, outcomes)
-    report(tallies, outcomes, args)
+    report(tallies, outcomes, args, read_unit_outcomes(out))
     return 0
+
+
+def read_unit_outcomes(out: Path) -> dict[str, str] | None:
+    path = out / "unit_outcomes.jsonl"
+    if not path.exists():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return {row["key"]: row["status"] for row in rows}
+
+
+def unit_tests_on_survivors(out: Path, args: argparse.Namespace) -> int:
+    """Run each survivor of a finished run against its module's tests/reference files."""
+    survivors = []
+    for line in (out / "outcomes.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row["status"] == "survived":
+            survivors.append(Mutant(**dict(row["mutant"], end=tuple(row["mutant"]["end"]))))
+    lanes = [make_lane(out, i, unit_tests=True) for i in range(args.lanes)]
+
+    def job(m: Mutant) -> Callable[[Path], Outcome]:
+        return lambda lane: run_mutant(lane, m, UNIT_TIMEOUT, unit_test_args(m.module))
+
+    results = in_lanes(lanes, {mutant_key(m): job(m) for m in survivors})
+    with (out / "unit_outcomes.jsonl").open("w") as log:
+        for key, o in results.items():
+            by = killed_by(o.output) if o.status == "killed" else None
+            log.write(json.dumps({"key": key, "status": o.status, "killed_by": by}) + "\n")
+            print(f"{o.status:<8} {o.seconds:5.0f}s {key}" + (f" by {by}" if by else ""))
+    return report_again(out, args)
 
 
 # --- main -----------------------------------------------------------------------------
@@ -499,6 +601,10 @@ def main() -> int:
         "--report-only", action="store_true",
         help="print the table again from OUT (after editing the dispositions), run nothing",
     )  # fmt: skip
+    parser.add_argument(
+        "--unit-tests", action="store_true",
+        help="run a finished run's survivors against the MTA's own tests (tests/reference)",
+    )  # fmt: skip
     parser.add_argument("--lanes", type=int, default=2, help="mutants tested at once")
     parser.add_argument("--timeout-factor", type=float, default=2.0)
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "mutation")
@@ -512,6 +618,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.report_only:
         return report_again(out, args)
+    if args.unit_tests:
+        return unit_tests_on_survivors(out, args)
     lanes = [make_lane(out, i) for i in range(args.lanes)]
 
     tallies: dict[str, Tally] = {}

@@ -150,3 +150,25 @@ def test_a_queued_message_is_handed_on_only_once_on_disk(tmp_path: Path) -> None
         assert [m.id for m in db.messages()] == [handed[0][0]]
     finally:
         db.close()
+
+
+def test_a_failed_transaction_is_rolled_back_and_the_next_one_commits(tmp_path: Path) -> None:
+    """An error inside a transaction (a full disk, a bug) must not leave the connection
+    inside it: later commits would then join it and never reach the file."""
+    db = QueueDB(tmp_path / "queue.db", 1000.0)
+    try:
+        lost, kept = _message(1), _message(2)
+        try:
+            with db.transaction() as c:
+                db.enqueue(lost, {"corp.test": (["alice@corp.test"], [])}, 1000.0)
+                c.execute("SELECT no_such_column FROM messages")
+        except sqlite3.OperationalError:
+            pass
+        assert not db.conn.in_transaction
+        db.enqueue(kept, {"corp.test": (["alice@corp.test"], [])}, 1000.0)
+        db.wal.wait(db._ticket)
+        other = sqlite3.connect(tmp_path / "queue.db")
+        assert other.execute("SELECT id FROM messages").fetchall() == [(kept.id,)]
+        other.close()
+    finally:
+        db.close()

@@ -146,3 +146,30 @@ def test_xqdiscard_from_a_node_of_another_dag_gets_nothing(node: Cluster) -> Non
     member.cmd("EHLO mbx2")
     member.cmd(f"AUTH PLAIN {plain('mbx2', node_password('s3cret', 'mbx2'))}")
     assert member.cmd("XQDISCARD").startswith("250-DBID ")
+
+
+def test_a_peer_gets_the_headroom_and_no_more(cluster_factory: Factory, sink: Sink) -> None:
+    """A boundary peer may send MaxMessageSize plus PEER_SIZE_HEADROOM (16 KiB, for the
+    headers it adds): well inside is taken, a little past it is refused."""
+    spec: dict[str, Any] = {**two_nodes(sink, MaxMessageSize=4000), "secret": "s3cret"}
+    cluster = cluster_factory(spec)
+    limit = 4000 + 16 * 1024
+    for size, accepted in ((limit - 300, True), (limit + 300, False)):
+        wire = Wire(cluster.nodes["mbx1"].smtp)
+        wire.cmd("EHLO mbx2")
+        assert wire.cmd(f"AUTH PLAIN {plain('mbx2', node_password('s3cret', 'mbx2'))}")[:3] == "235"
+        assert wire.cmd("MAIL FROM:<a@ext.test>").startswith("250")
+        assert wire.cmd("RCPT TO:<alice@corp.test>").startswith("250")
+        reply = _data(wire, _message_of(size, f"<peer-{size}@test>"))
+        assert reply.startswith("250 " if accepted else "552 "), (size, reply)
+        wire.close()
+
+
+def test_xresubmit_syntax_is_exact(node: Cluster) -> None:
+    """XRESUBMIT SHADOW takes exactly five words; a sixth is a syntax error, not ignored."""
+    wire = Wire(node.nodes["mbx1"].smtp)
+    wire.cmd("EHLO mbx2")
+    assert wire.cmd(f"AUTH PLAIN {plain('mbx2', node_password('s3cret', 'mbx2'))}")[:3] == "235"
+    assert wire.cmd("XRESUBMIT SHADOW DB1 0 1 mbx2") == "250 2.0.0 RESUBMITTED 0"
+    for bad in ("XRESUBMIT SHADOW DB1 0 1 mbx2 extra", "XRESUBMIT SHADOW DB1 0 1"):
+        assert wire.cmd(bad).startswith("501 5.5.4 Syntax: XRESUBMIT"), bad
