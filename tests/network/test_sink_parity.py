@@ -187,3 +187,33 @@ def test_the_messages_arrive_unstuffed_and_byte_exact(run: Run) -> None:
     # the parity above would pass if both got it wrong the same way
     _, accepted = run(_through_sink(CONVERSATIONS["message"], None))
     assert accepted == [("a@ext.test", ["alice@corp.test"], BODY)]
+
+
+PLAIN_SECTIONS = [
+    b"From: a@ext.test\r\nMessage-ID: <p1@ext.test>\r\nSubject: hi\r\n\r\n",
+    b"Subject:   spaced\t \r\nX-Empty:\r\nX-Tab:\tv\r\nsubject: second\r\n\r\n",
+    b"Subject: folded\r\n  over\r\n\tthree lines\r\nTo: b@c\r\n\r\n",
+    b"X-Fold-Only:\r\n next line\r\nmessage-id: <lower@x>\r\n\r\n",
+    b"Received: from a by b; Mon, 1 Jan 2024 00:00:00 +0000\r\nA:b:c\r\n\r\n",
+]
+#: not plain: left to the email parser
+OTHER_SECTIONS = [
+    b"From someone Mon Jan 1\r\nSubject: unixfrom\r\n\r\n",
+    b" continued first\r\nSubject: x\r\n\r\n",
+    b"Subject: no colon next\r\nnot a header\r\nTo: b@c\r\n\r\n",
+    b"Subject: bare\nTo: lf@x\n\n",
+    b"Subject: lone \r cr\r\n\r\n",
+    b"Subject: caf\xc3\xa9\r\n\r\n",
+    b": empty name\r\nSubject: x\r\n\r\n",
+    b"Subject: no blank line\r\n",
+]
+
+
+@pytest.mark.parametrize("section", PLAIN_SECTIONS + OTHER_SECTIONS)
+def test_the_sinks_header_fast_path_reads_what_the_email_parser_reads(section: bytes) -> None:
+    from pytest_shadowcheck.network.sink import _parsed_headers, _plain_headers
+
+    plain = _plain_headers(section)
+    assert (plain is not None) == (section in PLAIN_SECTIONS)
+    if plain is not None:
+        assert plain == _parsed_headers(section)
