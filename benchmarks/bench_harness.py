@@ -53,6 +53,8 @@ from pytest_shadowcheck.workload import WorkloadSpec, drive, plan_messages
 #: README "Throughput", medians of three rounds, (a) shadow on, accepted msg/s
 README_REFERENCE = {"per-connection": 490.0, "reuse": 782.0}
 SMTP_SINK = "/usr/sbin/smtp-sink"
+#: this process's CPU ms per message, per round: what the load of others does not change
+_CPU_MS: list[float] = []
 
 
 def _free_port() -> int:
@@ -104,6 +106,7 @@ def external_sink(kind: str):  # type: ignore[no-untyped-def]
 
 
 async def one_round(args: argparse.Namespace, address: tuple[str, int] | None) -> float:
+    """Messages acknowledged per second (CPU time per message in ``_CPU_MS``)."""
     history = History()
     sink = None
     if address is None:
@@ -120,9 +123,10 @@ async def one_round(args: argparse.Namespace, address: tuple[str, int] | None) -
         seed=1,
     )
     planned = plan_messages(spec, "bench")
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     accepted = await drive(spec, planned, history, {"node": address})
     elapsed = time.perf_counter() - start
+    _CPU_MS.append(1000 * (time.process_time() - cpu) / args.messages)
     if sink is not None:
         await sink.stop()
     if len(accepted) != args.messages:
@@ -176,21 +180,24 @@ def main(argv: list[str] | None = None) -> int:
             load = os.getloadavg()[0]
             rate = run(one_round(args, address))
             rates.append(rate)
-            line = f"round {i + 1}: harness {rate:,.0f} msg/s acknowledged (load {load:.1f})"
+            line = (
+                f"round {i + 1}: harness {rate:,.0f} msg/s acknowledged, {_CPU_MS[-1]:.2f} CPU "
+                f"ms/msg (load {load:.1f})"
+            )
             if measure_reference is not None:
                 ref_load = os.getloadavg()[0]
-                ref_rate = measure_reference(i + 1)
+                ref_rate, ref_cpu = measure_reference(i + 1)
                 ratios.append(rate / ref_rate)
                 line += (
-                    f"; reference (a) {ref_rate:,.0f} msg/s accepted (load {ref_load:.1f}):"
-                    f" {rate / ref_rate:.2f}x"
+                    f"; reference (a) {ref_rate:,.0f} msg/s accepted, {ref_cpu:.2f} CPU ms/msg "
+                    f"(load {ref_load:.1f}): {rate / ref_rate:.2f}x"
                 )
             print(line, flush=True)
     median = statistics.median(rates)
     where = (
         f"harness -> {args.sink}{' (uvloop)' if args.uvloop else ''}, {args.sessions} sessions, "
         f"{mode} ({args.per_session}/session), {args.messages} x {args.size} B: median "
-        f"{median:,.0f} msg/s"
+        f"{median:,.0f} msg/s, {statistics.median(_CPU_MS):.2f} CPU ms/msg"
     )
     if ratios:
         ratio = statistics.median(ratios)
@@ -208,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
 
 @contextlib.contextmanager
 def reference_runner(args: argparse.Namespace, mode: str):  # type: ignore[no-untyped-def]
-    """A function running bench_transport.py's target (a) once: accepted msg/s."""
+    """A function running bench_transport.py's target (a) once: accepted msg/s and CPU ms
+    per message (both nodes, every process)."""
     import bench_transport as transport
 
     work = Path(tempfile.mkdtemp(prefix="bench-harness-ref-"))
@@ -216,12 +224,12 @@ def reference_runner(args: argparse.Namespace, mode: str):  # type: ignore[no-un
     sink = transport.Sink(transport.free_port())
     options = argparse.Namespace(sessions=args.sessions, size=args.reference_size)
 
-    def measure(number: int) -> float:
+    def measure(number: int) -> tuple[float, float]:
         result = transport.Result(target="a", mode=mode, messages=args.messages, round=number)
         transport.run_target("a", result, work, sink, options)
         if result.error or result.accepted_rate is None:
             raise SystemExit(f"reference run failed: {result.error}")
-        return result.accepted_rate
+        return result.accepted_rate, result.cpu_ms or 0.0
 
     try:
         yield measure
