@@ -1,7 +1,7 @@
 """The harness's network layer: fault proxies, next-hop sinks and the recording client.
 
 - :class:`FaultProxy` - recording, fault-injecting TCP proxy for one link.
-- :class:`MailSink` / :class:`Delivery` - aiosmtpd next hop recording deliveries.
+- :class:`MailSink` / :class:`Delivery` - SMTP next hop recording deliveries.
 - :class:`RecordingClient` / :class:`SendResult` - aiosmtplib sender recording
   every reply, plus raw sessions for protocol abuse.
 - SMTP text helpers - Message-ID and enhanced-code parsing shared by all three.

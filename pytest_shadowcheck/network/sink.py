@@ -1,12 +1,12 @@
 """MailSink: a plain SMTP next hop (a mailbox server or a remote MTA) that records
 every message it accepts.
 
-The sink runs aiosmtpd on the caller's asyncio loop, on an ephemeral loopback
-port. It never advertises XSHADOW: to the transport under test it is an
-ordinary next hop. Every accepted message becomes a :class:`Delivery` in
-:attr:`MailSink.deliveries` and a ``delivery`` event in the history; the
-``helo`` of a delivery is the EHLO name the delivering node used, which tells
-which node of the cluster delivered it.
+The sink runs its own SMTP server (:mod:`.sink_smtp`, replies as aiosmtpd gave them)
+on the caller's asyncio loop, on an ephemeral loopback port. It never advertises
+XSHADOW: to the transport under test it is an ordinary next hop. Every accepted
+message becomes a :class:`Delivery` in :attr:`MailSink.deliveries` and a
+``delivery`` event in the history; the ``helo`` of a delivery is the EHLO name the
+delivering node used, which tells which node of the cluster delivered it.
 
 Replies can be scripted per stage (MAIL, RCPT, DATA) to make the next hop
 temporarily (4xx) or permanently (5xx) refuse, or "hang" (never answer until
@@ -25,9 +25,8 @@ from email.parser import BytesHeaderParser
 from email.policy import compat32
 from typing import Any
 
-from aiosmtpd.smtp import SMTP, Envelope, Session
-
 from pytest_shadowcheck.history import History
+from pytest_shadowcheck.network.sink_smtp import HANG, SinkProtocol
 from pytest_shadowcheck.network.smtp_text import (
     header_section,
     normalize_message_id,
@@ -36,8 +35,6 @@ from pytest_shadowcheck.network.smtp_text import (
 __all__ = ["HANG", "SCRIPT_STAGES", "Delivery", "MailSink", "ScriptedReply"]
 
 SCRIPT_STAGES = ("MAIL", "RCPT", "DATA")
-HANG = "hang"
-"""Scripted reply meaning: never answer (until the script is cleared or the sink stops)."""
 
 
 @dataclass(frozen=True)
@@ -72,26 +69,8 @@ class ScriptedReply:
     remaining: int | None = None
 
 
-#: the plain ``<local@domain>`` of nearly every MAIL FROM / RCPT TO: no quoting, no
-#: comments, no source route - anything else goes to aiosmtpd's full RFC 5322 parser
-_PLAIN_ADDRESS = re.compile(r"\s*<([A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9.-]+)>\s*(.*)", re.S)
-
-
-class _SinkSMTP(SMTP):
-    """aiosmtpd's session with a fast path for plain addresses: its RFC 5322 parser was
-    a fifth of the sink's CPU in a workload (benchmarks/bench_harness.py)."""
-
-    def _getaddr(self, arg: str) -> tuple[str | None, str | None]:
-        plain = _PLAIN_ADDRESS.fullmatch(arg or "")
-        if plain is None or (
-            self.local_part_limit and len(plain.group(1).rpartition("@")[0]) > self.local_part_limit
-        ):
-            return super()._getaddr(arg)
-        return plain.group(1), plain.group(2)
-
-
 class MailSink:
-    """An aiosmtpd next hop recording deliveries into ``history``.
+    """An SMTP next hop recording deliveries into ``history``.
 
     ``name`` identifies the sink ("corp.test", "mbx-db1") in events (``sink``
     key) and in its SMTP greeting. ``link``, if given, is used as the ``link`` of
@@ -108,7 +87,7 @@ class MailSink:
         self._delivered = asyncio.Event()
         self._server: asyncio.Server | None = None
         self._address: tuple[str, int] | None = None
-        self._sessions: weakref.WeakSet[SMTP] = weakref.WeakSet()
+        self._sessions: weakref.WeakSet[SinkProtocol] = weakref.WeakSet()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -117,17 +96,9 @@ class MailSink:
         if self._server is not None:
             raise RuntimeError(f"sink {self.name} already started")
         loop = asyncio.get_running_loop()
-        handler = _SinkHandler(self)
 
-        def make_session() -> SMTP:
-            session = _SinkSMTP(
-                handler,
-                hostname=self.name,
-                ident="shadowcheck sink",
-                enable_SMTPUTF8=True,
-                data_size_limit=None,
-                loop=loop,
-            )
+        def make_session() -> SinkProtocol:
+            session = SinkProtocol(self, loop)
             self._sessions.add(session)
             return session
 
@@ -204,9 +175,14 @@ class MailSink:
                 return scripted.reply
         return None
 
-    async def _scripted_reply(self, stage: str, session: Session, **details: Any) -> str | None:
-        """The scripted reply to use now, or None for the normal behaviour.
-        "hang" waits here until released, then gives None."""
+    @property
+    def release_hangs(self) -> asyncio.Event:
+        """Set when no hung reply should wait any longer."""
+        return self._release_hangs
+
+    def scripted(self, stage: str, helo: str | None, **details: Any) -> str | None:
+        """The scripted reply to give at ``stage`` now (noted in the history), or None
+        for the normal behaviour; "hang" means: wait for :attr:`release_hangs` first."""
         reply = self._take_script(stage)
         if reply is None:
             return None
@@ -217,29 +193,36 @@ class MailSink:
             text=f"sink {self.name} scripted {stage} reply: {reply}",
             stage=stage,
             reply=reply,
-            helo=session.host_name,
+            helo=helo,
             **details,
         )
-        if reply == HANG:
-            await self._release_hangs.wait()
-            return None
         return reply
 
     # -- deliveries --------------------------------------------------------------
 
-    def _accept(
-        self, session: Session, envelope: Envelope, headers: dict[str, str] | None = None
-    ) -> Delivery:
-        raw = envelope.original_content or b""
-        headers = _first_headers(raw) if headers is None else headers
+    def headers_of(self, raw: bytes) -> tuple[dict[str, str], str | None]:
+        """The headers of a message's content and its normalised Message-ID."""
+        headers = _first_headers(raw)
+        return headers, normalize_message_id(headers.get("Message-ID"))
+
+    def deliver(
+        self,
+        *,
+        helo: str | None,
+        peer: object,
+        mail_from: str,
+        rcpt_tos: list[str],
+        raw: bytes,
+        headers: dict[str, str],
+    ) -> str:
+        """Record an accepted message; the reply to its end of DATA."""
         message_id = normalize_message_id(headers.get("Message-ID"))
-        peer = session.peer
         delivery = Delivery(
             t=self.history.now(),
             message_id=message_id,
-            mail_from=str(envelope.mail_from or ""),
-            rcpt_tos=list(envelope.rcpt_tos),
-            helo=session.host_name,
+            mail_from=mail_from,
+            rcpt_tos=list(rcpt_tos),
+            helo=helo,
             peer=f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else None,
             size=len(raw),
             headers=headers,
@@ -260,7 +243,7 @@ class MailSink:
         # Wake every waiter, then re-arm for the next delivery.
         self._delivered.set()
         self._delivered = asyncio.Event()
-        return delivery
+        return f"250 2.6.0 {message_id or 'message'} queued as delivered"
 
     def deliveries_for(self, message_id: str) -> list[Delivery]:
         """Every delivery of the message with this Message-ID (with or without <>)."""
@@ -306,52 +289,57 @@ class MailSink:
         return True
 
 
-class _SinkHandler:
-    """aiosmtpd handler hooks, delegating to the sink's script and recording."""
-
-    def __init__(self, sink: MailSink) -> None:
-        self.sink = sink
-
-    async def handle_MAIL(
-        self, server: SMTP, session: Session, envelope: Envelope, address: str, mail_options: list
-    ) -> str:
-        scripted = await self.sink._scripted_reply("MAIL", session, mail_from=address)
-        if scripted is not None:
-            return scripted
-        envelope.mail_from = address
-        envelope.mail_options.extend(mail_options)
-        return "250 2.1.0 Sender OK"
-
-    async def handle_RCPT(
-        self, server: SMTP, session: Session, envelope: Envelope, address: str, rcpt_options: list
-    ) -> str:
-        scripted = await self.sink._scripted_reply("RCPT", session, rcpt_to=address)
-        if scripted is not None:
-            return scripted
-        envelope.rcpt_tos.append(address)
-        envelope.rcpt_options.extend(rcpt_options)
-        return "250 2.1.5 Recipient OK"
-
-    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
-        headers = _first_headers(envelope.original_content or b"")
-        message_id = normalize_message_id(headers.get("Message-ID"))
-        scripted = await self.sink._scripted_reply("DATA", session, message_id=message_id)
-        if scripted is not None:
-            return scripted
-        delivery = self.sink._accept(session, envelope, headers)
-        return f"250 2.6.0 {delivery.message_id or 'message'} queued as delivered"
-
-
 def _first_headers(raw: bytes) -> dict[str, str]:
     """First occurrence of every header of ``raw``, keyed by the name as written."""
-    parsed = BytesHeaderParser(policy=compat32).parsebytes(header_section(raw))
-    headers: dict[str, str] = {}
-    for name, value in parsed.items():
-        headers.setdefault(name, str(value))
+    section = header_section(raw)
+    plain = _plain_headers(section)
+    headers = plain if plain is not None else _parsed_headers(section)
     if "Message-ID" not in headers:
         # Header names are case-insensitive; expose the usual spelling too.
         for name, value in list(headers.items()):
             if name.lower() == "message-id":
                 headers["Message-ID"] = value
                 break
+    return headers
+
+
+def _parsed_headers(section: bytes) -> dict[str, str]:
+    parsed = BytesHeaderParser(policy=compat32).parsebytes(section)
+    headers: dict[str, str] = {}
+    for name, value in parsed.items():
+        headers.setdefault(name, str(value))
+    return headers
+
+
+_HEADER_NAME = re.compile(r"[\x21-\x39\x3b-\x7e]+:")
+
+
+def _plain_headers(section: bytes) -> dict[str, str] | None:
+    """What :func:`_parsed_headers` gives, for the common case only: ASCII, CRLF line
+    ends, a blank line at the end, every line a header or its continuation, no
+    ``From `` line; None for anything else. The email parser was a sixth of the sink's
+    CPU (benchmarks/bench_harness.py); tests/network/test_sink_parity.py compares."""
+    if not section.endswith(b"\r\n\r\n") or not section.isascii():
+        return None
+    body = section[:-4]
+    if b"\r" in body.replace(b"\r\n", b"") or b"\n" in body.replace(b"\r\n", b""):
+        return None
+    headers: dict[str, str] = {}
+    name: str | None = None
+    value: list[str] = []
+    for line in body.decode("ascii").split("\r\n"):
+        if line[:1] in (" ", "\t"):
+            if name is None:
+                return None
+            value.append(line)
+            continue
+        match = None if line.startswith("From ") else _HEADER_NAME.match(line)
+        if match is None:
+            return None
+        if name is not None:
+            headers.setdefault(name, "\r\n".join(value).rstrip("\r\n"))
+        name = line[: match.end() - 1]
+        value = [line[match.end() :].lstrip(" \t")]
+    if name is not None:
+        headers.setdefault(name, "\r\n".join(value).rstrip("\r\n"))
     return headers

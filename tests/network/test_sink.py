@@ -228,7 +228,6 @@ def test_the_sinks_address_fast_path_reads_what_aiosmtpd_reads(arg: str) -> None
     # parser on every form, plain or not (the others go to that parser)
     from aiosmtpd.smtp import SMTP
 
-    from pytest_shadowcheck.network.sink import _SinkSMTP
+    from pytest_shadowcheck.network.sink_smtp import getaddr
 
-    handler = object()
-    assert _SinkSMTP(handler)._getaddr(arg) == SMTP(handler)._getaddr(arg)
+    assert getaddr(arg) == SMTP(object())._getaddr(arg)
