@@ -162,6 +162,23 @@ def _ignores_heartbeat_retry_count() -> None:
     force_settings(ShadowHeartbeatRetryCount=1)
 
 
+def _last_contact_never_refreshed() -> None:
+    # Records the primary's first contact and never a later one (unless a heartbeat
+    # failed in between): a primary healthy for longer than ShadowResubmitTimeSpan is
+    # promoted at its first missed heartbeat, not a span after its last contact (PR-1).
+    from reference_impl.shadowing import Shadowing
+
+    original = Shadowing._contact
+
+    def _contact(self: Shadowing, primary: str, now: float, db_id: str | None) -> None:
+        last = self._last_contact.get(primary)
+        if last is not None and last[1] == db_id and primary not in self._failed_since_contact:
+            return
+        original(self, primary, now, db_id)
+
+    Shadowing._contact = _contact  # type: ignore[method-assign]
+
+
 VARIANTS: list[Variant] = [
     Variant(
         name="promotes-late",
@@ -254,5 +271,11 @@ VARIANTS: list[Variant] = [
         "ShadowHeartbeatRetryCount says",
         fails=("pr6_heartbeat_retry_count_decides_failure",),
         apply=_ignores_heartbeat_retry_count,
+    ),
+    Variant(
+        name="last-contact-never-refreshed",
+        breaks="measures ShadowResubmitTimeSpan from the primary's first contact, not its last",
+        fails=("pr1_span_counts_from_the_last_contact_not_the_first",),
+        apply=_last_contact_never_refreshed,
     ),
 ]
