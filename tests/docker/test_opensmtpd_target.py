@@ -140,3 +140,63 @@ def test_opensmtpd_relays_and_keeps_an_acknowledged_message_across_kill_and_rest
     assert conf.count("relay host smtp+notls://127.0.0.1:") == 2
     assert leftovers(engine, tidy[-1]) == []
 
+
+RESTARTED = """
+defaults:
+  topology:
+    description: one node; corp.test goes to the mailbox sink until re-routed to backup
+    boundary: dag1
+    nodes: {mbx1: {site: site-a, dag: dag1}}
+    next_hops:
+      corp.test: {sink: mailbox}
+      other.test: {sink: backup}
+  # no retry within the scenario: only the route change can deliver m1
+  settings: {TransientFailureRetryInterval: 1h}
+  timeout: 90s
+scenarios:
+  - name: reload_by_restart
+    title: a refused change restarts nothing; a route change restarts smtpd on its queue
+    behaviours: [PR-5]
+    steps:
+      - sink: {name: mailbox, reply: "451 4.3.0 mailbox busy, try later"}
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - wait: 1s
+      - set_settings: {values: {MaxMessageSize: 0}, result: rejected}
+      - route: {domain: corp.test, sink: backup}
+    expect:
+      - delivered: {message: m1, to: backup, by: mbx1, within: 10s}
+"""
+
+
+@pytest.mark.usefixtures("opensmtpd_image")
+def test_without_a_reload_a_change_restarts_smtpd_on_its_queue_and_claims_no_pass(
+    engine: Any, tmp_path: Path, tidy: list[str]
+) -> None:
+    # targets/opensmtpd.yaml, but MaxMessageSize 0 renders a size smtpd -n refuses
+    size = "smtp max-message-size {{ settings.MaxMessageSize | default(10485760) }}"
+    text = (TARGETS / "opensmtpd.yaml").read_text()
+    assert size in text
+    description = tmp_path / "opensmtpd.yaml"
+    description.write_text(text.replace(size, size.replace(" }}", " - 1 }}")))
+    target = new_target(description, tidy)
+    assert {"set_settings"} <= target.capabilities
+    (scenario,) = load_scenarios(tmp_path, RESTARTED)
+
+    workdir = tmp_path / "work"
+    verdict = run_scenario(scenario, target, workdir=workdir)
+    # every check passed: the refusal, and m1 delivered by the new route after the restart
+    assert [c.status for c in verdict.checks] == [Status.PASS] * len(verdict.checks)
+    assert {c.name for c in verdict.checks} >= {"settings on mbx1 rejected"}
+    # ... but a restart stood where the scenario reloads: no PASS is claimed
+    assert verdict.status == Status.UNTESTABLE
+    (caveat,) = verdict.caveats  # the refused change restarted nothing
+    assert caveat.startswith("mbx1 restarted on its queue to apply the route corp.test")
+    assert "no PASS is claimed" in verdict.behaviour_reason("PR-5")
+    log = (workdir / "mbx1.log").read_text()
+    first, second = log.split("--- container ")[1:]
+    # the first smtpd was stopped as its admin stops it (SIGTERM), not killed
+    assert "(restarted for route corp.test)" in first and "Exiting" in first, first
+    assert 'result="Ok"' in second and 'result="Ok"' not in first
+    conf = (workdir / "mbx1" / "files" / "etc" / "smtpd.conf").read_text()
+    assert "max-message-size 10485759" in conf  # the refused file was put back
+    assert leftovers(engine, tidy[-1]) == []

@@ -296,3 +296,21 @@ def test_the_target_label_does_not_depend_on_the_path(
         labels.append((props["shadowcheck.target"], props["shadowcheck.target_version"]))
         assert data["target"] == "mymta" and data["target_version"] == "4.2"
     assert labels == [("mymta", "4.2"), ("mymta", "4.2")]
+
+
+def test_a_restart_in_place_of_a_reload_claims_no_pass_but_keeps_a_fail() -> None:
+    from pytest_shadowcheck.verdict import CheckResult, Status, Verdict
+
+    verdict = Verdict("s", ["PR-5", "PR-6"])
+    verdict.add(CheckResult("delivered m1", Status.PASS, "m1", "yes", behaviours=["PR-5"]))
+    verdict.add(CheckResult("timing", Status.FAIL, "at least 3s", "1s", behaviours=["PR-6"]))
+    assert verdict.by_behaviour == {"PR-5": Status.PASS, "PR-6": Status.FAIL}
+    verdict.caveats.append("mbx1 restarted on its queue to apply the route corp.test")
+    # the passing checks may owe their result to the restart; a FAIL is still a FAIL
+    assert verdict.by_behaviour == {"PR-5": Status.UNTESTABLE, "PR-6": Status.FAIL}
+    assert verdict.behaviour_reason("PR-5") == (
+        "its checks passed, but no PASS is claimed: "
+        "mbx1 restarted on its queue to apply the route corp.test"
+    )
+    again = Verdict.from_dict(json.loads(json.dumps(verdict.to_dict())))
+    assert again.by_behaviour == verdict.by_behaviour and again.caveats == verdict.caveats
