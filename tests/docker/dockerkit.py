@@ -31,6 +31,20 @@ def write_description(directory: Path, body: str, name: str = "target.yaml") -> 
     return path
 
 
+#: the start of a scenario file's defaults: one node; corp.test goes to the mailbox
+#: sink until a route step sends it to the backup sink (admin adapters)
+REROUTABLE_DEFAULTS = """
+defaults:
+  topology:
+    description: one node; corp.test goes to the mailbox sink until re-routed to backup
+    boundary: dag1
+    nodes: {mbx1: {site: site-a, dag: dag1}}
+    next_hops:
+      corp.test: {sink: mailbox}
+      other.test: {sink: backup}
+"""
+
+
 #: an acknowledged message deferred on the node's only copy, then the node killed and
 #: restarted on its queue (delivered) or wiped (gone): the same for every MTA
 DURABILITY_SCENARIOS = """

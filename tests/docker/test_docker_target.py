@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from dockerkit import (
+    REROUTABLE_DEFAULTS,
     ROOT,
     TARGETS,
     check_kept_and_wiped,
@@ -226,16 +227,9 @@ def test_bundled_scenarios_pass_on_the_reference_image(
         assert all(s["status"] == "PASS" for s in entry["scenarios"]), entry["scenarios"]
 
 
-ADMIN_SCENARIO = """
-defaults:
-  topology:
-    description: one node; corp.test goes to the mailbox sink until re-routed to backup
-    boundary: dag1
-    nodes: {mbx1: {site: site-a, dag: dag1}}
-    next_hops:
-      corp.test: {sink: mailbox}
-      other.test: {sink: backup}
-  settings: {TransientFailureRetryInterval: 1h, ReceiveConnectionInactivityTimeout: 5s}
+ADMIN_SCENARIO = (
+    REROUTABLE_DEFAULTS
+    + """  settings: {TransientFailureRetryInterval: 1h, ReceiveConnectionInactivityTimeout: 5s}
   timeout: 90s
 scenarios:
   - name: admin_adapters
@@ -261,6 +255,7 @@ scenarios:
           at_most: 1s
           tolerance: 0.5s
 """
+)
 
 
 @pytest.mark.usefixtures("images")

@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dockerkit import TARGETS, check_kept_and_wiped, leftovers, load_scenarios, new_target
+from dockerkit import (
+    REROUTABLE_DEFAULTS,
+    TARGETS,
+    check_kept_and_wiped,
+    leftovers,
+    load_scenarios,
+    new_target,
+)
 
 from pytest_shadowcheck.engine import run_scenario
 from pytest_shadowcheck.scenario import load_scenario_file
@@ -141,17 +148,10 @@ def test_opensmtpd_relays_and_keeps_an_acknowledged_message_across_kill_and_rest
     assert leftovers(engine, tidy[-1]) == []
 
 
-RESTARTED = """
-defaults:
-  topology:
-    description: one node; corp.test goes to the mailbox sink until re-routed to backup
-    boundary: dag1
-    nodes: {mbx1: {site: site-a, dag: dag1}}
-    next_hops:
-      corp.test: {sink: mailbox}
-      other.test: {sink: backup}
-  # no retry within the scenario: only the route change can deliver m1
-  settings: {TransientFailureRetryInterval: 1h}
+# no retry within the scenario: only the route change can deliver m1
+RESTARTED = (
+    REROUTABLE_DEFAULTS
+    + """  settings: {TransientFailureRetryInterval: 1h}
   timeout: 90s
 scenarios:
   - name: reload_by_restart
@@ -166,6 +166,7 @@ scenarios:
     expect:
       - delivered: {message: m1, to: backup, by: mbx1, within: 10s}
 """
+)
 
 
 @pytest.mark.usefixtures("opensmtpd_image")
