@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -314,3 +315,37 @@ def test_a_restart_in_place_of_a_reload_claims_no_pass_but_keeps_a_fail() -> Non
     )
     again = Verdict.from_dict(json.loads(json.dumps(verdict.to_dict())))
     assert again.by_behaviour == verdict.by_behaviour and again.caveats == verdict.caveats
+
+
+@pytest.mark.parametrize("where", ["outside", "inside"])
+def test_a_kept_workdir_is_named_without_the_machines_temporary_path(
+    pytester: pytest.Pytester,
+    plain_smtp: ThreadedSink,
+    tmp_path_factory: pytest.TempPathFactory,
+    where: str,
+) -> None:
+    _write(pytester, "s.yaml", TWO_BEHAVIOURS)
+    # pytest's own temporary root (not below the run's directory), or one inside it
+    basetemp = tmp_path_factory.mktemp("elsewhere") if where == "outside" else pytester.path / "t"
+    result = pytester.runpytest(
+        "--shadowcheck",
+        f"--shadowcheck-target=external:mbx1={plain_smtp.address}",
+        f"--shadowcheck-report={pytester.path / 'cert'}",
+        f"--basetemp={basetemp}",
+        "library",
+    )
+    result.assert_outcomes(failed=1)
+    (scenario,) = _certification(pytester)["scenarios"]
+    kept = re.search(r"\(node data and logs kept in (\S+)\)", scenario["reason"])
+    assert kept, scenario["reason"]
+    shown = kept.group(1)
+    assert str(basetemp) not in json.dumps(_certification(pytester))
+    if where == "outside":
+        # named from <basetemp>, which the header resolves
+        assert shown.startswith("<basetemp>/shadowcheck-rejects_but_logs_fine"), shown
+        result.stdout.fnmatch_lines([f"shadowcheck workdirs: <basetemp> is {basetemp}"])
+        directory = basetemp / shown.removeprefix("<basetemp>/")
+    else:
+        assert shown.startswith("t/shadowcheck-rejects_but_logs_fine"), shown
+        directory = pytester.path / shown
+    assert directory.is_dir()  # the user finds it (an external target writes nothing there)
