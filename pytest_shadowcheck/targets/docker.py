@@ -612,9 +612,8 @@ class DockerTarget(Target):
             self.changed[node] = before
             # a restarting MTA that refused the files in admin.check never ran them:
             # putting them back is enough; one that did not start again is restarted
-            await self._reconfigure(
-                node, "previous settings", apply=not self._restarts or not self._up(node)
-            )
+            up = await asyncio.to_thread(self._up, node)
+            await self._reconfigure(node, "previous settings", apply=not self._restarts or not up)
             raise
         rendered = sorted(v for v in values if self.description.renders(v))
         return {"rendered": rendered, **({"restarted": restarted} if restarted else {})}
