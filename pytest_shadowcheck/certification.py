@@ -230,7 +230,8 @@ def _scenario_section(report: dict[str, Any], s: dict[str, Any]) -> str:
         f'<section id="scenario-{html.escape(s["scenario"])}"><h3>{html.escape(s["scenario"])}'
         f" {_badge(s['verdict'])}</h3><p>{html.escape(s.get('title', ''))}</p>"
         f"<p>{per_behaviour}</p><p>{html.escape(s['reason'])}</p>"
-        f"<p>defined at <code>{html.escape(s.get('source', ''))}</code>; reproduce with "
+        + "".join(f"<p>caveat: {html.escape(c)}</p>" for c in s.get("caveats", []))
+        + f"<p>defined at <code>{html.escape(s.get('source', ''))}</code>; reproduce with "
         f"<code>{html.escape(reproduce_command(report, s['nodeid']))}</code></p>"
         f"{rendered}"
         + (f"<p>passed: {html.escape(', '.join(passed))}</p>" if passed else "")
@@ -432,6 +433,7 @@ class CertificationRecorder:
             "duration_s": round(report.duration, 3),
             "checks": checks,
             "workloads": data.get("workloads", []),
+            "caveats": data.get("caveats", []),
         }
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:

@@ -77,6 +77,8 @@ class Run:
     workload_seed: int | None = None
     #: where a workload step writes its timeline page (next to the certification report)
     timeline_dir: Path | None = None
+    #: changes a target without reload applied by restarting a node (Verdict.caveats)
+    caveats: list[str] = field(default_factory=list)
 
     # -- helpers the checks use ------------------------------------------------
 
@@ -353,7 +355,8 @@ class Run:
                     hop = {"node": arg["node"]}
                 self.changes.append(([node], ("next_hop", arg["domain"], hop)))
                 if node in self._running():
-                    await self.target.set_next_hop(node, arg["domain"], hop)
+                    answer = await self.target.set_next_hop(node, arg["domain"], hop)
+                    self._restarted_for_change(node, answer)
         elif kind == "snapshot":
             answer = await self.target.control(arg["node"], "GET", QUEUE_PATHS[arg["queue"]])
             self.history.record("snapshot", node=arg["node"], queue=arg["queue"], answer=answer)
@@ -450,11 +453,22 @@ class Run:
             if nodes is not None and node not in nodes:
                 continue
             if change[0] == "settings":
-                await self.target.set_settings(node, change[1])
+                answer = await self.target.set_settings(node, change[1])
+                self._restarted_for_change(node, answer)
             elif change[0] == "next_hop":
-                await self.target.set_next_hop(node, change[1], change[2])
+                answer = await self.target.set_next_hop(node, change[1], change[2])
+                self._restarted_for_change(node, answer)
             else:
                 await self.target.control(node, *change[1:])
+
+    def _restarted_for_change(self, node: str, answer: Any) -> None:
+        """A target without a reload restarted ``node`` to apply a change (its answer says
+        so): recorded as the restart it is, and no PASS is claimed across it."""
+        text = answer.get("restarted") if isinstance(answer, dict) else None
+        if text:
+            self.node_actions.append((self.history.now(), node, "restart"))
+            self.history.record("step", text=str(text))
+            self.caveats.append(str(text))
 
     async def _set_settings(self, step: Step, verdict: Verdict) -> None:
         arg = step.arg
@@ -464,6 +478,7 @@ class Run:
             try:
                 answer = await self.target.set_settings(node, arg["values"])
                 outcome, detail = "accepted", str(answer)
+                self._restarted_for_change(node, answer)
             except TargetError as exc:
                 if want is None:
                     raise
@@ -653,6 +668,7 @@ def run_scenario(
                     hooks.shadowcheck_scenario_finished(
                         scenario=scenario, target=target, history=history, verdict=verdict
                     )
+            verdict.caveats.extend(run.caveats)
             if verdict.status == Status.FAIL and not verdict.diagnostics:
                 verdict.diagnostics = target.diagnostics()
             await run.teardown()

@@ -24,7 +24,7 @@ from . import __version__
 from .certification import is_scenario_file
 from .collect import ScenarioFile, ScenarioInconclusive
 from .scenario import load_behaviours
-from .state import STATE_KEY, ShadowcheckState, get_state
+from .state import BASETEMP, STATE_KEY, ShadowcheckState, get_state, run_basetemp
 from .targets.registry import known_targets, make_target, target_manager
 from .verdict import Verdict
 
@@ -263,6 +263,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         f"shadowcheck {__version__}: target {state.target_spec} "
         f"({state.target.version()}), run {state.run_id}",
         "shadowcheck scenarios: " + ", ".join(str(p) for p in config.args),
+        # failures name their kept workdirs relative to it (reports carry no machine path)
+        f"shadowcheck workdirs: {BASETEMP} is {run_basetemp(config) or 'not used'}",
     ]
 
 

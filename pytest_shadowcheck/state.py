@@ -23,9 +23,39 @@ from .verdict import Status, Verdict
 if TYPE_CHECKING:
     from .collect import ScenarioItem
 
-__all__ = ["STATE_KEY", "ShadowcheckState", "get_state", "missing_capability_reason"]
+__all__ = [
+    "BASETEMP",
+    "STATE_KEY",
+    "ShadowcheckState",
+    "get_state",
+    "missing_capability_reason",
+    "run_basetemp",
+]
 
 STATE_KEY = pytest.StashKey["ShadowcheckState"]()
+#: how a kept workdir's place is named in verdicts: the report header says where it is
+BASETEMP = "<basetemp>"
+
+
+def run_basetemp(config: pytest.Config) -> Path | None:
+    """The run's pytest basetemp (an xdist worker's is a directory below it), or None
+    when pytest's tmp_path plugin is off."""
+    factory = getattr(config, "_tmp_path_factory", None)
+    if not isinstance(factory, pytest.TempPathFactory):
+        return None
+    base = factory.getbasetemp()
+    return base.parent if hasattr(config, "workerinput") else base
+
+
+def shown_workdir(config: pytest.Config, workdir: Path) -> str:
+    """A kept workdir as a verdict names it: relative to the directory pytest was run
+    from, else to the run's basetemp (``<basetemp>/popen-gw0/shadowcheck-x0``, the
+    header names it), so committed reports carry no machine's temporary paths."""
+    for base, prefix in ((config.invocation_params.dir, ""), (run_basetemp(config), BASETEMP)):
+        if base is not None and workdir.resolve().is_relative_to(base.resolve()):
+            relative = workdir.resolve().relative_to(base.resolve())
+            return f"{prefix}/{relative}" if prefix else str(relative)
+    return str(workdir)
 
 
 def get_state(config: pytest.Config) -> ShadowcheckState:
@@ -146,5 +176,7 @@ class ShadowcheckState:
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             # keep the workdir: node data and logs are evidence
-            verdict.reason += f" (node data and logs kept in {workdir})"
+            verdict.reason += (
+                f" (node data and logs kept in {shown_workdir(self.config, workdir)})"
+            )
         return verdict

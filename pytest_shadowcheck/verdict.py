@@ -62,6 +62,9 @@ class Verdict:
     diagnostics: str = ""
     #: the figures of each workload step (HistoryReport.summary()): JUnit, certification
     workloads: list[dict[str, Any]] = field(default_factory=list)
+    #: why a PASS would claim more than the run shows (a node restarted where the
+    #: scenario reloads it): such a behaviour is UNTESTABLE, a FAIL still stands
+    caveats: list[str] = field(default_factory=list)
 
     def add(self, result: CheckResult) -> None:
         self.checks.append(result)
@@ -84,10 +87,14 @@ class Verdict:
         if self.overall is not None:
             # a FAIL seen before the run broke is still a FAIL
             return strongest([*checks, self.overall]) if Status.FAIL in checks else self.overall
-        return strongest(checks, default=Status.NOT_APPLICABLE)
+        status = strongest(checks, default=Status.NOT_APPLICABLE)
+        return Status.UNTESTABLE if status == Status.PASS and self.caveats else status
 
     def behaviour_reason(self, behaviour: str) -> str:
         status = self.behaviour_status(behaviour)
+        checks = [c.status for c in self.evidence(behaviour)]
+        if self.caveats and self.overall is None and strongest(checks) == Status.PASS:
+            return f"its checks passed, but no PASS is claimed: {self.caveats[0]}"
         for check in self.evidence(behaviour):
             if check.status == status and status != Status.PASS:
                 return f"{check.name}: {check.observed}"
@@ -182,4 +189,5 @@ class Verdict:
             overall=Status(overall) if overall else None,
             diagnostics=data.get("diagnostics", ""),
             workloads=list(data.get("workloads", [])),
+            caveats=list(data.get("caveats", [])),
         )

@@ -228,7 +228,10 @@ class Target(abc.ABC):
 
     async def set_settings(self, node: str, values: dict[str, Any]) -> Any:
         """Capability ``set_settings``: change settings (Exchange names) on a running node.
-        The default uses PUT /settings of the control API."""
+        The default uses PUT /settings of the control API. A target that can apply a
+        change only by restarting the node answers ``{"restarted": "why, in a
+        sentence"}`` (also from set_next_hop): the engine records the restart and
+        claims no PASS across it (``Verdict.caveats``)."""
         return await self.control(node, "PUT", "/settings", values)
 
     async def set_next_hop(self, node: str, domain: str, hop: dict[str, Any]) -> Any:

@@ -21,7 +21,8 @@ container is removed.
 
 Without a control API, a description's admin adapters (:mod:`.docker_admin`)
 run commands in the container: ``set_settings`` and route changes render the
-files again and reload the MTA; a queue listing answers GET /queues/active.
+files again and reload the MTA (or restart it on its queue, ``reload: restart``);
+a queue listing answers GET /queues/active.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ import asyncio
 import atexit
 import contextlib
 import os
-import re
 import secrets
 import socket
 from dataclasses import replace
@@ -62,6 +62,8 @@ KILL_TIMEOUT = 10.0
 POLL = 0.1
 LOG_TAIL = 15
 PAUSE_ATTEMPTS = 5
+#: reload by restart: how long the MTA may take to stop on SIGTERM before SIGKILL
+STOP_GRACE = 10
 
 #: (container ids, volume names) this process created and has not removed yet
 _LIVE_CONTAINERS: set[str] = set()
@@ -275,38 +277,7 @@ class DockerTarget(Target):
         return f"{self.description.name} in docker ({self.description.image})"
 
     def cannot_run(self, scenario: Scenario) -> str | None:
-        desc = self.description
-        nodes = len(scenario.topology.nodes)
-        if nodes > desc.max_nodes:
-            return f"{desc.name} runs at most {desc.max_nodes} nodes, the scenario has {nodes}"
-        given = set(scenario.settings).union(*scenario.node_settings.values())
-        changed = [s.arg["values"] for s in scenario.steps if s.kind == "set_settings"]
-        unsupported = sorted(given.union(*changed) & desc.unsupported_settings)
-        if unsupported:
-            return (
-                f"{desc.name} cannot apply setting {', '.join(unsupported)} "
-                f"(settings.unsupported in {desc.path})"
-            )
-        if scenario.start_refused is not None:
-            # the MTA must refuse a configuration: it must be given all of it first
-            named = [s for s in scenario.settings if re.search(scenario.start_refused, s)]
-            unrendered = sorted(s for s in named if not desc.renders(s))
-            if unrendered:
-                return (
-                    f"the configuration it must refuse cannot be given to {desc.name}: no "
-                    f"template of {desc.path.name} renders {', '.join(unrendered)}"
-                )
-        for step in scenario.steps:
-            if step.kind != "set_settings" or step.arg.get("result") != "rejected":
-                continue
-            # a change the MTA must reject proves nothing unless the MTA is given all of it
-            unrendered = sorted(s for s in step.arg["values"] if not desc.renders(s))
-            if unrendered:
-                return (
-                    f"the change it must reject (line {step.where.line}) cannot be given to "
-                    f"{desc.name}: no template of {desc.path.name} renders {', '.join(unrendered)}"
-                )
-        return None
+        return self.description.cannot_run(scenario)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -622,7 +593,7 @@ class DockerTarget(Target):
                 )
             except (RuntimeError, TimeoutError) as exc:
                 raise TargetError(f"queue of {node}: {exc or 'no answer'}") from None
-        if (method, path) == ROUTES and admin.reload and isinstance(body, dict):
+        if (method, path) == ROUTES and admin.reconfigures and isinstance(body, dict):
             for domain, hop in body.items():
                 await self.set_next_hop(node, domain, hop)
             return None
@@ -631,41 +602,74 @@ class DockerTarget(Target):
         )
 
     async def set_settings(self, node: str, values: dict[str, Any]) -> Any:
-        if not self.description.admin.reload:
+        if not self.description.admin.reconfigures:
             return await super().set_settings(node, values)
         before = dict(self.changed.get(node, {}))
         self.changed[node] = {**before, **values}
         try:
-            await self._reconfigure(node, "settings")
+            restarted = await self._reconfigure(node, "settings")
         except TargetError:
             self.changed[node] = before
-            await self._reconfigure(node, "previous settings")
+            # a restarting MTA that refused the files in admin.check never ran them:
+            # putting them back is enough; one that did not start again is restarted
+            up = await asyncio.to_thread(self._up, node)
+            await self._reconfigure(node, "previous settings", apply=not self._restarts or not up)
             raise
-        return {"rendered": sorted(v for v in values if self.description.renders(v))}
+        rendered = sorted(v for v in values if self.description.renders(v))
+        return {"rendered": rendered, **({"restarted": restarted} if restarted else {})}
 
     async def set_next_hop(self, node: str, domain: str, hop: dict[str, Any]) -> Any:
         admin = self.description.admin
-        if not admin.reload:
+        if not admin.reconfigures:
             return await super().set_next_hop(node, domain, hop)
         self.routes.setdefault(node, {})[domain] = hop
-        await self._reconfigure(node, f"route {domain}")
+        restarted = await self._reconfigure(node, f"route {domain}")
         if admin.flush:
             # what waited for a route goes now, as the control API's route change does
             await self._admin(node, admin.flush, "flush")
-        return None
+        return {"restarted": restarted} if restarted else None
 
-    async def _reconfigure(self, node: str, what: str) -> None:
-        """Render the node's files again, vet them (admin.check), then admin.reload."""
+    @property
+    def _restarts(self) -> bool:
+        return self.description.admin.restarts
+
+    def _up(self, node: str) -> bool:
+        container = self.containers.get(node)
+        if container is None:
+            return False
+        container.reload()
+        return bool(container.status == "running")
+
+    async def _reconfigure(self, node: str, what: str, apply: bool = True) -> str:
+        """Render the node's files again, vet them (admin.check), then admin.reload - or,
+        for an MTA without one (``reload: restart``), restart the node on its queue. A
+        restart is returned as a sentence for the history ("" when none was needed)."""
         admin = self.description.admin
+        running = self.rendered[node].files
         self._render(node)
         files = self.rendered[node].files
         container = self._container(node)
         await asyncio.to_thread(container.put_archive, "/", tar_files(files))
         if admin.check:
             await self._admin(node, admin.check, f"check of {what}")
-        await self._admin(node, admin.reload, f"reload for {what}")
-        # an MTA that re-executes itself on reload (Exim) listens again only later
-        await self._wait_ready(node)
+        if not apply:
+            return ""
+        if not admin.restarts:
+            await self._admin(node, admin.reload, f"reload for {what}")
+            # an MTA that re-executes itself on reload (Exim) listens again only later
+            await self._wait_ready(node)
+            return ""
+        if files == running:
+            return ""  # already running with these files (a change replayed after a restart)
+        # stopped as an admin stops the daemon (SIGTERM, SIGKILL after a grace period),
+        # then a new container on the same queue volume reads the new files
+        await asyncio.to_thread(self._container(node).stop, timeout=STOP_GRACE)
+        await asyncio.to_thread(self._remove, node, f"restarted for {what}", False)
+        await self._launch(node)
+        return (
+            f"{node} restarted on its queue to apply the {what} "
+            f"({self.description.name} has no reload: admin.reload is restart)"
+        )
 
     async def wipe(self, node: str) -> NodeHandle:
         await asyncio.to_thread(self._kill, node)

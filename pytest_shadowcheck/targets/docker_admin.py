@@ -4,6 +4,7 @@ give the harness what a real MTA has without the shadowcheck control API.
 ```yaml
 admin:
   reload: [postfix, reload]        # after the files are rendered again: set_settings, routes
+                                   # (or "restart": the MTA has no reload, restart it instead)
   check: [postfix, check]          # optional, before reload: non-zero = configuration rejected
   flush: [postqueue, -f]           # optional: deliver what waits now (after a route change)
   queue:                           # the node's mail queue, for GET /queues/active
@@ -17,6 +18,13 @@ them (a ``queue: {queue: active}`` check, the no-loss invariant's "still queued"
 a ``route`` step, ``set_settings``); every answer comes from the MTA itself.
 Nothing here invents a queue the MTA does not have: the listing answers only
 for the active queue (what the node holds for delivery).
+
+``reload: restart`` is for an MTA without a reload (OpenSMTPD): the target stops
+the node's container (SIGTERM, as an admin would stop the daemon) and starts a
+new one on the same queue volume with the files rendered again. That is a
+restart, not a reload, and the engine records it as one: the history shows it,
+and a behaviour the scenario would PASS is not claimed (:class:`..verdict.Verdict`
+``caveats``), since a restart can do what the scenario credits to the MTA.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from ..errors import SourceRef
 __all__ = [
     "ACTIVE_QUEUE",
     "QUEUE_FORMATS",
+    "RELOAD_BY_RESTART",
     "ROUTES",
     "AdminAdapters",
     "QueueAdapter",
@@ -42,6 +51,8 @@ __all__ = [
 #: the control API calls the adapters answer
 ACTIVE_QUEUE = ("GET", "/queues/active")
 ROUTES = ("PUT", "/topology/next_hops")
+#: ``admin.reload`` for an MTA that has none: restart the node on its queue instead
+RELOAD_BY_RESTART = "restart"
 
 _MESSAGE_ID = re.compile(
     # postcat -h prints "Message-ID: <...>"; exim -Mvh prefixes each header with its
@@ -66,6 +77,13 @@ class AdminAdapters:
     check: tuple[str, ...] = ()
     flush: tuple[str, ...] = ()
     queue: QueueAdapter | None = None
+    #: no reload command: a changed configuration takes a restart of the node
+    restarts: bool = False
+
+    @property
+    def reconfigures(self) -> bool:
+        """Whether settings and routes can be changed (by reload or by restart)."""
+        return bool(self.reload) or self.restarts
 
     @property
     def calls(self) -> frozenset[tuple[str, str]]:
@@ -73,7 +91,7 @@ class AdminAdapters:
         calls = set()
         if self.queue is not None:
             calls.add(ACTIVE_QUEUE)
-        if self.reload:
+        if self.reconfigures:
             calls.add(ROUTES)
         return frozenset(calls)
 
@@ -171,12 +189,13 @@ def parse_admin(raw: Any, at: Callable[[str], SourceRef]) -> AdminAdapters:
             f"unknown admin adapter {unknown[0]!r} (known: {', '.join(sorted(known))})",
             at(f"admin.{unknown[0]}"),
         )
+    restarts = raw.get("reload") == RELOAD_BY_RESTART
     commands = {
         key: _command(raw[key], f"admin.{key}", at(f"admin.{key}"))
         for key in ("reload", "check", "flush")
-        if raw.get(key) is not None
+        if raw.get(key) is not None and not (key == "reload" and restarts)
     }
-    if commands.get("check") and not commands.get("reload"):
+    if commands.get("check") and not (commands.get("reload") or restarts):
         raise AdminError("admin.check needs admin.reload: it vets what reload applies",
                          at("admin.check"))  # fmt: skip
     queue = None
@@ -205,6 +224,7 @@ def parse_admin(raw: Any, at: Callable[[str], SourceRef]) -> AdminAdapters:
         check=commands.get("check", ()),
         flush=commands.get("flush", ()),
         queue=queue,
+        restarts=restarts,
     )
 
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -26,6 +27,9 @@ from ..errors import SourceRef, format_snippet
 from ..scenario import MTA_CAPABILITIES, PROCESS_CAPABILITIES
 from .base import ClusterPlan, TargetError
 from .docker_admin import AdminAdapters, AdminError, parse_admin
+
+if TYPE_CHECKING:
+    from ..scenario import Scenario
 
 __all__ = [
     "CLAIMABLE",
@@ -121,12 +125,47 @@ class Description:
     @property
     def capabilities(self) -> frozenset[str]:
         own = DOCKER_CAPABILITIES if self.queue_dir else DOCKER_CAPABILITIES - {"wipe_queue_db"}
-        # a reload after the files are rendered again with the new settings
-        adapted = {"set_settings"} if self.admin.reload else set()
+        # a reload (or restart) after the files are rendered again with the new settings
+        adapted = {"set_settings"} if self.admin.reconfigures else set()
         return own | self.claimed | adapted
 
     def where(self, key: str) -> SourceRef:
         return SourceRef(self.path, self.lines.get(key, 0))
+
+    def cannot_run(self, scenario: Scenario) -> str | None:
+        """Why a scenario cannot run on this description's MTA, or None."""
+        desc = self
+        nodes = len(scenario.topology.nodes)
+        if nodes > desc.max_nodes:
+            return f"{desc.name} runs at most {desc.max_nodes} nodes, the scenario has {nodes}"
+        given = set(scenario.settings).union(*scenario.node_settings.values())
+        changed = [s.arg["values"] for s in scenario.steps if s.kind == "set_settings"]
+        unsupported = sorted(given.union(*changed) & desc.unsupported_settings)
+        if unsupported:
+            return (
+                f"{desc.name} cannot apply setting {', '.join(unsupported)} "
+                f"(settings.unsupported in {desc.path})"
+            )
+        if scenario.start_refused is not None:
+            # the MTA must refuse a configuration: it must be given all of it first
+            named = [s for s in scenario.settings if re.search(scenario.start_refused, s)]
+            unrendered = sorted(s for s in named if not desc.renders(s))
+            if unrendered:
+                return (
+                    f"the configuration it must refuse cannot be given to {desc.name}: no "
+                    f"template of {desc.path.name} renders {', '.join(unrendered)}"
+                )
+        for step in scenario.steps:
+            if step.kind != "set_settings" or step.arg.get("result") != "rejected":
+                continue
+            # a change the MTA must reject proves nothing unless the MTA is given all of it
+            unrendered = sorted(s for s in step.arg["values"] if not desc.renders(s))
+            if unrendered:
+                return (
+                    f"the change it must reject (line {step.where.line}) cannot be given to "
+                    f"{desc.name}: no template of {desc.path.name} renders {', '.join(unrendered)}"
+                )
+        return None
 
     def renders(self, setting: str) -> bool:
         """Whether any template (files, command, environment) uses ``setting``: a

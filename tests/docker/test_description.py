@@ -74,6 +74,20 @@ def test_postfix_description_renders_relay_to_the_harness_proxies(tmp_path: Path
     assert node.command == ["postfix", "start-fg"]
 
 
+def test_an_mta_without_reload_is_restarted_for_a_change(tmp_path: Path) -> None:
+    description = load_description(TARGETS / "opensmtpd.yaml")
+    # reload: restart - no reload command, yet settings and routes can change
+    assert description.admin.restarts and description.admin.reload == ()
+    assert "set_settings" in description.capabilities
+    assert description.admin.calls == {("PUT", "/topology/next_hops")}
+    assert description.admin.check == ("smtpd", "-n", "-f", "/etc/smtpd.conf")
+    # without restart or a reload command, check has nothing to vet
+    path = tmp_path / "t.yaml"
+    path.write_text("image: x\nadmin:\n  check: [smtpd, -n]\n  flush: [smtpctl]\n")
+    with pytest.raises(DescriptionError, match=r"admin\.check needs admin\.reload"):
+        load_description(path)
+
+
 def test_reference_description_writes_the_cluster_file(tmp_path: Path) -> None:
     description = load_description(TARGETS / "reference.yaml")
     assert {"control_api", "virtual_clock", "set_settings", "wipe_queue_db"} <= (

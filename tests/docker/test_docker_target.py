@@ -18,7 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dockerkit import ROOT, TARGETS, leftovers, write_description
+from dockerkit import (
+    REROUTABLE_DEFAULTS,
+    ROOT,
+    TARGETS,
+    check_kept_and_wiped,
+    leftovers,
+    load_scenarios,
+    new_target,
+    write_description,
+)
 
 from pytest_shadowcheck.engine import run_scenario
 from pytest_shadowcheck.scenario import load_scenario_file
@@ -102,9 +111,7 @@ def test_a_recipe_image_names_its_build_command(engine: Any, tmp_path: Path) -> 
 def test_a_node_that_never_becomes_ready_is_inconclusive_and_leaves_nothing(
     engine: Any, tmp_path: Path, scenario_file: Path, tidy: list[str], command: str, observed: str
 ) -> None:
-    run_id = f"test-{uuid.uuid4().hex[:8]}"
-    tidy.append(run_id)
-    target = DockerTarget(str(never_ready(tmp_path, command)), run_id=run_id)
+    target = new_target(never_ready(tmp_path, command), tidy)
     (scenario,) = load_scenario_file(scenario_file)
     workdir = tmp_path / "work"
     verdict = run_scenario(scenario, target, workdir=workdir)
@@ -117,7 +124,7 @@ def test_a_node_that_never_becomes_ready_is_inconclusive_and_leaves_nothing(
     assert observed in said
     if "exit" in command:
         assert "no config here" in said  # the container's own words
-    assert leftovers(engine, run_id) == []
+    assert leftovers(engine, tidy[-1]) == []
     log = (workdir / "mbx1.log").read_text()
     assert "--- container shadowcheck-" in log  # the log outlived the container
 
@@ -183,62 +190,15 @@ def test_the_reaper_removes_what_a_killed_run_left_and_spares_live_owners(
     assert leftovers(engine, live_run) == [mine.name]
 
 
-DURABILITY_SCENARIO = """
-defaults:
-  topology: single-node
-  settings: {TransientFailureRetryInterval: 1s}
-  timeout: 90s
-scenarios:
-  - name: acknowledged_message_survives_kill_and_restart
-    title: a 250-acknowledged message in the queue survives kill -9 and a restart on the same queue
-    behaviours: [PR-3]
-    steps:
-      - sink: {name: mailbox, reply: "451 4.3.0 mailbox busy, try later"}
-      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
-      - wait: 1s
-      - kill: mbx1
-      - restart: mbx1
-      - sink: {name: mailbox, reply: accept}
-    expect:
-      - reply: {message: m1, code: 250}
-      - delivered: {message: m1, to: mailbox, by: mbx1, within: 20s}
-  - name: acknowledged_message_gone_with_a_wiped_queue
-    title: the same message is gone when the queue is wiped instead (the only copy)
-    behaviours: [PR-3]
-    steps:
-      - sink: {name: mailbox, reply: "451 4.3.0 mailbox busy, try later"}
-      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
-      - wait: 1s
-      - wipe: mbx1
-      - sink: {name: mailbox, reply: accept}
-    expect:
-      - not_delivered: {message: m1, for: 6s}
-"""
-
-
 @pytest.mark.usefixtures("images")
 def test_postfix_keeps_an_acknowledged_message_across_kill_and_restart(
     engine: Any, tmp_path: Path, tidy: list[str]
 ) -> None:
-    run_id = f"test-{uuid.uuid4().hex[:8]}"
-    tidy.append(run_id)
-    path = tmp_path / "durability.yaml"
-    path.write_text(DURABILITY_SCENARIO.lstrip())
-    kept, wiped = load_scenario_file(path)
-    target = DockerTarget(str(TARGETS / "postfix.yaml"), run_id=run_id)
+    target = new_target("postfix.yaml", tidy)
     assert target.version().startswith("Postfix 3.7.")
-
-    verdict = run_scenario(kept, target, workdir=tmp_path / "kept")
-    assert verdict.status == Status.PASS, verdict.failures
-    log = (tmp_path / "kept" / "mbx1.log").read_text()
+    log = check_kept_and_wiped(target, tmp_path)
     assert "status=deferred" in log and "status=sent" in log  # queued, then delivered
-    assert log.count("--- container ") == 2  # killed container, then the restarted one
-
-    verdict = run_scenario(wiped, target, workdir=tmp_path / "wiped")
-    assert verdict.status == Status.OUTSIDE_GUARANTEE, verdict.failures
-    loss = next(c for c in verdict.checks if c.name == "no loss of m1")
-    assert "mbx1 had its queue database wiped" in loss.observed
-    assert leftovers(engine, run_id) == []
+    assert leftovers(engine, tidy[-1]) == []
 
 
 @pytest.mark.usefixtures("images")
@@ -267,16 +227,9 @@ def test_bundled_scenarios_pass_on_the_reference_image(
         assert all(s["status"] == "PASS" for s in entry["scenarios"]), entry["scenarios"]
 
 
-ADMIN_SCENARIO = """
-defaults:
-  topology:
-    description: one node; corp.test goes to the mailbox sink until re-routed to backup
-    boundary: dag1
-    nodes: {mbx1: {site: site-a, dag: dag1}}
-    next_hops:
-      corp.test: {sink: mailbox}
-      other.test: {sink: backup}
-  settings: {TransientFailureRetryInterval: 1h, ReceiveConnectionInactivityTimeout: 5s}
+ADMIN_SCENARIO = (
+    REROUTABLE_DEFAULTS
+    + """  settings: {TransientFailureRetryInterval: 1h, ReceiveConnectionInactivityTimeout: 5s}
   timeout: 90s
 scenarios:
   - name: admin_adapters
@@ -302,6 +255,7 @@ scenarios:
           at_most: 1s
           tolerance: 0.5s
 """
+)
 
 
 @pytest.mark.usefixtures("images")
@@ -324,12 +278,8 @@ def test_admin_adapters_list_the_queue_reload_settings_and_reroute(
     main_cf: str,
     timeout_line: str,
 ) -> None:
-    run_id = f"test-{uuid.uuid4().hex[:8]}"
-    tidy.append(run_id)
-    path = tmp_path / "admin.yaml"
-    path.write_text(ADMIN_SCENARIO.replace("DEFERRED", deferred).lstrip())
-    (scenario,) = load_scenario_file(path)
-    target = DockerTarget(str(TARGETS / description), run_id=run_id)
+    (scenario,) = load_scenarios(tmp_path, ADMIN_SCENARIO.replace("DEFERRED", deferred))
+    target = new_target(description, tidy)
     assert "control_api" not in target.capabilities
 
     verdict = run_scenario(scenario, target, workdir=tmp_path / "work")
@@ -340,7 +290,7 @@ def test_admin_adapters_list_the_queue_reload_settings_and_reroute(
     assert observed == ["holds 1: m1", "holds 0: (empty)"]
     config = (tmp_path / "work" / "mbx1" / "files" / main_cf).read_text()
     assert timeout_line in config and "127.0.0.1" in config
-    assert leftovers(engine, run_id) == []
+    assert leftovers(engine, tidy[-1]) == []
 
 
 @pytest.mark.usefixtures("images")
@@ -406,12 +356,8 @@ scenarios:
 def test_exim_keeps_an_acknowledged_message_across_kill_and_restart(
     engine: Any, tmp_path: Path, tidy: list[str]
 ) -> None:
-    run_id = f"test-{uuid.uuid4().hex[:8]}"
-    tidy.append(run_id)
-    path = tmp_path / "exim.yaml"
-    path.write_text(EXIM_SCENARIO.lstrip())
-    (scenario,) = load_scenario_file(path)
-    target = DockerTarget(str(TARGETS / "exim.yaml"), run_id=run_id)
+    (scenario,) = load_scenarios(tmp_path, EXIM_SCENARIO)
+    target = new_target("exim.yaml", tidy)
     assert target.version().startswith("Exim version 4.96")
 
     verdict = run_scenario(scenario, target, workdir=tmp_path / "work")
@@ -424,4 +370,4 @@ def test_exim_keeps_an_acknowledged_message_across_kill_and_restart(
     # two daemons on one host network: each has a notifier socket of its own
     for node in ("mbx1", "mbx2"):
         assert "notifier" not in (tmp_path / "work" / f"{node}.log").read_text()
-    assert leftovers(engine, run_id) == []
+    assert leftovers(engine, tidy[-1]) == []

@@ -8,17 +8,22 @@ loopback ports) and nothing is mocked.
 from __future__ import annotations
 
 import re
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dockerkit import TARGETS, leftovers
+from dockerkit import (
+    REROUTABLE_DEFAULTS,
+    TARGETS,
+    check_kept_and_wiped,
+    leftovers,
+    load_scenarios,
+    new_target,
+)
 
 from pytest_shadowcheck.engine import run_scenario
 from pytest_shadowcheck.scenario import load_scenario_file
 from pytest_shadowcheck.targets.base import ClusterPlan
-from pytest_shadowcheck.targets.docker import DockerTarget
 from pytest_shadowcheck.targets.docker_description import (
     NodePorts,
     load_description,
@@ -31,36 +36,11 @@ pytestmark = pytest.mark.docker
 # OpenSMTPD's own retry schedule is 400 s; the description renders
 # TransientFailureRetryInterval as `smtpctl schedule all` every interval, so a
 # deferred message is tried again within seconds here.
-SCENARIOS = """
+ROUTED = """
 defaults:
-  topology: single-node
   settings: {TransientFailureRetryInterval: 1s}
   timeout: 90s
 scenarios:
-  - name: acknowledged_message_survives_kill_and_restart
-    title: a deferred, acknowledged message survives kill -9 and a restart on the same queue
-    behaviours: [PR-3]
-    steps:
-      - sink: {name: mailbox, reply: "451 4.3.0 mailbox busy, try later"}
-      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
-      - wait: 1s
-      - kill: mbx1
-      - restart: mbx1
-      - sink: {name: mailbox, reply: accept}
-    expect:
-      - reply: {message: m1, code: 250}
-      - delivered: {message: m1, to: mailbox, by: mbx1, within: 20s}
-  - name: acknowledged_message_gone_with_a_wiped_queue
-    title: the same message is gone when the queue is wiped instead (the only copy)
-    behaviours: [PR-3]
-    steps:
-      - sink: {name: mailbox, reply: "451 4.3.0 mailbox busy, try later"}
-      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
-      - wait: 1s
-      - wipe: mbx1
-      - sink: {name: mailbox, reply: accept}
-    expect:
-      - not_delivered: {message: m1, for: 6s}
   - name: each_domain_to_its_own_next_hop
     title: one message for two domains reaches each domain's next hop, relayed by the node
     topology: security-two-next-hops
@@ -148,18 +128,10 @@ def opensmtpd_image(engine: Any) -> str:
 def test_opensmtpd_relays_and_keeps_an_acknowledged_message_across_kill_and_restart(
     engine: Any, tmp_path: Path, tidy: list[str]
 ) -> None:
-    run_id = f"test-{uuid.uuid4().hex[:8]}"
-    tidy.append(run_id)
-    path = tmp_path / "opensmtpd.yaml"
-    path.write_text(SCENARIOS.lstrip())
-    kept, wiped, routed = load_scenario_file(path)
-    target = DockerTarget(str(TARGETS / "opensmtpd.yaml"), run_id=run_id)
+    target = new_target("opensmtpd.yaml", tidy)
     assert target.version().startswith("OpenSMTPD 6.8.")
 
-    verdict = run_scenario(kept, target, workdir=tmp_path / "kept")
-    assert verdict.status == Status.PASS, verdict.failures
-    log = (tmp_path / "kept" / "mbx1.log").read_text()
-    assert log.count("--- container ") == 2  # killed container, then the restarted one
+    log = check_kept_and_wiped(target, tmp_path)
     # accepted and deferred by one container, delivered by the next from the same queue
     (evpid,) = re.findall(r"smtp envelope evpid=(\w+)", log)
     blocks = log.split("--- container ")[1:]
@@ -168,13 +140,64 @@ def test_opensmtpd_relays_and_keeps_an_acknowledged_message_across_kill_and_rest
     assert re.search(rf'mta delivery evpid={evpid} .* result="TempFail"', accepted), accepted
     assert re.search(rf'mta delivery evpid={evpid} .* result="Ok"', delivered), delivered
 
-    verdict = run_scenario(wiped, target, workdir=tmp_path / "wiped")
-    assert verdict.status == Status.OUTSIDE_GUARANTEE, verdict.failures
-    loss = next(c for c in verdict.checks if c.name == "no loss of m1")
-    assert "mbx1 had its queue database wiped" in loss.observed
-
+    (routed,) = load_scenarios(tmp_path, ROUTED, "routed.yaml")
     verdict = run_scenario(routed, target, workdir=tmp_path / "routed")
     assert verdict.status == Status.PASS, verdict.failures
     conf = (tmp_path / "routed" / "mbx1" / "files" / "etc" / "smtpd.conf").read_text()
     assert conf.count("relay host smtp+notls://127.0.0.1:") == 2
-    assert leftovers(engine, run_id) == []
+    assert leftovers(engine, tidy[-1]) == []
+
+
+# no retry within the scenario: only the route change can deliver m1
+RESTARTED = (
+    REROUTABLE_DEFAULTS
+    + """  settings: {TransientFailureRetryInterval: 1h}
+  timeout: 90s
+scenarios:
+  - name: reload_by_restart
+    title: a refused change restarts nothing; a route change restarts smtpd on its queue
+    behaviours: [PR-5]
+    steps:
+      - sink: {name: mailbox, reply: "451 4.3.0 mailbox busy, try later"}
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - wait: 1s
+      - set_settings: {values: {MaxMessageSize: 0}, result: rejected}
+      - route: {domain: corp.test, sink: backup}
+    expect:
+      - delivered: {message: m1, to: backup, by: mbx1, within: 10s}
+"""
+)
+
+
+@pytest.mark.usefixtures("opensmtpd_image")
+def test_without_a_reload_a_change_restarts_smtpd_on_its_queue_and_claims_no_pass(
+    engine: Any, tmp_path: Path, tidy: list[str]
+) -> None:
+    # targets/opensmtpd.yaml, but MaxMessageSize 0 renders a size smtpd -n refuses
+    size = "smtp max-message-size {{ settings.MaxMessageSize | default(10485760) }}"
+    text = (TARGETS / "opensmtpd.yaml").read_text()
+    assert size in text
+    description = tmp_path / "opensmtpd.yaml"
+    description.write_text(text.replace(size, size.replace(" }}", " - 1 }}")))
+    target = new_target(description, tidy)
+    assert {"set_settings"} <= target.capabilities
+    (scenario,) = load_scenarios(tmp_path, RESTARTED)
+
+    workdir = tmp_path / "work"
+    verdict = run_scenario(scenario, target, workdir=workdir)
+    # every check passed: the refusal, and m1 delivered by the new route after the restart
+    assert [c.status for c in verdict.checks] == [Status.PASS] * len(verdict.checks)
+    assert {c.name for c in verdict.checks} >= {"settings on mbx1 rejected"}
+    # ... but a restart stood where the scenario reloads: no PASS is claimed
+    assert verdict.status == Status.UNTESTABLE
+    (caveat,) = verdict.caveats  # the refused change restarted nothing
+    assert caveat.startswith("mbx1 restarted on its queue to apply the route corp.test")
+    assert "no PASS is claimed" in verdict.behaviour_reason("PR-5")
+    log = (workdir / "mbx1.log").read_text()
+    first, second = log.split("--- container ")[1:]
+    # the first smtpd was stopped as its admin stops it (SIGTERM), not killed
+    assert "(restarted for route corp.test)" in first and "Exiting" in first, first
+    assert 'result="Ok"' in second and 'result="Ok"' not in first
+    conf = (workdir / "mbx1" / "files" / "etc" / "smtpd.conf").read_text()
+    assert "max-message-size 10485759" in conf  # the refused file was put back
+    assert leftovers(engine, tidy[-1]) == []

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -296,3 +297,55 @@ def test_the_target_label_does_not_depend_on_the_path(
         labels.append((props["shadowcheck.target"], props["shadowcheck.target_version"]))
         assert data["target"] == "mymta" and data["target_version"] == "4.2"
     assert labels == [("mymta", "4.2"), ("mymta", "4.2")]
+
+
+def test_a_restart_in_place_of_a_reload_claims_no_pass_but_keeps_a_fail() -> None:
+    from pytest_shadowcheck.verdict import CheckResult, Status, Verdict
+
+    verdict = Verdict("s", ["PR-5", "PR-6"])
+    verdict.add(CheckResult("delivered m1", Status.PASS, "m1", "yes", behaviours=["PR-5"]))
+    verdict.add(CheckResult("timing", Status.FAIL, "at least 3s", "1s", behaviours=["PR-6"]))
+    assert verdict.by_behaviour == {"PR-5": Status.PASS, "PR-6": Status.FAIL}
+    verdict.caveats.append("mbx1 restarted on its queue to apply the route corp.test")
+    # the passing checks may owe their result to the restart; a FAIL is still a FAIL
+    assert verdict.by_behaviour == {"PR-5": Status.UNTESTABLE, "PR-6": Status.FAIL}
+    assert verdict.behaviour_reason("PR-5") == (
+        "its checks passed, but no PASS is claimed: "
+        "mbx1 restarted on its queue to apply the route corp.test"
+    )
+    again = Verdict.from_dict(json.loads(json.dumps(verdict.to_dict())))
+    assert again.by_behaviour == verdict.by_behaviour and again.caveats == verdict.caveats
+
+
+@pytest.mark.parametrize("where", ["outside", "inside"])
+def test_a_kept_workdir_is_named_without_the_machines_temporary_path(
+    pytester: pytest.Pytester,
+    plain_smtp: ThreadedSink,
+    tmp_path_factory: pytest.TempPathFactory,
+    where: str,
+) -> None:
+    _write(pytester, "s.yaml", TWO_BEHAVIOURS)
+    # pytest's own temporary root (not below the run's directory), or one inside it
+    basetemp = tmp_path_factory.mktemp("elsewhere") if where == "outside" else pytester.path / "t"
+    result = pytester.runpytest(
+        "--shadowcheck",
+        f"--shadowcheck-target=external:mbx1={plain_smtp.address}",
+        f"--shadowcheck-report={pytester.path / 'cert'}",
+        f"--basetemp={basetemp}",
+        "library",
+    )
+    result.assert_outcomes(failed=1)
+    (scenario,) = _certification(pytester)["scenarios"]
+    kept = re.search(r"\(node data and logs kept in (\S+)\)", scenario["reason"])
+    assert kept, scenario["reason"]
+    shown = kept.group(1)
+    assert str(basetemp) not in json.dumps(_certification(pytester))
+    if where == "outside":
+        # named from <basetemp>, which the header resolves
+        assert shown.startswith("<basetemp>/shadowcheck-rejects_but_logs_fine"), shown
+        result.stdout.fnmatch_lines([f"shadowcheck workdirs: <basetemp> is {basetemp}"])
+        directory = basetemp / shown.removeprefix("<basetemp>/")
+    else:
+        assert shown.startswith("t/shadowcheck-rejects_but_logs_fine"), shown
+        directory = pytester.path / shown
+    assert directory.is_dir()  # the user finds it (an external target writes nothing there)
