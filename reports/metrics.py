@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from reports import store
 from reports.aggregates import State, keyed_cases, outcome_name, scenario_runs
+from reports.dashboard import DURATION_DAYS
 from reports.history import interesting_history
 from reports.table import read_partitions
 from reports.verdicts import REPORT_RANK, status_column, status_of_rank
@@ -40,10 +41,9 @@ __all__ = [
 # One flip is a regression or a fix; flaky means it went back and forth.
 MIN_FLIPS = 2
 
-# durations.csv and the chart cover each target's last 90 days: one row per scenario
-# and day of the whole history would make every build's cost grow with its length
-# (1.25 million rows at 10,000,000 cases). The whole is in aggregates/durations.
-DURATION_DAYS = 90
+# durations.csv and the chart cover each target's last DURATION_DAYS days: one row per
+# scenario and day of the whole history would make every build's cost grow with its
+# length (1.25 million rows at 10,000,000 cases). The whole is in aggregates/durations.
 
 _RUN_KEY = ["target", "run_id"]
 
