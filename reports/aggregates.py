@@ -4,11 +4,13 @@
 
 * ``runs``: one row per run (target, run_id): version, start, date span of its rows,
   scenario outcome counts (the trend line);
-* ``behaviour_runs``: outcome counts per run x behaviour (both matrices);
+* ``behaviour_runs``: outcome counts per run x behaviour (the latest matrix), partitioned
+  by target and month of the run;
+* ``behaviour_totals``: those counts summed per target x version x behaviour (matrix.csv);
 * ``names``: per target x scenario hash (``sid``): classname, scenario, behaviours;
 * ``flaky_state``: per target x version x scenario, its executed history folded to
   runs, flips, first and last run, last flip and reruns;
-* ``durations``: per target x scenario x day, p50 / p95;
+* ``durations``: per target x scenario x day, p50 / p95, partitioned by target and month;
 * ``scenario_history``: per target x scenario, its last statuses (reports.history).
 
 Statuses (reports.verdicts) travel as ranks: a row's own status when its file had
@@ -18,9 +20,11 @@ A build reads only the cases of the runs it touched (partition-pruned by target 
 date) and folds them in. Runs that arrive after everything a target already has are
 *appended*: the flaky history is extended from its last run, and only their days'
 durations are recomputed. Anything else (a run extended by a later file, a run older
-than the target's latest) *rebuilds* that target from its cases. Every table is small
-next to ``cases/`` and is rewritten whole: written beside, then swapped in under a
-marker file, so a build that crashes mid-swap is finished by the next one.
+than the target's latest) *rebuilds* that target from its cases. The two tables that
+grow with the history are partitioned by target and month, and a build rewrites only
+the partitions its runs fall in (every partition of a rebuilt target); the others are
+small and rewritten whole. Everything is staged beside and swapped in under a marker
+file (reports.store), so a build that crashes mid-swap is finished by the next one.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from reports import store
 from reports.history import history_segment, merge_history
 from reports.progress import Progress
 from reports.table import NewRun, all_runs, read_partitions
@@ -53,9 +58,11 @@ __all__ = [
     "update",
 ]
 
-TABLES = ("runs", "behaviour_runs", "names", "flaky_state", "durations", "scenario_history")
+TABLES = ("runs", "behaviour_runs", "behaviour_totals", "names", "flaky_state", "durations",
+          "scenario_history")
+_WHOLE = [name for name in TABLES if name not in store.PARTITIONED]
 # Columns a table written by an older version lacks: such tables are folded again.
-_NEWEST_COLUMNS = {"runs": "certification", "behaviour_runs": "rank"}
+_NEWEST_COLUMNS = {"runs": "certification"}
 
 # Worst outcome wins when a scenario appears more than once in a run.
 OUTCOME_RANK = {"skipped": 0, "passed": 1, "failed": 2, "error": 3}
@@ -64,45 +71,25 @@ OUTCOME_RANK = {"skipped": 0, "passed": 1, "failed": 2, "error": 3}
 OUTSIDE_GUARANTEE = "OUTSIDE-GUARANTEE:"
 _RUN_KEY = ["target", "run_id"]
 _FLAKY_KEY = ["target", "target_version", "sid"]
+_MATRIX_KEY = ["target", "target_version", "behaviour"]
+_COUNTS = ["passed", "failed", "errors", "skipped", "outside"]
 
 
 @dataclass
 class State:
-    """The derived tables as read back after a build."""
+    """The derived tables as read back after a build; the partitioned ones by month."""
 
+    spark: SparkSession
+    out: str
     runs: DataFrame
-    behaviour_runs: DataFrame
+    behaviour_totals: DataFrame
     names: DataFrame
     flaky_state: DataFrame
-    durations: DataFrame
     scenario_history: DataFrame
 
-
-def _path(out: str, name: str) -> str:
-    return f"{out.rstrip('/')}/aggregates/{name}"
-
-
-def _hadoop_fs(spark: SparkSession, path: str):  # type: ignore[no-untyped-def]
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    hpath = jvm.org.apache.hadoop.fs.Path(path)
-    return hpath, hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-
-
-def _exists(spark: SparkSession, path: str) -> bool:
-    hpath, fs = _hadoop_fs(spark, path)
-    return bool(fs.exists(hpath))
-
-
-def _read(
-    spark: SparkSession, out: str, name: str, schema: T.StructType | None = None
-) -> DataFrame | None:
-    path = _path(out, name)
-    if not _exists(spark, path):
-        return None
-    # A known schema spares the job that reads it from a Parquet footer.
-    reader = spark.read if schema is None else spark.read.schema(schema)
-    return reader.parquet(path)
+    def months(self, name: str, months: dict[str, set[str]]) -> DataFrame:
+        """Some (target, month) partitions of ``behaviour_runs`` or ``durations``."""
+        return store.read_months(self.spark, self.out, name, months)
 
 
 def _outcome_rank() -> Column:
@@ -326,6 +313,14 @@ class _Plan:
     dates: dict[str, set[date]] = field(default_factory=lambda: defaultdict(set))
     days: list[tuple[str, date]] = field(default_factory=list)
 
+    def months(self) -> dict[str, set[str]]:
+        """The partitions appended targets touch (the months of their recomputed days)."""
+        found: dict[str, set[str]] = defaultdict(set)
+        for target, day in self.days:
+            if target not in self.rebuild:
+                found[target].add(store.month_of(day))
+        return found
+
 
 def _plan(old_runs: list, new_runs: dict[tuple[str, str], NewRun]) -> _Plan:
     plan = _Plan()
@@ -391,16 +386,20 @@ def update(
     Returns the schemas of the tables it wrote (for ``load``), None if it wrote none.
     """
     progress = progress or Progress(enabled=False)
-    _recover(spark, out)
-    old = {name: _read(spark, out, name) for name in TABLES}
+    store.recover(spark, out)
+    old = {name: store.read(spark, out, name) for name in _WHOLE}
+    # Partitioned tables are never read whole: only whether they are in this layout.
+    current = {name: store.is_partitioned(spark, out, name) for name in store.PARTITIONED}
     outdated = any(
         column not in frame.columns
         for name, column in _NEWEST_COLUMNS.items()
         if (frame := old[name]) is not None
     )
-    if earlier_rows and (outdated or any(frame is None for frame in old.values())):
+    missing = any(frame is None for frame in old.values()) or not all(current.values())
+    if earlier_rows and (outdated or missing):
         progress.say("aggregates/ missing or incomplete: folding every run of cases/ again")
-        old = dict.fromkeys(TABLES)
+        old = dict.fromkeys(_WHOLE)
+        current = dict.fromkeys(store.PARTITIONED, False)
         new_runs = all_runs(spark, out)
     if not new_runs:
         return None
@@ -418,15 +417,28 @@ def update(
     # (a cold build's fold: 15 s instead of 21 to 28 on a million cases).
     keyed = keyed_cases(cases).repartition("target", "sid").cache()
     try:
-        return _fold(spark, out, old, plan, keyed, selected, progress)
+        return _fold(spark, out, old, current, plan, keyed, selected, progress)
     finally:
         keyed.unpersist()
+
+
+def _month(column: str) -> Column:
+    return F.date_format(column, "yyyy-MM")
+
+
+def _totals(rows: DataFrame) -> DataFrame:
+    """Per target x version x behaviour: how many runs, and their counts summed."""
+    return rows.groupBy(*_MATRIX_KEY).agg(
+        F.count(F.lit(1)).cast("long").alias("runs"),
+        *[F.sum(c).cast("long").alias(c) for c in _COUNTS],
+    )
 
 
 def _fold(
     spark: SparkSession,
     out: str,
     old: dict[str, DataFrame | None],
+    current: dict[str, bool],
     plan: _Plan,
     keyed: DataFrame,
     selected: DataFrame,
@@ -442,17 +454,30 @@ def _fold(
         selected_runs = runs_new.select(*_RUN_KEY)
         rebuild = sorted(plan.rebuild)
         keep = ~F.col("target").isin(rebuild) if rebuild else F.lit(True)
-
-        def replace_runs(frame: DataFrame | None, fresh: DataFrame) -> DataFrame:
-            if frame is None:
-                return fresh
-            kept = frame.where(keep).join(F.broadcast(selected_runs), _RUN_KEY, "left_anti")
-            return kept.unionByName(fresh)
+        # Partitions the appended targets touch: read back, their re-folded rows replaced.
+        touched = plan.months()
 
         tables: dict[str, DataFrame] = {
-            "runs": replace_runs(old["runs"], runs_new),
-            "behaviour_runs": replace_runs(old["behaviour_runs"], _behaviour_rows(keyed)),
+            "runs": runs_new if old["runs"] is None else old["runs"].where(keep).join(
+                F.broadcast(selected_runs), _RUN_KEY, "left_anti"
+            ).unionByName(runs_new),
         }
+        # A run's behaviour rows live in the month it started in.
+        behaviour_new = _behaviour_rows(keyed).join(
+            F.broadcast(runs_new.select(*_RUN_KEY, _month("first_date").alias("month"))),
+            _RUN_KEY,
+        )
+        tables["behaviour_runs"] = behaviour_new if not current["behaviour_runs"] else (
+            store.read_months(spark, out, "behaviour_runs", touched)
+            .join(F.broadcast(selected_runs), _RUN_KEY, "left_anti")
+            .unionByName(behaviour_new)
+        )
+        # matrix.csv's sums: only runs new to the history are added (a rebuilt target's
+        # runs are all new to it: its old totals are dropped).
+        added = _totals(behaviour_new.join(selected.where("segment"), _RUN_KEY, "left_semi"))
+        tables["behaviour_totals"] = added if old["behaviour_totals"] is None else _totals_sum(
+            old["behaviour_totals"].where(keep).unionByName(added)
+        )
         names_new = _name_rows(keyed)
         tables["names"] = (
             names_new if old["names"] is None
@@ -466,80 +491,63 @@ def _fold(
         days = F.broadcast(spark.createDataFrame(plan.days, _DAYS))
         dated = timed.withColumn("day", F.to_date("started_at"))
         durations_new = _duration_rows(dated.join(days, ["target", "day"], "left_semi"))
-        if old["durations"] is None:
-            tables["durations"] = durations_new
-        else:
-            kept = old["durations"].where(keep).join(
-                days.withColumnRenamed("day", "date"), ["target", "date"], "left_anti"
-            )
-            tables["durations"] = kept.unionByName(durations_new)
+        durations_new = durations_new.withColumn("month", _month("date"))
+        tables["durations"] = durations_new if not current["durations"] else (
+            store.read_months(spark, out, "durations", touched)
+            .join(days.withColumnRenamed("day", "date"), ["target", "date"], "left_anti")
+            .unionByName(durations_new)
+        )
         tables["scenario_history"] = merge_history(
             None if old["scenario_history"] is None else old["scenario_history"].where(keep),
             history_segment(timed.where("segment")),
         )
+        # Per partitioned table: the targets replaced whole, or None to replace the table.
+        partitioned = {
+            name: [f"target={store.escape(spark, t)}" for t in rebuild]
+            for name in store.PARTITIONED if current[name]
+        }
         with progress.watch(spark.sparkContext, "folding the new runs into aggregates/"):
-            _write_all(spark, out, tables)
-        return {name: frame.schema for name, frame in tables.items()}
+            _write_all(spark, out, tables, partitioned)
+        return {
+            name: store.PARTITIONED.get(name, frame.schema) for name, frame in tables.items()
+        }
     finally:
         scenarios.unpersist()
         runs_new.unpersist()
 
 
-def _write_all(spark: SparkSession, out: str, tables: dict[str, DataFrame]) -> None:
-    """Write every table beside the old one, then swap them in (old ones deleted last)."""
+def _totals_sum(rows: DataFrame) -> DataFrame:
+    return rows.groupBy(*_MATRIX_KEY).agg(
+        *[F.sum(c).cast("long").alias(c) for c in ["runs", *_COUNTS]]
+    )
+
+
+def _write_all(
+    spark: SparkSession, out: str, tables: dict[str, DataFrame], partitioned: dict[str, list]
+) -> None:
+    """Stage every table beside the old one, then swap them in (reports.store)."""
     tag = uuid.uuid4().hex[:8]
-    staged = {name: f"{_path(out, name)}.next-{tag}" for name in tables}
 
     def write(name: str) -> None:
-        # One file per table: they are small, and one file reads faster than many.
-        # repartition, not coalesce: coalesce(1) would run the whole aggregation
-        # feeding the table in one task (3.8 s instead of 1 for durations).
-        tables[name].repartition(1).write.parquet(staged[name])
+        staged = f"{store.path(out, name)}.next-{tag}"
+        schema = store.PARTITIONED.get(name)
+        if schema is None:
+            # One file per table: they are small, and one file reads faster than many.
+            # repartition, not coalesce: coalesce(1) would run the whole aggregation
+            # feeding the table in one task (3.8 s instead of 1 for durations).
+            tables[name].repartition(1).write.parquet(staged)
+            return
+        # One file per partition, the columns in the order the schema reads them.
+        frame = tables[name].select(*[F.col(f.name).cast(f.dataType) for f in schema])
+        frame.repartition(*store.PARTITION_COLUMNS).write.partitionBy(
+            *store.PARTITION_COLUMNS
+        ).parquet(staged)
 
     # Independent jobs submitted together overlap one's planning with another's tasks.
     with ThreadPoolExecutor(max_workers=len(tables)) as pool:
         for done in [pool.submit(write, name) for name in tables]:
             done.result()
-    # Every new table is complete: one marker file says so, then the swap. A crash
-    # after the marker is rolled forward by the next build, one before it rolled back.
-    marker, fs = _hadoop_fs(spark, _path(out, f"{_SWAP_MARK}{tag}"))
-    fs.create(marker, False).close()
-    _finish_swap(spark, out, tag)
-
-
-_SWAP_MARK = "_swapping-"
-
-
-def _finish_swap(spark: SparkSession, out: str, tag: str) -> None:
-    """Move every ``NAME.next-TAG`` in place of NAME, then drop the old tables and marker."""
-    for name in TABLES:
-        final, fs = _hadoop_fs(spark, _path(out, name))
-        source, _ = _hadoop_fs(spark, f"{_path(out, name)}.next-{tag}")
-        if not fs.exists(source):  # already moved before a crash
-            continue
-        if fs.exists(final):
-            fs.rename(final, _hadoop_fs(spark, f"{_path(out, name)}.old-{tag}")[0])
-        if not fs.rename(source, final):
-            raise OSError(f"cannot move {source.toString()} to {final.toString()}")
-    for name in TABLES:
-        retired, fs = _hadoop_fs(spark, f"{_path(out, name)}.old-{tag}")
-        fs.delete(retired, True)
-    marker, fs = _hadoop_fs(spark, _path(out, f"{_SWAP_MARK}{tag}"))
-    fs.delete(marker, False)
-
-
-def _recover(spark: SparkSession, out: str) -> None:
-    """Finish a swap a crash cut short; drop tables staged by a build that never swapped."""
-    folder, fs = _hadoop_fs(spark, _path(out, ""))
-    if not fs.exists(folder):
-        return
-    names = [status.getPath().getName() for status in fs.listStatus(folder)]
-    for name in names:
-        if name.startswith(_SWAP_MARK):
-            _finish_swap(spark, out, name.removeprefix(_SWAP_MARK))
-    for status in fs.listStatus(folder):
-        if ".next-" in status.getPath().getName() or ".old-" in status.getPath().getName():
-            fs.delete(status.getPath(), True)
+    store.start_swap(spark, out, tag, partitioned)
 
 
 def load(
@@ -550,9 +558,9 @@ def load(
     ``schemas``: what ``update`` returned, when this build wrote the tables.
     """
     schemas = schemas or {}
-    frames = {name: _read(spark, out, name, schemas.get(name)) for name in TABLES}
-    if any(frame is None for frame in frames.values()):
+    frames = {name: store.read(spark, out, name, schemas.get(name)) for name in _WHOLE}
+    if any(frame is None for frame in frames.values()) or not all(
+        store.exists(spark, store.path(out, name)) for name in store.PARTITIONED
+    ):
         return None
-    return State(**frames)  # type: ignore[arg-type]
-
-
+    return State(spark, out, **frames)  # type: ignore[arg-type]

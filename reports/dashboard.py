@@ -26,6 +26,8 @@ __all__ = ["FAMILIES", "DashboardData", "behaviour_key", "history_anchor", "rend
 Record = dict[str, Any]
 
 TOP_DURATIONS = 10
+# The durations shown (and durations.csv): each target's last days, not the whole history.
+DURATION_DAYS = 90
 TABLE_LIMIT = 100
 VERSION_CHARS = 18  # a longer version is cut in the header (the whole one on hover)
 # The catalogue's order (spec/BEHAVIOURS.md), not the alphabet's.
@@ -285,7 +287,8 @@ def render(data: DashboardData) -> str:
 <tbody></tbody></table>
 <h2>Scenario history</h2>{history}
 <h2>Flaky scenarios</h2>{flaky}
-<h2>Duration trends <small>p95 per day, {TOP_DURATIONS} slowest scenarios</small></h2>
+<h2>Duration trends <small>p95 per day, {TOP_DURATIONS} slowest scenarios,
+last {DURATION_DAYS} days</small></h2>
 <div id="durations" class="chart"></div>
 <h2>Rejected files and test cases</h2>{rejected}
 <script id="payload" type="application/json">{_json(_payload(data))}</script>

@@ -4,7 +4,8 @@ Vocabulary: a *run* is (target, run_id), ordered by its earliest ``started_at``;
 a *scenario* is (classname, scenario), keyed by its hash ``sid``; *executed* means
 passed, failed or error (skipped says nothing about the transport). ``error``
 counts as not passing. Only ``regressions`` reads ``cases/``, and only the two
-latest runs of each target.
+latest runs of each target. The partitioned tables are read by month only: the
+latest runs' months, and the durations of the last DURATION_DAYS days.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from datetime import date, timedelta
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from reports import store
 from reports.aggregates import State, keyed_cases, outcome_name, scenario_runs
+from reports.dashboard import DURATION_DAYS
 from reports.history import interesting_history
 from reports.table import read_partitions
 from reports.verdicts import REPORT_RANK, status_column, status_of_rank
 
 __all__ = [
+    "DURATION_DAYS",
     "MIN_FLIPS",
     "durations",
     "flaky",
@@ -36,6 +40,10 @@ __all__ = [
 
 # One flip is a regression or a fix; flaky means it went back and forth.
 MIN_FLIPS = 2
+
+# durations.csv and the chart cover each target's last DURATION_DAYS days: one row per
+# scenario and day of the whole history would make every build's cost grow with its
+# length (1.25 million rows at 10,000,000 cases). The whole is in aggregates/durations.
 
 _RUN_KEY = ["target", "run_id"]
 
@@ -60,15 +68,7 @@ def pass_matrix(state: State) -> DataFrame:
     """Pass rate per target x version x behaviour over the whole history."""
     key = ["target", "target_version", "behaviour"]
     return (
-        state.behaviour_runs.groupBy(*key)
-        .agg(
-            F.count(F.lit(1)).alias("runs"),
-            *[
-                F.sum(c).cast("long").alias(c)
-                for c in ("passed", "failed", "errors", "skipped", "outside")
-            ],
-        )
-        .withColumn("pass_rate", _pass_rate("passed", "failed", "errors"))
+        state.behaviour_totals.withColumn("pass_rate", _pass_rate("passed", "failed", "errors"))
         .orderBy(*key)
     )
 
@@ -180,26 +180,47 @@ def regressions(spark: SparkSession, out: str, state: State) -> DataFrame:
     )
 
 
-def durations(state: State) -> DataFrame:
-    """Duration p50/p95 (nearest rank) per target x scenario x day."""
+def _recent_durations(state: State, days: int) -> DataFrame:
+    """The duration rows of each target's last ``days`` days (up to its latest run's)."""
+    last = state.runs.groupBy("target").agg(F.max("last_date").alias("last")).collect()
+    since = {r.target: r.last - timedelta(days=days - 1) for r in last}
+    months: dict[str, set[str]] = defaultdict(set)
+    for r in last:
+        day = since[r.target]
+        while day <= r.last:
+            months[r.target].add(store.month_of(day))
+            day = (day.replace(day=1) + timedelta(days=31)).replace(day=1)
+    bounds = state.spark.createDataFrame(list(since.items()), "target string, since date")
     return (
-        _named(state.durations, state)
+        state.months("durations", months)
+        .join(F.broadcast(bounds), "target")
+        .where(F.col("date") >= F.col("since"))
+        .drop("since", "month")
+    )
+
+
+def durations(state: State, days: int = DURATION_DAYS) -> DataFrame:
+    """Duration p50/p95 (nearest rank) per target x scenario x day, the last ``days``."""
+    return (
+        _named(_recent_durations(state, days), state)
         .select("target", "scenario", "classname", "date", "runs", "p50_s", "p95_s")
         .orderBy("target", "scenario", "date")
     )
 
 
-def slowest_durations(state: State, top: int) -> DataFrame:
-    """The duration rows of the ``top`` scenarios with the highest p95 (the dashboard's
-    chart): a few hundred rows, where durations.csv has one per scenario and day."""
+def slowest_durations(state: State, top: int, days: int = DURATION_DAYS) -> DataFrame:
+    """The duration rows of the ``top`` scenarios with the highest p95 in the last ``days``
+    (the dashboard's chart): a few hundred rows, where durations.csv has one per scenario
+    and day."""
+    recent = _recent_durations(state, days)
     worst = (
-        state.durations.groupBy("target", "sid")
+        recent.groupBy("target", "sid")
         .agg(F.max("p95_s").alias("worst"))
         .orderBy(F.desc("worst"), "target", "sid")
         .limit(top)
         .select("target", "sid")
     )
-    chosen = state.durations.join(F.broadcast(worst), ["target", "sid"])
+    chosen = recent.join(F.broadcast(worst), ["target", "sid"])
     return _named(chosen, state).select(
         "target", "scenario", "classname", "date", "runs", "p50_s", "p95_s"
     )
@@ -219,10 +240,16 @@ def trends(state: State) -> DataFrame:
 
 def latest_matrix(state: State) -> DataFrame:
     """The certification matrix: behaviour x target in each target's latest run."""
-    latest = ranked_runs(state).where(F.col("recency") == 1).select(
-        *_RUN_KEY, "started_at", "certification"
+    ranked = ranked_runs(state).where(F.col("recency") == 1).select(
+        *_RUN_KEY, "started_at", "certification", "first_date"
     )
-    counted = state.behaviour_runs.join(F.broadcast(latest), _RUN_KEY).withColumn(
+    rows = ranked.collect()  # one per target; the months of their behaviour rows
+    months: dict[str, set[str]] = defaultdict(set)
+    for run in rows:
+        months[run.target].add(store.month_of(run.first_date))
+    latest = state.spark.createDataFrame(rows, ranked.schema).drop("first_date")
+    behaviour_runs = state.months("behaviour_runs", months).drop("month")
+    counted = behaviour_runs.join(F.broadcast(latest), _RUN_KEY).withColumn(
         "no_errors", F.lit(0)
     )
     # The strongest status of its rows, as the certification combines its scenarios;

@@ -105,8 +105,8 @@ def test_reingesting_leaves_the_aggregates_alone(spark, tmp_path: Path) -> None:
     build(spark, [str(tmp_path / "in")], str(out))
     before = results(out)
     tables = sorted(p.name for p in (out / "aggregates").iterdir())
-    assert tables == ["behaviour_runs", "durations", "flaky_state", "names", "runs",
-                      "scenario_history"]
+    assert tables == ["behaviour_runs", "behaviour_totals", "durations", "flaky_state", "names",
+                      "runs", "scenario_history"]
 
     again = build(spark, [str(tmp_path / "in")], str(out))
     assert (again.ingest.parsed, again.ingest.rows_added, again.ingest.runs) == (0, 0, {})
@@ -168,8 +168,8 @@ def test_a_swap_cut_short_is_finished_by_the_next_build(spark, tmp_path: Path) -
     again = build(spark, [str(tmp_path / "in")], str(out))
     assert again.ingest.parsed == 0
     tables = sorted(p.name for p in folder.iterdir())
-    assert tables == ["behaviour_runs", "durations", "flaky_state", "names", "runs",
-                      "scenario_history"]
+    assert tables == ["behaviour_runs", "behaviour_totals", "durations", "flaky_state", "names",
+                      "runs", "scenario_history"]
     assert results(out) == before
 
 
