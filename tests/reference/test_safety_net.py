@@ -229,3 +229,20 @@ def test_message_that_left_the_boundary_is_never_resubmitted(
     wait_until(lambda: request_done(spec_cluster, "mbx1", request_id))
     time.sleep(0.5)
     assert len(sink2.of(message_id)) == 1
+
+
+def test_a_message_without_a_route_is_not_counted_as_resubmitted(
+    cluster_factory: Factory, sink: Sink
+) -> None:
+    """SN-5's answer counts what was resubmitted: a message whose recipients have lost
+    their route is logged and left out, not counted."""
+    cluster = virtual_cluster(cluster_factory, sink)
+    deliver_at(cluster, sink, 2, ["alice@corp.test"])
+    cluster.api("mbx1", "PUT", "/topology/next_hops", {"corp.test": None})
+    request_id = resubmit(cluster, "mbx1", "DB1", at(1), at(3))
+    wait_until(lambda: request_done(cluster, "mbx1", request_id))
+    (request,) = [
+        r for r in cluster.api("mbx1", "GET", "/safetynet/requests") if r["request_id"] == request_id
+    ]
+    answers = {entry["node"]: entry["answer"] for entry in request["log"]}
+    assert answers["mbx1"].startswith("2.0.0 RESUBMITTED 0 "), answers
