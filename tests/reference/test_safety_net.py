@@ -241,8 +241,7 @@ def test_a_message_without_a_route_is_not_counted_as_resubmitted(
     cluster.api("mbx1", "PUT", "/topology/next_hops", {"corp.test": None})
     request_id = resubmit(cluster, "mbx1", "DB1", at(1), at(3))
     wait_until(lambda: request_done(cluster, "mbx1", request_id))
-    (request,) = [
-        r for r in cluster.api("mbx1", "GET", "/safetynet/requests") if r["request_id"] == request_id
-    ]
+    requests = cluster.api("mbx1", "GET", "/safetynet/requests")
+    (request,) = [r for r in requests if r["request_id"] == request_id]
     answers = {entry["node"]: entry["answer"] for entry in request["log"]}
     assert answers["mbx1"].startswith("2.0.0 RESUBMITTED 0 "), answers
