@@ -228,26 +228,23 @@ def _discards_sender_shadow_on_receipt() -> None:
 def _unknown_copy_stops_the_discard_batch() -> None:
     # A notification for a copy the shadow no longer holds ends the batch: the later
     # notifications were taken from the primary but their copies stay shadows (DI-4).
-    from reference_impl.queue_db import QueueDB, _shadow
+    from reference_impl.queue_db import QueueDB
+
+    original = QueueDB.shadow_to_safety_net
 
     def shadow_to_safety_net(
         self: QueueDB, primary: str, primary_msgs: list[str], entry_for: Any
     ) -> int:
-        moved = 0
-        with self.transaction(durable=False) as c:
-            for msg in primary_msgs:
-                row = c.execute(
-                    "SELECT * FROM shadows WHERE primary_node = ? AND primary_msg = ?",
-                    (primary, msg),
-                ).fetchone()
-                if row is None:
-                    break
-                entry = entry_for(_shadow(row))
-                if entry is not None:
-                    self._insert_safety_net(c, entry)
-                c.execute("DELETE FROM shadows WHERE id = ?", (row["id"],))
-                moved += 1
-        return moved
+        held = []
+        for msg in primary_msgs:
+            row = self.conn.execute(
+                "SELECT 1 FROM shadows WHERE primary_node = ? AND primary_msg = ?",
+                (primary, msg),
+            ).fetchone()
+            if row is None:
+                break
+            held.append(msg)
+        return original(self, primary, held, entry_for)
 
     QueueDB.shadow_to_safety_net = shadow_to_safety_net  # type: ignore[method-assign]
 
