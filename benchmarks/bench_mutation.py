@@ -383,6 +383,28 @@ def in_lanes(lanes: list[Path], jobs: dict[str, Callable[[Path], T]]) -> dict[st
     return {name: results[name] for name in jobs}
 
 
+def run_unmutated(
+    lanes: list[Path],
+    modules: list[str],
+    timeout: float,
+    args_for: Callable[[str], list[str] | None],
+    what: str,
+) -> dict[str, float] | None:
+    """Each module's tests on the unmutated code (they must pass, or no kill means
+    anything): the seconds each took, or None, saying why, if one failed."""
+
+    def job(module: str) -> Callable[[Path], tuple[int, str, float]]:
+        return lambda lane: run_in_lane(lane, module, timeout, args_for(module))
+
+    results = in_lanes(lanes, {module: job(module) for module in modules})
+    for module, (rc, output, _) in results.items():
+        if rc != 0:
+            print(output[-3000:], file=sys.stderr)
+            print(f"{module}: {what} fails on the unmutated code; no score", file=sys.stderr)
+            return None
+    return {module: seconds for module, (_, _, seconds) in results.items()}
+
+
 def canary(lane: Path, module: str) -> bool:
     """True if a mutant that only the node processes run is killed in ``lane``."""
     path = lane / "reference_impl" / "delivery.py"
@@ -586,17 +608,11 @@ def unit_tests_on_survivors(out: Path, args: argparse.Namespace) -> int:
 
         return confirmed
 
-    # the unmutated tests of each module must pass, or no kill means anything
     modules = sorted({m.module for m in survivors})
-    baselines = in_lanes(
-        lanes, {module: (lambda mod: lambda lane: run_in_lane(
-            lane, mod, UNIT_TIMEOUT, unit_test_args(mod)))(module) for module in modules}
-    )  # fmt: skip
-    for module, (rc, output, seconds) in baselines.items():
-        if rc != 0:
-            print(output[-3000:], file=sys.stderr)
-            print(f"{module}: its unmutated unit tests fail; no result", file=sys.stderr)
-            return 2
+    passed = run_unmutated(lanes, modules, UNIT_TIMEOUT, unit_test_args, "its unit tests")
+    if passed is None:
+        return 2
+    for module, seconds in passed.items():
         print(f"{module}: unmutated unit tests pass in {seconds:.0f} s", flush=True)
     results = in_lanes(lanes, {mutant_key(m): job(m) for m in survivors})
     with (out / "unit_outcomes.jsonl").open("a") as log:
@@ -677,15 +693,10 @@ def main() -> int:
     # the unmutated selection must pass; its time sets the per-mutant timeout
     timeouts: dict[str, float] = {}
 
-    def baseline(module: str) -> Callable[[Path], tuple[int, str, float]]:
-        return lambda lane: run_in_lane(lane, module, 900)
-
-    baselines = in_lanes(lanes, {module: baseline(module) for module in args.modules})
-    for module, (rc, output, seconds) in baselines.items():
-        if rc != 0:
-            print(output[-3000:], file=sys.stderr)
-            print(f"{module}: the unmutated selection fails; no score", file=sys.stderr)
-            return 2
+    passed = run_unmutated(lanes, args.modules, 900, lambda _: None, "its selection")
+    if passed is None:
+        return 2
+    for module, seconds in passed.items():
         timeouts[module] = args.timeout_factor * seconds + 120  # a kill waits out its check
         print(f"{module}: unmutated selection {seconds:.0f} s, timeout {timeouts[module]:.0f} s,"
               f" {tallies[module].sampled} of {tallies[module].total} mutants "
