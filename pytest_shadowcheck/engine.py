@@ -391,7 +391,9 @@ class Run:
             to=", ".join(arg["to"]),
         )
         proxy = self.proxies[f"client->{via}"]
-        client = RecordingClient(self.history, link=f"client->{via}")
+        client = RecordingClient(
+            self.history, link=f"client->{via}", numbering=proxy.connection_number
+        )
         msg = self.register_message(ref, message_id, via, raw, sender, list(arg["to"]))
         timeout = arg.get("timeout", SEND_TIMEOUT)
         coro = client.send(*proxy.address, sender, list(arg["to"]), raw, timeout=timeout)

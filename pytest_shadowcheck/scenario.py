@@ -626,6 +626,30 @@ class _Context:
                     ) from None
             items.append({**item, "where": str(self.at(at))})
         arg["say"] = items
+        if "control" in arg:
+            self.control(arg["control"], items, [*doc_path, "control"])
+
+    def control(
+        self, control: dict[str, str], items: list[dict[str, Any]], doc_path: list[Any]
+    ) -> None:
+        """A control session replays the lines with stand-in verbs, so it must not
+        send messages, and each verb must be said and replaced by a different one."""
+        if any("message" in item for item in items):
+            raise ScenarioError(
+                "a session with control cannot send a message: the control session "
+                "would send it a second time",
+                self.at(doc_path),
+                "put the message in a session of its own",
+            )
+        said = {item["send"].partition(" ")[0].upper() for item in items if "send" in item}
+        for verb, stand_in in control.items():
+            if verb.upper() not in said or stand_in.upper() in said | {verb.upper()}:
+                raise ScenarioError(
+                    f"control {verb}: {stand_in} must replace a verb the session says "
+                    "with one it does not say",
+                    self.at([*doc_path, verb]),
+                    "e.g. control: {XQDISCARD: XQNOSUCH}",
+                )
 
     def route(self, arg: dict[str, Any], doc_path: list[Any]) -> None:
         if ("sink" in arg) == ("node" in arg):

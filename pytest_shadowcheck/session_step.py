@@ -17,6 +17,13 @@ node to close it (TO-1: ConnectionInactivityTimeout); with ``keepalive`` it
 sends NOOP that often meanwhile, so it is never idle and only the absolute
 ConnectionTimeout can end it. The node's close is a ``close`` event on
 ``client->NODE``: match it with ``{link: client->NODE, closed: server}``.
+
+With ``control`` (verb -> stand-in verb) the harness holds a second session,
+the same lines with those verbs replaced by verbs nobody implements, and
+checks that the node treats both alike: the same reply code at each line and
+the session ending at the same line. That is how XS-3 asks "can a stranger
+tell the shadow verbs from unknown ones?" of any MTA, whatever its own limit
+of unknown verbs per session.
 """
 
 from __future__ import annotations
@@ -70,7 +77,6 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
     arg: dict[str, Any] = step.arg
     via = arg["via"]
     link = f"client->{via}"
-    timeout = arg.get("timeout", DEFAULT_REPLY_TIMEOUT)
     items: list[dict[str, Any]] = arg["say"]
     payloads: list[bytes] = []
     for index, item in enumerate(items):
@@ -89,21 +95,14 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
             payloads.append(peer_auth_line(run.peer_secret, item["auth_as"]).encode() + b"\r\n")
         else:
             payloads.append(item["send"].encode() + b"\r\n")
-    client = RecordingClient(run.history, link=link)
-    host, port = run.proxies[link].address
-    replies = await client.raw_session(
-        host,
-        port,
-        payloads,
-        read_timeout=timeout,
-        linger=arg.get("idle", 0.0),
-        keepalive=arg.get("keepalive"),
-    )
-    # replies[0] is the greeting; then one reply per item sent, fewer if the server hung up
-    answers: list[RawReply | None] = [*replies[1:], *[None] * len(items)][: len(items)]
+    answers = await _converse(run, link, payloads, arg)
     # the scenario's given (e.g. "a shadow copy was made") governs these checks too
     given = run.scenario.given
     unmet = given is not None and find_event(run, given) is None
+    if "control" in arg:
+        stand_in = _with_stand_ins(items, payloads, arg["control"])
+        controls = await _converse(run, link, stand_in, arg)
+        verdict.add(_compare_with_control(run, step, items, answers, controls, unmet))
     for item, answer in zip(items, answers, strict=True):
         shown = _shown(item)
         if "message" in item:
@@ -118,9 +117,12 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
         around = answer.t if answer is not None else run.history.now()
         expected = f"{via} answers {shown} with a reply matching /{item['reply']}/"
         if unmet and given is not None:
-            status, observed = Status.NOT_APPLICABLE, (
-                f"{matcher_text(given)} had not happened, so there was nothing to check "
-                f"(the reply was: {_describe(answer)})"
+            status, observed = (
+                Status.NOT_APPLICABLE,
+                (
+                    f"{matcher_text(given)} had not happened, so there was nothing to check "
+                    f"(the reply was: {_describe(answer)})"
+                ),
             )
         else:
             status, observed = (Status.PASS if ok else Status.FAIL), _describe(answer)
@@ -135,6 +137,105 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
                 behaviours=list(arg.get("behaviours", [])),
             )
         )
+
+
+async def _converse(
+    run: Run, link: str, payloads: list[bytes], arg: dict[str, Any]
+) -> list[RawReply | None]:
+    """Hold one raw session; one answer per payload, None after the node hung up."""
+    proxy = run.proxies[link]
+    client = RecordingClient(run.history, link=link, numbering=proxy.connection_number)
+    host, port = proxy.address
+    replies = await client.raw_session(
+        host,
+        port,
+        payloads,
+        read_timeout=arg.get("timeout", DEFAULT_REPLY_TIMEOUT),
+        linger=arg.get("idle", 0.0),
+        keepalive=arg.get("keepalive"),
+    )
+    # replies[0] is the greeting; then one reply per item sent, fewer if the server hung up
+    return [*replies[1:], *[None] * len(payloads)][: len(payloads)]
+
+
+def _with_stand_ins(
+    items: list[dict[str, Any]], payloads: list[bytes], control: dict[str, str]
+) -> list[bytes]:
+    """The session's payloads with each controlled verb replaced by its stand-in."""
+    by_verb = {verb.upper(): stand_in for verb, stand_in in control.items()}
+    replaced = []
+    for item, payload in zip(items, payloads, strict=True):
+        verb, space, rest = item.get("send", "").partition(" ")
+        if verb.upper() in by_verb:
+            payload = f"{by_verb[verb.upper()]}{space}{rest}".encode() + b"\r\n"
+        replaced.append(payload)
+    return replaced
+
+
+def _fate(answer: RawReply | None) -> str:
+    """What a client can tell from one answer without reading its text."""
+    if answer is None:
+        return "nothing (the session had ended)"
+    if answer.outcome != "reply":
+        return f"no reply ({answer.outcome})"
+    enhanced = parse_enhanced_code("\n".join(line[4:] for line in answer.lines))
+    return f"{answer.code} {enhanced}" if enhanced else str(answer.code)
+
+
+def _compare_with_control(
+    run: Run,
+    step: Step,
+    items: list[dict[str, Any]],
+    answers: list[RawReply | None],
+    controls: list[RawReply | None],
+    unmet: bool,
+) -> CheckResult:
+    arg: dict[str, Any] = step.arg
+    control: dict[str, str] = arg["control"]
+    verbs = ", ".join(control)
+    stand_ins = ", ".join(control.values())
+    expected = (
+        f"{arg['via']} treats {verbs} as it treats the unknown {stand_ins} in the same "
+        "session: the same reply code at every line, the session ending at the same line"
+    )
+    name = f"{verbs} answered like unknown verbs"
+    behaviours = list(arg.get("behaviours", []))
+    if unmet:
+        return CheckResult(
+            name,
+            Status.NOT_APPLICABLE,
+            expected,
+            "the scenario's given had not happened, so there was nothing to compare",
+            where=str(step.where),
+            behaviours=behaviours,
+        )
+    for number, (item, ours, theirs) in enumerate(zip(items, answers, controls, strict=True), 1):
+        if _fate(ours) != _fate(theirs):
+            shown = _shown(item)
+            observed = (
+                f"line {number}, {shown!r}: {_describe(ours)}; with the stand-ins: "
+                f"{_describe(theirs)}; a stranger can tell them apart"
+            )
+            times = [answer.t for answer in (ours, theirs) if answer is not None]
+            around = max(times, default=run.history.now())
+            return CheckResult(
+                name,
+                Status.FAIL,
+                expected,
+                observed,
+                where=str(step.where),
+                excerpt=run.excerpt(around, [f"client->{arg['via']}"], before=6.0),
+                behaviours=behaviours,
+            )
+    fates = " / ".join(_fate(a) for a in answers)
+    return CheckResult(
+        name,
+        Status.PASS,
+        expected,
+        f"both sessions: {fates}",
+        where=str(step.where),
+        behaviours=behaviours,
+    )
 
 
 def _settle_message(run: Run, ref: str, answer: RawReply | None) -> None:

@@ -26,6 +26,7 @@ import email.utils
 import socket
 import struct
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from typing import Any
@@ -212,20 +213,34 @@ def make_message(
 class RecordingClient:
     """SMTP client that records every reply it receives into ``history``.
 
-    ``link`` names where it sends ("client->mbx1"). Each session it opens gets
-    the next connection number (1, 2, ...), used as ``conn`` of its events;
-    when this client is the only user of a proxied link, the numbers match the
-    proxy's.
+    ``link`` names where it sends ("client->mbx1"). Its events carry the
+    connection number ``numbering`` gives the session's local address (the
+    proxy's own number for it, so client and proxy lines of one session share
+    it); without one, or for an address it does not know, each session this
+    client opens gets its next number (1, 2, ...).
     """
 
-    def __init__(self, history: History, link: str = "client") -> None:
+    def __init__(
+        self,
+        history: History,
+        link: str = "client",
+        numbering: Callable[[str], int | None] | None = None,
+    ) -> None:
         self.history = history
         self.link = link
+        self._numbering = numbering
         self._sessions = 0
 
     def _next_conn(self) -> int:
         self._sessions += 1
         return self._sessions
+
+    def _numbered(self, conn: int, local: Any) -> int:
+        """The proxy's number for the session from ``local`` (host, port), else ``conn``."""
+        if self._numbering is None or not local:
+            return conn
+        number = self._numbering(f"{local[0]}:{local[1]}")
+        return conn if number is None else number
 
     def _reply(self, conn: int, command: str, code: int, text: str) -> Reply:
         enhanced = parse_enhanced_code(text)
@@ -293,7 +308,9 @@ class RecordingClient:
             replies.append(self._reply(conn, command, response.code, response.message))
 
         try:
-            record(await smtp.connect())
+            greeting = await smtp.connect()
+            conn = self._numbered(conn, smtp.get_transport_info("sockname"))
+            record(greeting)
             command = "EHLO"
             record(await smtp.ehlo())
             command = "MAIL"
@@ -502,6 +519,7 @@ class _RawSession:
         cls, client: RecordingClient, conn: int, host: str, port: int, timeout: float
     ) -> _RawSession:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        conn = client._numbered(conn, writer.get_extra_info("sockname"))
         session = cls(client, conn, reader, writer)
         await session.read_reply(None, "CONNECT", timeout)
         return session

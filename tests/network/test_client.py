@@ -67,6 +67,27 @@ def test_send_through_proxy_records_every_reply(run: Run, history: History) -> N
     assert data.data["message_id"] == message_id and data.data["size"] == len(message)
 
 
+def test_client_events_carry_the_proxys_connection_number(run: Run, history: History) -> None:
+    # Two clients share the link, as a scenario's sends and sessions do: each
+    # client's replies must be numbered as the proxy numbered the session, or the
+    # history shows one session's reply under another's connection.
+    async def scenario() -> None:
+        async with sink_behind_proxy(history) as (_sink, proxy):
+            for _ in range(2):
+                client = RecordingClient(history, LINK, numbering=proxy.connection_number)
+                result = await client.send(*proxy.address, "s@ext.test", ALICE, make_message())
+                assert result.accepted, result
+            raw = RecordingClient(history, LINK, numbering=proxy.connection_number)
+            await raw.raw_session(*proxy.address, [b"NOOP\r\n", b"QUIT\r\n"])
+
+    run(scenario())
+    opened = [e.conn for e in history.events(kind="connect", link=LINK)]
+    assert opened == [1, 2, 3]
+    for conn in opened:
+        replies = [e for e in history.events(kind="reply", link=LINK) if e.conn == conn]
+        assert replies and replies[0].data["command"] == "CONNECT", conn
+
+
 def test_email_message_objects_are_accepted(run: Run, history: History) -> None:
     client = RecordingClient(history, LINK)
     message = EmailMessage()

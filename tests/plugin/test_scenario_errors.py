@@ -110,6 +110,33 @@ CASES = {
         "'count' says exactly how many copies arrive: it takes no 'duplicates'",
         "delivered: {message: m1, count: 2}",
     ),
+    "control_with_a_message": (
+        GOOD_HEAD + "      - session:\n"
+        "          via: mbx1\n"
+        "          control: {XQDISCARD: XQNOSUCH}\n"
+        "          say: [EHLO x, XQDISCARD, {message: m1}]\n",
+        9,
+        "a session with control cannot send a message",
+        "put the message in a session of its own",
+    ),
+    "control_of_a_verb_not_said": (
+        GOOD_HEAD + "      - session:\n"
+        "          via: mbx1\n"
+        "          control: {XSHADOW: XSNOSUCH}\n"
+        "          say: [EHLO x, XQDISCARD]\n",
+        9,
+        "control XSHADOW: XSNOSUCH must replace a verb the session says with one it does not say",
+        "control: {XQDISCARD: XQNOSUCH}",
+    ),
+    "control_stand_in_said_in_the_session": (
+        GOOD_HEAD + "      - session:\n"
+        "          via: mbx1\n"
+        "          control: {XQDISCARD: noop}\n"
+        "          say: [EHLO x, XQDISCARD, NOOP]\n",
+        9,
+        "control XQDISCARD: noop must replace a verb",
+        "control: {XQDISCARD: XQNOSUCH}",
+    ),
 }
 
 
