@@ -19,7 +19,7 @@ from .verdict import CheckResult, Status
 
 if TYPE_CHECKING:
     from .evidence import RunView as Run
-    from .scenario import Step
+    from .scenario_model import Step
 
 __all__ = [
     "DEFAULT_TOLERANCE",

@@ -33,7 +33,7 @@ from .messages import Message
 from .network import FaultProxy, MailSink
 from .network.client import RecordingClient, SendResult, make_message
 from .progress import Progress
-from .scenario import Scenario, Step
+from .scenario_model import Scenario, Step
 from .session_step import run_session, session_label
 from .targets.base import ClusterPlan, NodeHandle, Target, TargetError
 from .verdict import CheckResult, Status, Verdict

@@ -20,13 +20,13 @@ from .checks import (
     matcher_text,
 )
 from .inside_checks import check_config_warning, check_log, check_queue
-from .scenario import CAPABILITY_NEED
+from .scenario_model import CAPABILITY_NEED
 from .targets.base import control_call
 from .verdict import CheckResult, Status
 
 if TYPE_CHECKING:
     from .evidence import RunView as Run
-    from .scenario import Step
+    from .scenario_model import Step
 
 __all__ = ["CHECKERS", "PRECONDITION", "run_check"]
 

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from .messages import Message
     from .network import MailSink
     from .progress import Progress
-    from .scenario import Scenario
+    from .scenario_model import Scenario
     from .targets.base import Target
 
 __all__ = ["RunView"]

@@ -37,7 +37,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from .history import History
-    from .scenario import Scenario
+    from .scenario_model import Scenario
     from .targets.base import Target
     from .verdict import Verdict
 

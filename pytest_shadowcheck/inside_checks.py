@@ -16,7 +16,7 @@ from .verdict import CheckResult, Status
 
 if TYPE_CHECKING:
     from .evidence import RunView as Run
-    from .scenario import Step
+    from .scenario_model import Step
 
 __all__ = ["QUEUE_PATHS", "check_config_warning", "check_log", "check_queue", "queue_entries"]
 

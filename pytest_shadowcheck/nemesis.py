@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ScenarioError, SourceRef
 
 if TYPE_CHECKING:
-    from .scenario import Topology
+    from .scenario_model import Topology
 
 __all__ = ["FAULT_KINDS", "NODE_FAULTS", "Fault", "NemesisSpec", "plan_faults", "run_nemesis"]
 
@@ -134,7 +134,7 @@ async def run_nemesis(run: Any, faults: list[Fault], stop: asyncio.Event, verdic
     """Play ``faults`` until ``stop`` is set; every fault is ended (node back, link healed)
     before returning. ``run``: the engine's Run (its ``do`` carries out each action).
     Returns how many faults were played."""
-    from .scenario import Step
+    from .scenario_model import Step
 
     where = SourceRef(run.scenario.where.path, run.scenario.where.line)
 

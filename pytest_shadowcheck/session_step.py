@@ -39,7 +39,7 @@ from .verdict import CheckResult, Status, Verdict
 
 if TYPE_CHECKING:
     from .engine import Run
-    from .scenario import Step
+    from .scenario_model import Step
 
 __all__ = ["run_session", "session_label"]
 

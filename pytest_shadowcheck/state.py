@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pluggy
 import pytest
 
-from .scenario import CAPABILITY_NEED, STEP_CAPABILITY, Scenario, Step
+from .scenario_model import CAPABILITY_NEED, STEP_CAPABILITY, Scenario, Step
 from .targets.base import Target, control_call
 from .targets.registry import make_target
 from .verdict import Status, Verdict

@@ -21,7 +21,7 @@ from .timeline import write_timeline
 from .workload import Planned, WorkloadSpec, drive, plan_messages
 
 if TYPE_CHECKING:
-    from .scenario import Step, Topology
+    from .scenario_model import Step, Topology
     from .verdict import Verdict
 
 __all__ = ["load_workload", "run_workload", "workload_label"]
