@@ -204,10 +204,25 @@ def start_spark(
         # (the default 128 falls back to sorting, 3x slower on a million cases).
         .config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "100000")
     )
+    for key, value in _extra_settings().items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     _ship_package(spark)
     return spark
+
+
+def _extra_settings() -> dict[str, str]:
+    """``SHADOWCHECK_SPARK_CONF="key=value;key=value"``: settings over the ones above
+    (a cluster's executor memory, an experiment with another shuffle width)."""
+    text = os.environ.get("SHADOWCHECK_SPARK_CONF", "")
+    settings = {}
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"SHADOWCHECK_SPARK_CONF: {item!r} is not key=value")
+        settings[key.strip()] = value.strip()
+    return settings
 
 
 def _ship_package(spark: SparkSession) -> None:
