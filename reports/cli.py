@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Imported late so --help works without Java or Spark.
     from reports.build import build
     from reports.progress import Progress
-    from reports.spark import JavaMissingError, start_spark, stop_spark
+    from reports.spark import JavaMissingError, SparkSettingsError, start_spark, stop_spark
 
     progress = Progress(enabled=not args.quiet)
     try:
@@ -47,6 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except JavaMissingError as exc:
         print(f"shadowcheck-reports: {exc}", file=sys.stderr)
         return 3
+    except SparkSettingsError as exc:
+        print(f"shadowcheck-reports: {exc}", file=sys.stderr)
+        return 2
     try:
         result = build(
             spark,

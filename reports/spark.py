@@ -34,6 +34,10 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 _DRIVER_JIT = os.environ.get("SHADOWCHECK_DRIVER_JIT", "-XX:TieredStopAtLevel=1")
 
 
+class SparkSettingsError(ValueError):
+    """SHADOWCHECK_SPARK_CONF does not read as ``key=value;key=value``."""
+
+
 class JavaMissingError(RuntimeError):
     """Spark needs a Java runtime; raised before Spark fails in a less readable way."""
 
@@ -173,6 +177,7 @@ def start_spark(
     writes one when stop_spark ends it.
     """
     check_java()
+    extra = _extra_settings()
     # Workers must run the interpreter that has this project installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -204,7 +209,7 @@ def start_spark(
         # (the default 128 falls back to sorting, 3x slower on a million cases).
         .config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "100000")
     )
-    for key, value in _extra_settings().items():
+    for key, value in extra.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -220,7 +225,10 @@ def _extra_settings() -> dict[str, str]:
     for item in filter(None, (part.strip() for part in text.split(";"))):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"SHADOWCHECK_SPARK_CONF: {item!r} is not key=value")
+            raise SparkSettingsError(
+                f"SHADOWCHECK_SPARK_CONF: {item!r} is not key=value "
+                "(e.g. spark.sql.shuffle.partitions=2;spark.driver.memory=8g)"
+            )
         settings[key.strip()] = value.strip()
     return settings
 

@@ -132,6 +132,15 @@ def test_missing_java_is_a_clear_error(tmp_path: Path) -> None:
     assert "Java 17 or later is required" in done.stderr
 
 
+def test_a_bad_spark_setting_is_a_clear_error_before_spark_starts(tmp_path: Path) -> None:
+    env = dict(os.environ, SHADOWCHECK_SPARK_CONF="spark.sql.shuffle.partitions=2;nonsense")
+    done = _cli("build", str(tmp_path), "--out", str(tmp_path / "out"), env=env)
+    assert done.returncode == 2
+    assert "SHADOWCHECK_SPARK_CONF: 'nonsense' is not key=value" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_help_names_the_build_options() -> None:
     done = _cli("build", "--help")
     assert done.returncode == 0
