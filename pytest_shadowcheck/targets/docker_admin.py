@@ -9,7 +9,7 @@ admin:
   flush: [postqueue, -f]           # optional: deliver what waits now (after a route change)
   queue:                           # the node's mail queue, for GET /queues/active
     list: [postqueue, -j]
-    format: postqueue-json         # or exim-bp
+    format: postqueue-json         # or exim-bp, sendmail-mailq
     headers: [postcat, -hq, "{id}"]   # a queued message's header section ({id}: its queue id)
 ```
 
@@ -56,8 +56,9 @@ RELOAD_BY_RESTART = "restart"
 
 _MESSAGE_ID = re.compile(
     # postcat -h prints "Message-ID: <...>"; exim -Mvh prefixes each header with its
-    # length and a flag ("049I Message-ID: <...>")
-    r"^(?:\d{3}[A-Za-z* ] )?Message-ID:[ \t]*(<[^>\s]+>)",
+    # length and a flag ("049I Message-ID: <...>"); a sendmail qf file with "H" and its
+    # conditions ("H??Message-ID: <...>")
+    r"^(?:\d{3}[A-Za-z* ] |H\?[^?\n]*\?)?Message-ID:[ \t]*(<[^>\s]+>)",
     re.IGNORECASE | re.MULTILINE,
 )
 
@@ -147,14 +148,52 @@ def _exim_bp(text: str) -> list[dict[str, Any]]:
     return entries
 
 
+_MAILQ_HEAD = re.compile(
+    r"^(?P<id>[0-9A-Za-z]{8,})(?P<flag>[*X-]?)\s+\d+\s+\w{3} \w{3}\s+\d+ \d\d:\d\d\s+"
+    r"(?P<sender>\S*)"
+)
+
+
+def _sendmail_mailq(text: str) -> list[dict[str, Any]]:
+    """sendmail's ``mailq``: per message a line ``ID[*] SIZE Q-TIME SENDER``, then an
+    indented status in parentheses, then its recipients indented, one per line. The
+    listing has a section per queue (MSP, MTA) that may repeat a message: once each."""
+    entries: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    for line in text.splitlines():
+        head = _MAILQ_HEAD.match(line)
+        if head:
+            current = None
+            if head["id"] not in {entry["id"] for entry in entries}:
+                current = {
+                    "id": head["id"],
+                    "sender": head["sender"].strip("<>"),
+                    "recipients": [],
+                    "state": "running" if head["flag"] == "*" else "queued",
+                }
+                entries.append(current)
+            continue
+        word = line.strip()
+        # a recipient is one word; the status "(...)", "Total requests: N" and the
+        # section lines are not
+        if current is not None and line[:1].isspace() and word and " " not in word:
+            if not word.startswith("("):
+                current["recipients"].append(word.strip("<>"))
+        elif not line[:1].isspace():
+            current = None
+    return entries
+
+
 QUEUE_FORMATS: dict[str, Callable[[str], list[dict[str, Any]]]] = {
     "postqueue-json": _postqueue_json,
     "exim-bp": _exim_bp,
+    "sendmail-mailq": _sendmail_mailq,
 }
 
 
 def message_id_of(headers: str) -> str | None:
-    """The Message-ID in a header section as ``postcat -h`` or ``exim -Mvh`` print it."""
+    """The Message-ID in a header section as ``postcat -h`` or ``exim -Mvh`` print it,
+    or in a sendmail queue control file (qf)."""
     found = _MESSAGE_ID.search(headers)
     return found.group(1) if found else None
 

@@ -130,7 +130,7 @@ def test_reference_description_writes_the_cluster_file(tmp_path: Path) -> None:
         (
             "image: x\nadmin:\n  queue:\n    {list: [q], format: mailq, headers: [h, '{id}']}\n",
             3,
-            "admin.queue.format 'mailq' is not one of postqueue-json, exim-bp",
+            "admin.queue.format 'mailq' is not one of postqueue-json, exim-bp, sendmail-mailq",
         ),
         (
             "image: x\nadmin:\n  queue: {list: [q], format: exim-bp, headers: [exim, -Mvh]}\n",
@@ -199,11 +199,41 @@ def test_queue_listings_are_read_as_the_active_queue() -> None:
         {"id": "1qYx9B-000456-CD", "sender": "", "recipients": ["postmaster@corp.test"],
          "state": "frozen"},
     ]  # fmt: skip
+    # sendmail 8.17's mailq (captured from the image): an MSP and an MTA section, the
+    # same message in both, a null sender, a status line, two recipients
+    mailq = (
+        "MSP Queue status...\n"
+        "\t\t/var/spool/mqueue-client (2 requests)\n"
+        "-----Q-ID----- --Size-- -----Q-Time----- ------------Sender/Recipient-----------\n"
+        "6ANNgSYN000013        5 Mon Nov 23 23:42 <>\n"
+        "                 (host map: lookup (corp.test): deferred)\n"
+        "\t\t\t\t\t carol@corp.test\n"
+        "6ANNgS7s000011*       5 Mon Nov 23 23:42 <sender@ext.test>\n"
+        "                 (Deferred: Connection refused by [127.0.0.1])\n"
+        "\t\t\t\t\t alice@corp.test\n"
+        "\t\t\t\t\t <bob@corp.test>\n"
+        "\t\tTotal requests: 2\n"
+        "MTA Queue status...\n"
+        "\t\t/var/spool/mqueue (1 request)\n"
+        "-----Q-ID----- --Size-- -----Q-Time----- ------------Sender/Recipient-----------\n"
+        "6ANNgSYN000013        5 Mon Nov 23 23:42 <>\n"
+        "                 (host map: lookup (corp.test): deferred)\n"
+        "\t\t\t\t\t carol@corp.test\n"
+        "\t\tTotal requests: 1\n"
+    )
+    assert QUEUE_FORMATS["sendmail-mailq"](mailq) == [
+        {"id": "6ANNgSYN000013", "sender": "", "recipients": ["carol@corp.test"],
+         "state": "queued"},
+        {"id": "6ANNgS7s000011", "sender": "sender@ext.test",
+         "recipients": ["alice@corp.test", "bob@corp.test"], "state": "running"},
+    ]  # fmt: skip
+    assert QUEUE_FORMATS["sendmail-mailq"]("/var/spool/mqueue is empty\n") == []
     # postcat -hq and exim -Mvh print a header section each in its own way
     assert message_id_of("Received: x\nMessage-Id: <m1.a@shadowcheck.test>\n") == (
         "<m1.a@shadowcheck.test>"
     )
     assert message_id_of("1qYx8A-000123-AB-H\n049I Message-ID: <m2@x.test>\n") == "<m2@x.test>"
+    assert message_id_of("H??Subject: t\nH??Message-ID: <m3@x.test>\n.\n") == "<m3@x.test>"
     assert message_id_of("Subject: no id\n") is None
 
 
