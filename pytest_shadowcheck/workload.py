@@ -24,6 +24,8 @@ from .network.client import make_message
 from .network.workload_client import SessionError, WorkloadSession
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .history import History
 
 __all__ = ["Planned", "WorkloadSpec", "drive", "plan_messages"]
@@ -117,14 +119,17 @@ async def drive(
     history: History,
     addresses: dict[str, tuple[str, int]],
     scenario: str = "workload",
+    numbering: dict[str, Callable[[str], int | None]] | None = None,
 ) -> list[Planned]:
     """Send every planned message once over ``spec.sessions`` concurrent workers; return
     the messages the target acknowledged (250 after the content).
 
     ``addresses``: where to send for each node (its client proxy, or a sink in the
-    benchmark). A worker keeps one session per node and opens a new one after an error
-    or ``per_session`` transactions; after a connection failure it pauses briefly, as a
-    sender would, instead of burning the rest of the workload against a dead node."""
+    benchmark); ``numbering``: per node, the proxy's connection number for a local
+    address, so the history's workload lines name the proxy's connection. A worker
+    keeps one session per node and opens a new one after an error or ``per_session``
+    transactions; after a connection failure it pauses briefly, as a sender would,
+    instead of burning the rest of the workload against a dead node."""
     loop = asyncio.get_running_loop()
     start = loop.time()
     queue = iter(planned)
@@ -154,8 +159,9 @@ async def drive(
         if session is None:
             conns[link] = conns.get(link, 0) + 1
             session = WorkloadSession(
-                history, link, conns[link], *addresses[message.via], timeout=spec.timeout
-            )
+                history, link, conns[link], *addresses[message.via], timeout=spec.timeout,
+                numbering=(numbering or {}).get(message.via),
+            )  # fmt: skip
             try:
                 await session.connect()
             except SessionError as exc:

@@ -100,7 +100,9 @@ async def run_workload(run: Any, step: Step, verdict: Verdict) -> None:
     history = run.history
     since = history.now()
     planned = plan_messages(spec, run.token)
-    addresses = {node: run.proxies[f"client->{node}"].address for node in spec.via}
+    proxies = {node: run.proxies[f"client->{node}"] for node in spec.via}
+    addresses = {node: proxy.address for node, proxy in proxies.items()}
+    numbering = {node: proxy.connection_number for node, proxy in proxies.items()}
     stop = asyncio.Event()
     nemesis_task = None
     if spec.nemesis:
@@ -117,7 +119,7 @@ async def run_workload(run: Any, step: Step, verdict: Verdict) -> None:
         f"seed {spec.seed}"
     )
     try:
-        accepted = await drive(spec, planned, history, addresses, run.scenario.name)
+        accepted = await drive(spec, planned, history, addresses, run.scenario.name, numbering)
     finally:
         stop.set()
         if nemesis_task is not None:

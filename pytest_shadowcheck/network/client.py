@@ -309,6 +309,7 @@ class RecordingClient:
 
         try:
             greeting = await smtp.connect()
+            # the greeting came through the proxy: it has numbered the session
             conn = self._numbered(conn, smtp.get_transport_info("sockname"))
             record(greeting)
             command = "EHLO"
@@ -519,7 +520,6 @@ class _RawSession:
         cls, client: RecordingClient, conn: int, host: str, port: int, timeout: float
     ) -> _RawSession:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-        conn = client._numbered(conn, writer.get_extra_info("sockname"))
         session = cls(client, conn, reader, writer)
         await session.read_reply(None, "CONNECT", timeout)
         return session
@@ -557,6 +557,10 @@ class _RawSession:
                 if len(line) < 4 or line[3] != "-":
                     code = int(line[:3]) if line[:3].isdigit() else None
                     text = "\n".join(item[4:] for item in lines)
+                    if sent is None:
+                        # the greeting came through the proxy: it has numbered the session
+                        local = self.writer.get_extra_info("sockname")
+                        self.conn = self.client._numbered(self.conn, local)
                     if code is not None:
                         t = self.client._reply(self.conn, verb, code, text).t
                     else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pytest_shadowcheck.history import History
@@ -53,10 +54,14 @@ class WorkloadSession:
         *,
         helo: str = "workload.test",
         timeout: float = 10.0,
+        numbering: Callable[[str], int | None] | None = None,
     ) -> None:
         self.history = history
         self.link = link
+        #: the session's connection number: the proxy's (``numbering`` gives it for the
+        #: session's local address once connected), else ``conn``
         self.conn = conn
+        self._numbering = numbering
         self.host, self.port = host, port
         self.helo = helo
         self.timeout = timeout
@@ -78,6 +83,10 @@ class WorkloadSession:
         except (OSError, TimeoutError) as exc:
             raise SessionError(f"connect failed: {exc!r}") from None
         code, text = await self._read_reply("CONNECT")
+        local = self._writer.get_extra_info("sockname") if self._writer else None
+        if self._numbering is not None and local:
+            # the greeting came through the proxy: it has numbered the session
+            self.conn = self._numbering(f"{local[0]}:{local[1]}") or self.conn
         if code != 220:
             self.close()
             raise SessionError(f"greeting {code} {text}")

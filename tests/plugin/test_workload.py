@@ -20,6 +20,8 @@ from pytest_shadowcheck.history import History
 from pytest_shadowcheck.history_check import check_workload, results
 from pytest_shadowcheck.nemesis import NemesisSpec, plan_faults, usable_kinds
 from pytest_shadowcheck.network import MailSink
+from pytest_shadowcheck.network.client import RecordingClient
+from pytest_shadowcheck.network.proxy import FaultProxy
 from pytest_shadowcheck.scenario import load_scenario_file
 from pytest_shadowcheck.statuses import Status
 from pytest_shadowcheck.timeline import render_timeline
@@ -109,6 +111,38 @@ def test_workload_into_a_sink_records_every_attempt() -> None:
     assert report.counts["delivered"] == 60
     # one session per 7 transactions per worker and node, not one per message
     assert max(e.conn or 0 for e in attempts) < 60
+
+
+def test_workload_attempts_carry_the_proxys_connection_numbers() -> None:
+    # Another client's session comes first on the link and the workload's sessions
+    # are concurrent: each attempt must name the connection the proxy recorded for it.
+    history = History()
+
+    async def main() -> None:
+        sink = MailSink("mailbox", history)
+        proxy = FaultProxy("client->mbx1", history)
+        await proxy.start()
+        proxy.set_upstream(*await sink.start())
+        try:
+            other = RecordingClient(history, "client->mbx1", numbering=proxy.connection_number)
+            await other.raw_session(*proxy.address, [b"QUIT\r\n"])
+            w = WorkloadSpec(name="w", messages=24, via=("mbx1",), to=POOL, seed=5,
+                             sessions=3, per_session=4)  # fmt: skip
+            await drive(w, plan_messages(w, "tok"), history, {"mbx1": proxy.address},
+                        numbering={"mbx1": proxy.connection_number})  # fmt: skip
+        finally:
+            await proxy.stop()
+            await sink.stop()
+
+    asyncio.run(main())
+    peers = {e.conn: e.data["peer"] for e in history.events(kind="connect", link="client->mbx1")}
+    attempts = history.events(kind="attempt")
+    assert len(attempts) == 24
+    assert {e.conn for e in attempts} <= set(peers) - {1}
+    # the sessions' EOD replies on the proxy are under the same numbers as the attempts
+    replies = {e.conn for e in history.events(kind="line", link="client->mbx1")
+               if e.direction == "s2c" and str(e.data.get("text", "")).startswith("250 ")}
+    assert {e.conn for e in attempts} <= replies
 
 
 def _attempt(h: History, ref: str, via: str, code: int, rcpts: list[str]) -> None:
