@@ -100,9 +100,10 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
     given = run.scenario.given
     unmet = given is not None and find_event(run, given) is None
     if "control" in arg:
+        # no control session when the given never happened: nothing would be judged
         stand_in = _with_stand_ins(items, payloads, arg["control"])
-        controls = await _converse(run, link, stand_in, arg)
-        verdict.add(_compare_with_control(run, step, items, answers, controls, unmet))
+        controls = None if unmet else await _converse(run, link, stand_in, arg)
+        verdict.add(_compare_with_control(run, step, items, answers, controls))
     for item, answer in zip(items, answers, strict=True):
         shown = _shown(item)
         if "message" in item:
@@ -187,9 +188,10 @@ def _compare_with_control(
     step: Step,
     items: list[dict[str, Any]],
     answers: list[RawReply | None],
-    controls: list[RawReply | None],
-    unmet: bool,
+    controls: list[RawReply | None] | None,
 ) -> CheckResult:
+    """Compare the session with its control; ``controls`` None: the scenario's given
+    never happened, so there was no control session."""
     arg: dict[str, Any] = step.arg
     control: dict[str, str] = arg["control"]
     verbs = ", ".join(control)
@@ -200,7 +202,7 @@ def _compare_with_control(
     )
     name = f"{verbs} answered like unknown verbs"
     behaviours = list(arg.get("behaviours", []))
-    if unmet:
+    if controls is None:
         return CheckResult(
             name,
             Status.NOT_APPLICABLE,

@@ -119,7 +119,7 @@ async def drive(
     history: History,
     addresses: dict[str, tuple[str, int]],
     scenario: str = "workload",
-    numbering: dict[str, Callable[[str], int | None]] | None = None,
+    numbering: dict[str, Callable[[Any], int | None]] | None = None,
 ) -> list[Planned]:
     """Send every planned message once over ``spec.sessions`` concurrent workers; return
     the messages the target acknowledged (250 after the content).

@@ -224,7 +224,7 @@ class RecordingClient:
         self,
         history: History,
         link: str = "client",
-        numbering: Callable[[str], int | None] | None = None,
+        numbering: Callable[[Any], int | None] | None = None,
     ) -> None:
         self.history = history
         self.link = link
@@ -237,9 +237,7 @@ class RecordingClient:
 
     def _numbered(self, conn: int, local: Any) -> int:
         """The proxy's number for the session from ``local`` (host, port), else ``conn``."""
-        if self._numbering is None or not local:
-            return conn
-        number = self._numbering(f"{local[0]}:{local[1]}")
+        number = self._numbering(local) if self._numbering is not None else None
         return conn if number is None else number
 
     def _reply(self, conn: int, command: str, code: int, text: str) -> Reply:

@@ -68,8 +68,8 @@ class FaultProxy:
         self._address: tuple[str, int] | None = None
         self._connections: dict[int, _Connection] = {}
         self._next_conn = 1
-        #: client address -> connection number, so a client's own events can carry it
-        self._numbers_by_peer: dict[str, int] = {}
+        #: client (host, port) -> connection number, so a client's own events can carry it
+        self._numbers_by_peer: dict[tuple[Any, ...], int] = {}
         # Fault state; read by connections on every chunk, so kept as plain fields.
         self._cut = False
         self._blackholed = False
@@ -259,10 +259,12 @@ class FaultProxy:
 
     # -- connections -------------------------------------------------------------
 
-    def connection_number(self, client_address: str) -> int | None:
-        """The number this proxy gave the connection from ``client_address``
-        (host:port), or None if it never saw one."""
-        return self._numbers_by_peer.get(client_address)
+    def connection_number(self, client_address: Any) -> int | None:
+        """The number this proxy gave the connection from ``client_address`` (a socket
+        address, as ``sockname`` gives it), or None if it never saw one."""
+        if not client_address:
+            return None
+        return self._numbers_by_peer.get(tuple(client_address[:2]))
 
     async def _handle_client(
         self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
@@ -274,7 +276,7 @@ class FaultProxy:
         self._connections[number] = conn
         peer = client_writer.get_extra_info("peername")
         if peer:
-            self._numbers_by_peer[_format_address(peer) or ""] = number
+            self._numbers_by_peer[tuple(peer[:2])] = number
         self.history.record(
             "connect",
             link=self.link,

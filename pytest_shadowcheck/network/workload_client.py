@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from pytest_shadowcheck.history import History
 from pytest_shadowcheck.network.smtp_text import dot_stuff
@@ -54,7 +55,7 @@ class WorkloadSession:
         *,
         helo: str = "workload.test",
         timeout: float = 10.0,
-        numbering: Callable[[str], int | None] | None = None,
+        numbering: Callable[[Any], int | None] | None = None,
     ) -> None:
         self.history = history
         self.link = link
@@ -83,10 +84,9 @@ class WorkloadSession:
         except (OSError, TimeoutError) as exc:
             raise SessionError(f"connect failed: {exc!r}") from None
         code, text = await self._read_reply("CONNECT")
-        local = self._writer.get_extra_info("sockname") if self._writer else None
-        if self._numbering is not None and local:
+        if self._numbering is not None and self._writer is not None:
             # the greeting came through the proxy: it has numbered the session
-            self.conn = self._numbering(f"{local[0]}:{local[1]}") or self.conn
+            self.conn = self._numbering(self._writer.get_extra_info("sockname")) or self.conn
         if code != 220:
             self.close()
             raise SessionError(f"greeting {code} {text}")
