@@ -5,7 +5,7 @@
         [--reference | --reference-rate R] [--uvloop]
 
 Drives a workload step's messages (the same plan, client and ``attempt`` recording as in
-a scenario run, :func:`pytest_shadowcheck.workload.drive`) straight into a mail sink, no
+a scenario run, :func:`pytest_shadowcheck.engine.traffic.drive`) straight into a mail sink, no
 MTA, and prints messages per second acknowledged. Where the sink runs decides what is
 measured:
 
@@ -46,9 +46,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_transport
 
+from pytest_shadowcheck.engine.traffic import WorkloadSpec, drive, plan_messages
 from pytest_shadowcheck.history import History
 from pytest_shadowcheck.network import MailSink
-from pytest_shadowcheck.workload import WorkloadSpec, drive, plan_messages
 
 #: README "Throughput", medians of three rounds, (a) shadow on, accepted msg/s
 README_REFERENCE = {"per-connection": 490.0, "reuse": 782.0}

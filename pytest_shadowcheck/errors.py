@@ -12,7 +12,7 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ScenarioError", "SourceRef", "format_snippet"]
+__all__ = ["ScenarioError", "SourceRef", "TargetError", "format_snippet"]
 
 
 @dataclass(frozen=True)
@@ -77,3 +77,7 @@ class ScenarioError(Exception):
         if self.expected:
             parts.append(f"expected: {self.expected}")
         return "\n".join(parts)
+
+
+class TargetError(Exception):
+    """The target could not do what was asked (node did not start, control call failed)."""

@@ -19,7 +19,7 @@ Event kinds (``Event.kind``) and the keys their ``data`` carries:
               parameters (``seconds``, ``nbytes``, ``flow`` = "c2s"/"s2c"/"both")
 ``reply``     a reply the harness client received; ``command``, ``code``,
               ``enhanced`` ("4.4.0" or None), ``text``
-``attempt``   a workload message was tried once (see pytest_shadowcheck.workload); ``ref``,
+``attempt``   a workload message was tried once (see pytest_shadowcheck.engine.traffic); ``ref``,
               ``message_id``, ``via``, ``rcpt_tos``, ``sent`` (when it began),
               ``command``/``code``/``text`` of the deciding reply, or ``error``
 ``delivery``  a sink accepted a message; ``sink``, ``message_id``, ``helo``, ...

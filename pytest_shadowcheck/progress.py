@@ -1,8 +1,13 @@
-"""Terminal notes while a scenario waits, so a long timer does not look like a hang."""
+"""Notes while a scenario waits, so a long timer does not look like a hang.
+
+The engine writes them here; who shows them is the caller's business (the pytest plugin
+hands in a writer to its terminal, :func:`pytest_shadowcheck.plugin.terminal.note_writer`;
+a run without one keeps the notes only).
+"""
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Callable
 
 __all__ = ["Progress"]
 
@@ -11,16 +16,12 @@ THRESHOLD = 1.0
 
 
 class Progress:
-    """Writes ``[shadowcheck] SCENARIO: TEXT`` lines to the terminal.
+    """Keeps every note of one scenario and hands each to ``write`` as
+    ``[shadowcheck] SCENARIO: TEXT``."""
 
-    Output goes through the terminal reporter with capturing suspended (as
-    pytest's live logging does). Under pytest-xdist workers have no terminal;
-    there the notes are dropped.
-    """
-
-    def __init__(self, config: pytest.Config | None, scenario: str) -> None:
-        self.config = config
+    def __init__(self, scenario: str, write: Callable[[str], None] | None = None) -> None:
         self.scenario = scenario
+        self.write = write
         self.notes: list[str] = []
 
     def waiting(self, seconds: float, why: str) -> None:
@@ -29,18 +30,5 @@ class Progress:
 
     def note(self, text: str) -> None:
         self.notes.append(text)
-        config = self.config
-        if config is None or hasattr(config, "workerinput"):
-            return
-        reporter = config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is None:
-            return
-        capture = config.pluginmanager.get_plugin("capturemanager")
-        line = f"[shadowcheck] {self.scenario}: {text}"
-        if capture is not None:
-            with capture.global_and_fixture_disabled():
-                reporter.ensure_newline()
-                reporter.write_line(line)
-        else:
-            reporter.ensure_newline()
-            reporter.write_line(line)
+        if self.write is not None:
+            self.write(f"[shadowcheck] {self.scenario}: {text}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .statuses import Status, strongest
+from pytest_shadowcheck.statuses import Status, strongest
 
 __all__ = ["CheckResult", "Status", "Verdict"]
 

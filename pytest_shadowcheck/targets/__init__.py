@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
-from .base import CAPABILITIES, ClusterPlan, NodeHandle, Target, TargetError
+from pytest_shadowcheck.targets.base import (
+    CAPABILITIES,
+    ClusterPlan,
+    NodeHandle,
+    Target,
+    TargetError,
+)
 
 __all__ = ["CAPABILITIES", "ClusterPlan", "NodeHandle", "Target", "TargetError"]

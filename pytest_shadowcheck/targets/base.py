@@ -17,7 +17,9 @@ from typing import Any
 
 import aiohttp
 
-from ..scenario import CAPABILITIES, Scenario, Topology
+from pytest_shadowcheck.errors import TargetError
+from pytest_shadowcheck.scenario.capabilities import CAPABILITIES, QUEUE_PATHS, control_call
+from pytest_shadowcheck.scenario.model import Scenario, Topology
 
 __all__ = [
     "CAPABILITIES",
@@ -28,34 +30,6 @@ __all__ = [
     "TargetError",
     "control_call",
 ]
-
-#: control API paths of the queues a ``queue`` check or ``snapshot`` step reads
-QUEUE_PATHS = {
-    "active": "/queues/active",
-    "shadow": "/queues/shadow",
-    "safetynet_primary": "/safetynet/primary",
-    "safetynet_shadow": "/safetynet/shadow",
-    "discard_events": "/discard-events",
-}
-
-
-def control_call(kind: str, arg: Any) -> tuple[str, str] | None:
-    """The control API call (method, path) a step or check of ``kind`` makes, when it
-    makes one call a target could answer without the whole control API (an admin
-    adapter: a queue listing, a re-rendered route); None for anything else."""
-    if kind in ("queue", "snapshot") and isinstance(arg, dict):
-        path = QUEUE_PATHS.get(str(arg.get("queue")))
-        return ("GET", path) if path else None
-    if kind == "route":
-        return ("PUT", "/topology/next_hops")
-    if kind == "config_warning":
-        return ("GET", "/config/warnings")
-    return None
-
-
-class TargetError(Exception):
-    """The target could not do what was asked (node did not start, control call failed)."""
-
 
 @dataclass
 class NodeHandle:

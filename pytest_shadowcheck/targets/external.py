@@ -46,11 +46,17 @@ from typing import Any
 
 import yaml
 
-from ..durations import parse_duration
-from ..errors import ScenarioError, SourceRef
-from ..hookspecs import hookimpl
-from ..scenario import DURATION_SETTINGS, MTA_CAPABILITIES, SETTING_NAMES, Scenario, Topology
-from .base import ClusterPlan, NodeHandle, Target, TargetError
+from pytest_shadowcheck.errors import ScenarioError, SourceRef
+from pytest_shadowcheck.scenario.durations import parse_duration
+from pytest_shadowcheck.scenario.loader import (
+    DURATION_SETTINGS,
+    MTA_CAPABILITIES,
+    SETTING_NAMES,
+    Scenario,
+    Topology,
+)
+from pytest_shadowcheck.targets.base import ClusterPlan, NodeHandle, Target, TargetError
+from pytest_shadowcheck.targets.hookspecs import hookimpl
 
 __all__ = ["ExternalNodes", "ExternalTarget", "parse_external"]
 

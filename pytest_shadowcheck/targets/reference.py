@@ -25,10 +25,10 @@ from typing import Any
 
 import yaml
 
-from ..hookspecs import hookimpl
-from ..scenario import CAPABILITIES
-from .base import ClusterPlan, NodeHandle, Target, TargetError
-from .node_process import NodeProcess, start_node_process
+from pytest_shadowcheck.scenario.loader import CAPABILITIES
+from pytest_shadowcheck.targets.base import ClusterPlan, NodeHandle, Target, TargetError
+from pytest_shadowcheck.targets.hookspecs import hookimpl
+from pytest_shadowcheck.targets.node_process import NodeProcess, start_node_process
 
 __all__ = ["ReferenceTarget", "cluster_document"]
 

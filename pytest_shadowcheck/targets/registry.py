@@ -1,23 +1,29 @@
-"""The target registry: built-in targets, entry points and named modules, as pluggy plugins."""
+"""The target registry: built-in targets, entry points and named modules, as pluggy plugins.
+
+Errors are :class:`~pytest_shadowcheck.errors.TargetError` with the text a user needs;
+the pytest plugin turns them into usage errors.
+"""
 
 from __future__ import annotations
 
 import importlib
 
 import pluggy
-import pytest
 
-from .. import hookspecs
-from .base import Target, TargetError
+from pytest_shadowcheck.errors import TargetError
+from pytest_shadowcheck.targets import hookspecs
+from pytest_shadowcheck.targets.base import Target
 
 __all__ = ["TARGET_ENTRY_POINT_GROUP", "known_targets", "make_target", "target_manager"]
 
 TARGET_ENTRY_POINT_GROUP = "shadowcheck.targets"
 
 
-def target_manager(config: pytest.Config) -> pluggy.PluginManager:
-    """The ``shadowcheck`` plugin manager: built-in targets, entry points, named modules."""
-    from . import docker, external, reference
+def target_manager(modules: list[str]) -> pluggy.PluginManager:
+    """The ``shadowcheck`` plugin manager: built-in targets, entry points, and ``modules``
+    (``--shadowcheck-target-plugin``, ``shadowcheck_target_plugins``)."""
+    from pytest_shadowcheck.targets import external, reference
+    from pytest_shadowcheck.targets.docker import target as docker
 
     manager = pluggy.PluginManager(hookspecs.PROJECT)
     manager.add_hookspecs(hookspecs)
@@ -25,13 +31,11 @@ def target_manager(config: pytest.Config) -> pluggy.PluginManager:
     manager.register(external, "shadowcheck-external")
     manager.register(docker, "shadowcheck-docker")
     manager.load_setuptools_entrypoints(TARGET_ENTRY_POINT_GROUP)
-    modules = list(config.getini("shadowcheck_target_plugins"))
-    modules += config.getoption("shadowcheck_target_plugin") or []
     for name in modules:
         try:
             module = importlib.import_module(name)
         except ImportError as exc:
-            raise pytest.UsageError(f"--shadowcheck-target-plugin {name}: {exc}") from None
+            raise TargetError(f"--shadowcheck-target-plugin {name}: {exc}") from None
         if manager.get_plugin(name) is None:
             manager.register(module, name)
     return manager
@@ -51,9 +55,9 @@ def make_target(manager: pluggy.PluginManager, spec: str, run_id: str) -> Target
             name=name, argument=argument or None, options={"run_id": run_id}
         )
     except TargetError as exc:
-        raise pytest.UsageError(f"--shadowcheck-target {spec}: {exc}") from None
+        raise TargetError(f"--shadowcheck-target {spec}: {exc}") from None
     if target is None:
         listing = "\n".join(f"  {n:<10} {d}" for n, d in known_targets(manager))
-        raise pytest.UsageError(f"unknown shadowcheck target {spec!r}; known targets:\n{listing}")
+        raise TargetError(f"unknown shadowcheck target {spec!r}; known targets:\n{listing}")
     assert isinstance(target, Target)
     return target

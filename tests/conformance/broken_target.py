@@ -11,8 +11,8 @@ from typing import Any
 
 from mta_variants import by_name
 
-from pytest_shadowcheck.hookspecs import hookimpl
 from pytest_shadowcheck.targets.base import Target, TargetError
+from pytest_shadowcheck.targets.hookspecs import hookimpl
 from pytest_shadowcheck.targets.reference import ReferenceTarget
 
 LAUNCHER = Path(__file__).with_name("broken_mta.py")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from mta_variants import Variant, all_variants
 
-from pytest_shadowcheck.scenario import load_scenario_file
+from pytest_shadowcheck.scenario.loader import load_scenario_file
 
 HERE = Path(__file__).resolve().parent
 SUITE = HERE.parent.parent / "scenarios"

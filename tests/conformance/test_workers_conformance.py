@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_broken_variants import run_suite, suite_scenarios
 
-from pytest_shadowcheck.scenario import load_scenario_file
+from pytest_shadowcheck.scenario.loader import load_scenario_file
 
 pytestmark = pytest.mark.slow
 

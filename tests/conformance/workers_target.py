@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from pytest_shadowcheck.hookspecs import hookimpl
 from pytest_shadowcheck.targets.base import ClusterPlan, NodeHandle, Target, TargetError
+from pytest_shadowcheck.targets.hookspecs import hookimpl
 from pytest_shadowcheck.targets.reference import ReferenceTarget
 
 

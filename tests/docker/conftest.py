@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_shadowcheck.targets.base import TargetError
-from pytest_shadowcheck.targets.docker import LABEL_RUN, docker_client
+from pytest_shadowcheck.targets.docker.target import LABEL_RUN, docker_client
 
 
 @pytest.fixture(scope="session")
@@ -31,7 +31,7 @@ def engine() -> Any:
 def images(engine: Any) -> dict[str, str]:
     """The postfix, exim and reference images, built unless up to date (cached by recipe
     hash)."""
-    from pytest_shadowcheck.images import build
+    from pytest_shadowcheck.targets.docker.images import build
 
     return build(["postfix", "exim", "reference"], client=engine, log=lambda _: None)
 

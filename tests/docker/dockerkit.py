@@ -8,9 +8,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from pytest_shadowcheck.engine import run_scenario
-from pytest_shadowcheck.scenario import load_scenario_file
-from pytest_shadowcheck.targets.docker import LABEL_RUN, DockerTarget
+from pytest_shadowcheck.engine.run import run_scenario
+from pytest_shadowcheck.scenario.loader import load_scenario_file
+from pytest_shadowcheck.targets.docker.target import LABEL_RUN, DockerTarget
 from pytest_shadowcheck.verdict import Status
 
 ROOT = Path(__file__).resolve().parents[2]

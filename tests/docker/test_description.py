@@ -11,10 +11,10 @@ import pytest
 import yaml
 from dockerkit import TARGETS, write_description
 
-from pytest_shadowcheck.scenario import load_scenario_file
+from pytest_shadowcheck.scenario.loader import load_scenario_file
 from pytest_shadowcheck.targets.base import ClusterPlan
-from pytest_shadowcheck.targets.docker_admin import QUEUE_FORMATS, message_id_of
-from pytest_shadowcheck.targets.docker_description import (
+from pytest_shadowcheck.targets.docker.admin import QUEUE_FORMATS, message_id_of
+from pytest_shadowcheck.targets.docker.description import (
     DescriptionError,
     NodePorts,
     load_description,

@@ -29,10 +29,10 @@ from dockerkit import (
     write_description,
 )
 
-from pytest_shadowcheck.engine import run_scenario
-from pytest_shadowcheck.scenario import load_scenario_file
+from pytest_shadowcheck.engine.run import run_scenario
+from pytest_shadowcheck.scenario.loader import load_scenario_file
 from pytest_shadowcheck.targets.base import TargetError
-from pytest_shadowcheck.targets.docker import (
+from pytest_shadowcheck.targets.docker.target import (
     LABEL_OWNER,
     LABEL_RUN,
     DockerTarget,
@@ -95,7 +95,7 @@ def test_a_recipe_image_names_its_build_command(engine: Any, tmp_path: Path) -> 
         recipe: postfix
         """,
     )
-    with pytest.raises(TargetError, match=r"python -m pytest_shadowcheck.images build postfix"):
+    with pytest.raises(TargetError, match=r"python -m pytest_shadowcheck images build postfix"):
         DockerTarget(str(path))
 
 
@@ -132,9 +132,9 @@ def test_a_node_that_never_becomes_ready_is_inconclusive_and_leaves_nothing(
 REAPER_CHILD = """
 import sys, time
 from pathlib import Path
-from pytest_shadowcheck.engine import run_scenario
-from pytest_shadowcheck.scenario import load_scenario_file
-from pytest_shadowcheck.targets.docker import DockerTarget
+from pytest_shadowcheck.engine.run import run_scenario
+from pytest_shadowcheck.scenario.loader import load_scenario_file
+from pytest_shadowcheck.targets.docker.target import DockerTarget
 
 description, scenario_file, run_id, workdir = sys.argv[1:]
 (scenario,) = load_scenario_file(Path(scenario_file))
@@ -297,8 +297,8 @@ def test_admin_adapters_list_the_queue_reload_settings_and_reroute(
 def test_a_users_own_recipe_is_built_from_the_base_and_cached_by_hash(
     engine: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pytest_shadowcheck.images import recipe_hash, user_recipe
-    from pytest_shadowcheck.images.__main__ import main
+    from pytest_shadowcheck.targets.docker.images import recipe_hash, user_recipe
+    from pytest_shadowcheck.targets.docker.images.__main__ import main
 
     recipe = tmp_path / "mymta"
     recipe.mkdir()

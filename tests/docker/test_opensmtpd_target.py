@@ -21,10 +21,10 @@ from dockerkit import (
     new_target,
 )
 
-from pytest_shadowcheck.engine import run_scenario
-from pytest_shadowcheck.scenario import load_scenario_file
+from pytest_shadowcheck.engine.run import run_scenario
+from pytest_shadowcheck.scenario.loader import load_scenario_file
 from pytest_shadowcheck.targets.base import ClusterPlan
-from pytest_shadowcheck.targets.docker_description import (
+from pytest_shadowcheck.targets.docker.description import (
     NodePorts,
     load_description,
     render_node,
@@ -118,7 +118,7 @@ def test_the_rendered_configuration_is_one_smtpd_accepts(engine: Any, tmp_path: 
 @pytest.fixture(scope="module")
 def opensmtpd_image(engine: Any) -> str:
     """Built unless the image with the current recipe hash exists (CI caches it)."""
-    from pytest_shadowcheck.images import RECIPES, build
+    from pytest_shadowcheck.targets.docker.images import RECIPES, build
 
     build(["opensmtpd"], client=engine, log=lambda _: None)
     return RECIPES["opensmtpd"].image

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_shadowcheck.matrix import END, START, main, short_reason
-from pytest_shadowcheck.scenario import load_behaviours
+from pytest_shadowcheck.report.matrix import END, START, main, short_reason
+from pytest_shadowcheck.scenario.loader import load_behaviours
 
 from .conftest import ThreadedSink
 
@@ -141,7 +141,7 @@ def test_reasons_are_cut_to_what_a_cell_holds(status: str, reason: str, short: s
 
 def test_project_readme_matrix_is_current() -> None:
     certifications = ROOT / "docs" / "certifications"
-    hint = "run: python -m pytest_shadowcheck.matrix docs/certifications README.md"
+    hint = "run: python -m pytest_shadowcheck matrix docs/certifications README.md"
     assert main([str(certifications), str(ROOT / "README.md"), "--check"]) == 0, hint
     heads = _rows((ROOT / "README.md").read_text(encoding="utf-8"))["ID"]
     # every certification in the repository is a column, the reference's first

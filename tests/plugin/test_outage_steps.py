@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_shadowcheck.errors import ScenarioError
-from pytest_shadowcheck.scenario import load_scenario_file
+from pytest_shadowcheck.scenario.loader import load_scenario_file
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestAssertRewriteWarning")
 

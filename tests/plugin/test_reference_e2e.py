@@ -12,7 +12,7 @@ import junitparser
 import pytest
 from lxml import etree
 
-from pytest_shadowcheck.scenario import load_behaviours, load_scenario_file
+from pytest_shadowcheck.scenario.loader import load_behaviours, load_scenario_file
 
 from .conftest import junit_schema
 

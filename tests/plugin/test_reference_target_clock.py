@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_shadowcheck.scenario import load_scenario_file
+from pytest_shadowcheck.scenario.loader import load_scenario_file
 from pytest_shadowcheck.targets.base import ClusterPlan
 from pytest_shadowcheck.targets.reference import ReferenceTarget
 

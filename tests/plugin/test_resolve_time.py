@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_shadowcheck.durations import resolve_time
 from pytest_shadowcheck.errors import ScenarioError, SourceRef
+from pytest_shadowcheck.scenario.durations import resolve_time
 
 DAY0 = 1767225600.0  # 2026-01-01T00:00:00Z
 WHERE = SourceRef(Path("s.yaml"), 3)

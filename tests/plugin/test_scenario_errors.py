@@ -182,7 +182,7 @@ def test_shared_topology_file_error_points_into_that_file(pytester: pytest.Pytes
 def test_the_schema_names_exactly_the_capabilities_the_harness_knows() -> None:
     # the schema's enum and CAPABILITIES are kept by hand: a capability added to one
     # only would be refused in scenarios or unknown to targets
-    from pytest_shadowcheck.scenario import CAPABILITIES
-    from pytest_shadowcheck.schema import scenario_schema
+    from pytest_shadowcheck.scenario.loader import CAPABILITIES
+    from pytest_shadowcheck.scenario.schema import scenario_schema
 
     assert scenario_schema()["$defs"]["capability"]["enum"] == list(CAPABILITIES)

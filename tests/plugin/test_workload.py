@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
+from pytest_shadowcheck.checks.workload import check_workload, results
+from pytest_shadowcheck.engine.nemesis import NemesisSpec, plan_faults, usable_kinds
+from pytest_shadowcheck.engine.traffic import WorkloadSpec, drive, plan_messages
 from pytest_shadowcheck.errors import ScenarioError
 from pytest_shadowcheck.history import History
-from pytest_shadowcheck.history_check import check_workload, results
-from pytest_shadowcheck.nemesis import NemesisSpec, plan_faults, usable_kinds
 from pytest_shadowcheck.network import MailSink
 from pytest_shadowcheck.network.client import RecordingClient
 from pytest_shadowcheck.network.proxy import FaultProxy
-from pytest_shadowcheck.scenario import load_scenario_file
+from pytest_shadowcheck.report.timeline import render_timeline
+from pytest_shadowcheck.scenario.loader import load_scenario_file
 from pytest_shadowcheck.statuses import Status
-from pytest_shadowcheck.timeline import render_timeline
-from pytest_shadowcheck.workload import WorkloadSpec, drive, plan_messages
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestAssertRewriteWarning")
 
@@ -78,7 +78,7 @@ def test_the_nemesis_draws_only_what_the_target_can_do() -> None:
 
 
 def _two_node_topology():  # type: ignore[no-untyped-def]
-    from pytest_shadowcheck.scenario import NextHop, NodeSpec, Topology
+    from pytest_shadowcheck.scenario.loader import NextHop, NodeSpec, Topology
 
     return Topology(
         "t",

@@ -1,0 +1,80 @@
+"""Evaluating one expectation: the checker for its kind, tagged with the behaviours it
+evidences, UNTESTABLE when the target cannot look, NOT-APPLICABLE when the event it
+presupposes never happened, a premise when marked ``precondition`` (docs/verdicts.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from pytest_shadowcheck.checks.inside import check_config_warning, check_log, check_queue
+from pytest_shadowcheck.checks.wire import (
+    check_connections,
+    check_delivered,
+    check_lines,
+    check_not_delivered,
+    check_order,
+    check_reply,
+    check_timing,
+    find_event,
+    matcher_text,
+)
+from pytest_shadowcheck.scenario.capabilities import CAPABILITY_NEED, control_call
+from pytest_shadowcheck.verdict import CheckResult, Status
+
+if TYPE_CHECKING:
+    from pytest_shadowcheck.checks.view import RunView as Run
+    from pytest_shadowcheck.scenario.model import Step
+
+__all__ = ["CHECKERS", "PRECONDITION", "run_check"]
+
+#: the pseudo-behaviour a passing precondition evidences
+PRECONDITION = "precondition"
+
+CHECKERS: dict[str, Callable[[Run, Step], Awaitable[CheckResult]]] = {
+    "log": check_log,
+    "reply": check_reply,
+    "delivered": check_delivered,
+    "not_delivered": check_not_delivered,
+    "order": check_order,
+    "timing": check_timing,
+    "lines": check_lines,
+    "connections": check_connections,
+    "queue": check_queue,
+    "config_warning": check_config_warning,
+}
+
+
+async def run_check(run: Run, step: Step) -> CheckResult:
+    """Run one check, tagged with the behaviours it evidences. A check the target cannot
+    look at is UNTESTABLE (alone: the scenario's other checks still count); a check whose
+    ``given`` event never happened is NOT-APPLICABLE."""
+    needed = step.capability()
+    if needed is not None and not run.target.can(needed, control_call(step.kind, step.arg)):
+        what = ", ".join(f"{k}={v}" for k, v in step.arg.items() if not isinstance(v, dict))
+        result = CheckResult(
+            f"{step.kind} ({what})",
+            Status.UNTESTABLE,
+            f"a look at {needed}",
+            f"target {run.target.name} lacks {needed}: {CAPABILITY_NEED[needed]}",
+            where=str(step.where),
+        )
+    elif (given := step.given or run.scenario.given) and find_event(run, given) is None:
+        result = CheckResult(
+            step.kind,
+            Status.NOT_APPLICABLE,
+            f"applies once {matcher_text(given)} has happened",
+            f"{matcher_text(given)} never happened, so there was nothing to check",
+            where=str(step.where),
+        )
+    else:
+        result = await CHECKERS[step.kind](run, step)
+    result.behaviours = list(step.behaviours)
+    if step.precondition:
+        if result.status == Status.PASS:
+            result.behaviours = [PRECONDITION]  # a premise proves no behaviour
+        elif result.status == Status.FAIL:
+            result.status = Status.NOT_APPLICABLE
+            result.observed = f"the scenario's premise did not hold: {result.observed}"
+    return result

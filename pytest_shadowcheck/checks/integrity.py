@@ -1,0 +1,221 @@
+"""The always-on integrity invariant: every delivered copy is the message the sender sent.
+
+A copy that was altered on its way (a shadow copy dot-stuffed twice, a lost
+recipient, a rewritten reverse-path) and then promoted and delivered is a loss
+of its own kind: the no-loss invariant counts it delivered. This one compares
+each delivery of a message the scenario sent with what the sender sent:
+
+- the body, byte for byte;
+- the header section: the sender's lines unchanged, as the last lines of the
+  delivered header section; above them only trace fields the transport may
+  prepend (``Received``, ``Return-Path``, what the target says its MTA adds -
+  ``Target.added_headers`` - and what the scenario permits with
+  ``permitted_headers``);
+- the envelope sender (a null reverse-path stays null);
+- the recipients: no recipient the sender did not name (a group named in the
+  directory may expand), and a sink that got the message for a domain got it for
+  every recipient of that domain (across its copies).
+
+A mismatch FAILs with what differs, which copy, and which node delivered it; the
+check evidences every behaviour of the scenario, like a loss. Nothing is checked
+for a message whose content the harness did not compose.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pytest_shadowcheck.network.smtp_text import header_section
+from pytest_shadowcheck.verdict import CheckResult, Status
+
+if TYPE_CHECKING:
+    from pytest_shadowcheck.checks.view import RunView
+    from pytest_shadowcheck.network.messages import Message
+    from pytest_shadowcheck.network.sink import Delivery
+
+__all__ = ["TRACE_HEADERS", "integrity_invariant"]
+
+#: header fields a transport adds on its way (RFC 5321 section 4.4): permitted on top
+TRACE_HEADERS = frozenset({"received", "return-path"})
+
+INVARIANT = "integrity"
+
+
+def _fields(header: bytes) -> list[bytes]:
+    """Header fields (folded continuation lines kept with their field), CRLF-split."""
+    fields: list[bytes] = []
+    for line in header.split(b"\r\n"):
+        if not line:
+            continue
+        if line[:1] in (b" ", b"\t") and fields:
+            fields[-1] += b"\r\n" + line
+        else:
+            fields.append(line)
+    return fields
+
+
+def _name(field: bytes) -> str:
+    return field.split(b":", 1)[0].decode("ascii", "replace").strip().lower()
+
+
+def _split(raw: bytes) -> tuple[bytes, bytes]:
+    head = header_section(raw)
+    return head, raw[len(head) :]
+
+
+def _show(data: bytes, limit: int = 120) -> str:
+    text = repr(data)[2:-1]
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _first_difference(sent: bytes, got: bytes) -> str:
+    sent_lines, got_lines = sent.split(b"\r\n"), got.split(b"\r\n")
+    for n, (a, b) in enumerate(zip(sent_lines, got_lines, strict=False), start=1):
+        if a != b:
+            return f"body line {n}: sent '{_show(a)}', delivered '{_show(b)}'"
+    return (
+        f"the body was {len(sent)} bytes ({len(sent_lines)} lines), "
+        f"delivered {len(got)} bytes ({len(got_lines)} lines)"
+    )
+
+
+def compare_copy(message: Message, delivery: Delivery, permitted: frozenset[str]) -> list[str]:
+    """What differs between the sent message and one delivered copy (empty: nothing)."""
+    problems: list[str] = []
+    sent_head, sent_body = _split(message.content)
+    got_head, got_body = _split(delivery.raw)
+    if got_body != sent_body:
+        problems.append(_first_difference(sent_body, got_body))
+    sent_fields, got_fields = _fields(sent_head), _fields(got_head)
+    tail = got_fields[len(got_fields) - len(sent_fields) :] if sent_fields else []
+    if tail != sent_fields:
+        missing = [f for f in sent_fields if f not in got_fields]
+        changed = missing[0] if missing else sent_fields[0]
+        problems.append(
+            f"the sender's header field '{_show(changed)}' "
+            + ("is missing or changed" if missing else "is no longer in its place")
+        )
+    else:
+        added = got_fields[: len(got_fields) - len(sent_fields)]
+        foreign = [f for f in added if _name(f) not in permitted]
+        if foreign:
+            problems.append(
+                f"header field '{_show(foreign[0])}' was added (only trace fields may be: "
+                f"{', '.join(sorted(permitted))})"
+            )
+    sent_from = (message.mail_from or "").strip("<>")
+    got_from = delivery.mail_from.strip("<>")
+    if got_from != sent_from:
+        problems.append(f"envelope sender changed: sent <{sent_from}>, delivered with <{got_from}>")
+    return problems
+
+
+def _expandable(run: RunView) -> set[str]:
+    """Addresses that may expand to others: the directory's groups, at start and
+    as the scenario's directory steps change them."""
+    groups = set((run.scenario.topology.directory or {}).get("groups", {}))
+    for step in run.scenario.steps:
+        if step.kind == "directory" and "group" in step.arg:
+            groups.add(step.arg["group"])
+    return {g.lower() for g in groups}
+
+
+def _recipient_problems(
+    message: Message, copies: list[tuple[str, Delivery]], groups: set[str]
+) -> list[str]:
+    sent = [r.lower() for r in message.rcpt_to]
+    expands = [r for r in sent if r in groups]
+    problems = []
+    if not expands:
+        foreign = sorted({r.lower() for _, d in copies for r in d.rcpt_tos} - set(sent))
+        if foreign:
+            problems.append(f"delivered to {', '.join(foreign)}, which the sender never named")
+    by_sink: dict[str, set[str]] = {}
+    for sink, delivery in copies:
+        by_sink.setdefault(sink, set()).update(r.lower() for r in delivery.rcpt_tos)
+    for sink, got in sorted(by_sink.items()):
+        domains = {r.rpartition("@")[2] for r in got}
+        lost = [
+            r for r in sent if r not in expands and r.rpartition("@")[2] in domains and r not in got
+        ]
+        if lost:
+            problems.append(
+                f"{sink} got the message for {', '.join(sorted(got))} but never for "
+                f"{', '.join(lost)} (same domain)"
+            )
+    return problems
+
+
+def integrity_invariant(run: RunView) -> list[CheckResult]:
+    """One result per message the scenario composed and that was delivered."""
+    permitted = TRACE_HEADERS | {h.lower() for h in run.scenario.permitted_headers}
+    permitted |= {h.lower() for h in run.target.added_headers}
+    groups = _expandable(run)
+    # a sender that sends again reuses its Message-ID (CR-8): a copy may be any of them
+    same_id: dict[str, list[Message]] = {}
+    for message in run.messages.values():
+        if message.content:
+            same_id.setdefault(message.message_id, []).append(message)
+    results = []
+    for ref, message in run.messages.items():
+        if not message.content:
+            continue
+        copies = [
+            (name, d)
+            for name, sink in run.sinks.items()
+            for d in sink.deliveries_for(message.message_id)
+        ]
+        if not copies:
+            continue
+        problems = []
+        for sink, delivery in copies:
+            found = [compare_copy(m, delivery, permitted) for m in same_id[message.message_id]]
+            if all(found):
+                copy = f"the copy {delivery.helo or '?'} delivered to {sink} at +{delivery.t:.2f}s"
+                mine = found[same_id[message.message_id].index(message)]
+                problems += [f"{copy}: {p}" for p in mine]
+        problems += _recipient_problems(message, copies, groups)
+        sender = (message.mail_from or "").strip("<>")
+        expected = (
+            f"every delivered copy of {ref} is what the sender sent: same body, same header "
+            f"fields under any trace fields, envelope sender <{sender}>, "
+            f"recipients {', '.join(message.rcpt_to)}"
+        )
+        name = f"integrity of {ref}"
+        if not problems:
+            results.append(
+                CheckResult(
+                    name,
+                    Status.PASS,
+                    expected,
+                    f"{len(copies)} copy(ies) as sent",
+                    behaviours=[INVARIANT],
+                )
+            )
+            continue
+        first = min(copies, key=lambda c: c[1].t)[1]
+        results.append(
+            CheckResult(
+                name,
+                Status.FAIL,
+                expected,
+                "; ".join(problems),
+                excerpt=run.excerpt(first.t, message.links(all_nodes=True)),
+            )
+        )
+    return results
+
+
+def envelope_of(items: list[dict[str, Any]], index: int) -> tuple[str | None, list[str]]:
+    """The MAIL FROM and RCPT TO addresses a raw session gave before item ``index``."""
+    sender: str | None = None
+    recipients: list[str] = []
+    for item in items[:index]:
+        line = str(item.get("send", ""))
+        upper = line.upper()
+        if upper.startswith("MAIL FROM:"):
+            sender = line[10:].strip().split(" ")[0].strip("<>")
+            recipients = []
+        elif upper.startswith("RCPT TO:"):
+            recipients.append(line[8:].strip().split(" ")[0].strip("<>"))
+    return sender, recipients

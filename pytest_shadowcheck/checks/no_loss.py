@@ -1,0 +1,113 @@
+"""The always-on invariants' shared rules: no acknowledged message is lost, and what
+their results mean when the scenario's premise never happened. (Every delivered copy
+being what was sent is the integrity invariant, in :mod:`.integrity`.)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pytest_shadowcheck.checks.wire import (
+    deliveries,
+    describe_deliveries,
+    find_event,
+    matcher_text,
+    poll,
+)
+from pytest_shadowcheck.verdict import CheckResult, Status
+
+if TYPE_CHECKING:
+    from pytest_shadowcheck.checks.view import RunView as Run
+
+__all__ = ["INVARIANT", "no_loss_invariant", "premise_missing"]
+
+#: the pseudo-behaviour a passing no-loss check evidences (no behaviour of the catalogue)
+INVARIANT = "no-loss"
+
+
+def premise_missing(run: Run, results: list[CheckResult]) -> list[CheckResult]:
+    """The invariants' results when the scenario's ``given`` event never happened: a loss
+    there is the failure of the behaviour that required the event (no shadow copy: CR-1),
+    judged in its own scenarios; here it is NOT-APPLICABLE, with the loss named."""
+    given = run.scenario.given
+    if given is None or find_event(run, given) is not None:
+        return results
+    for result in results:
+        if result.status not in (Status.PASS, Status.NOT_APPLICABLE):
+            result.observed = (
+                f"{matcher_text(given)} never happened, which every behaviour of this "
+                f"scenario presupposes: {result.observed}"
+            )
+            result.status = Status.NOT_APPLICABLE
+    return results
+
+
+async def no_loss_invariant(run: Run) -> list[CheckResult]:
+    """Every acknowledged message is delivered (or still held by a live node), unless
+    every node holding a copy failed: then it is OUTSIDE-GUARANTEE (PR-4).
+
+    A loss is blamed on every behaviour of the scenario; a message that arrived proves
+    none of them (it would make an idle-timeout behaviour PASS where nothing was timed),
+    so a pass evidences only the invariant itself."""
+    acknowledged = [ref for ref, m in run.messages.items() if m.code is not None and m.code < 300]
+    if not acknowledged or not run.sinks:
+        # without next hops the harness sees, deliveries cannot be observed
+        return []
+    settle = run.scenario.settle
+
+    async def all_delivered() -> bool:
+        return all(deliveries(run, ref) for ref in acknowledged)
+
+    if not await all_delivered():
+        run.progress.waiting(settle, "for acknowledged messages to be delivered (no-loss check)")
+        await poll(all_delivered, settle)
+    results = []
+    for ref in acknowledged:
+        msg = run.messages[ref]
+        found = deliveries(run, ref)
+        name = f"no loss of {ref}"
+        expected = f"acknowledged message {ref} is delivered (or still queued on a live node)"
+        if found:
+            results.append(
+                CheckResult(
+                    name, Status.PASS, expected, describe_deliveries(found), behaviours=[INVARIANT]
+                )
+            )
+            continue
+        held = await run.still_held(ref)
+        if held:
+            results.append(
+                CheckResult(
+                    name, Status.PASS, expected, f"still queued on {held}", behaviours=[INVARIANT]
+                )
+            )
+            continue
+        holders = run.copy_holders(ref)
+        failed = {node: why for node in holders if (why := run.copy_lost(node, msg.sent_t))}
+        excerpt = run.excerpt(run.history.now(), msg.links(all_nodes=True), before=settle + 5)
+        if holders and len(failed) == len(holders):
+            why = ", ".join(f"{n} {w}" for n, w in failed.items())
+            results.append(
+                CheckResult(
+                    name,
+                    Status.OUTSIDE_GUARANTEE,
+                    expected,
+                    f"{ref} lost, but every node holding a copy failed ({why}): "
+                    "primary and shadow failing together is outside the guarantee (PR-4)",
+                    excerpt=excerpt,
+                )
+            )
+        else:
+            alive = [n for n in holders if n not in failed]
+            results.append(
+                CheckResult(
+                    name,
+                    Status.FAIL,
+                    expected,
+                    f"{ref} was acknowledged ({msg.code} {msg.text}) and never delivered "
+                    f"within {settle:g}s; copies were on {', '.join(holders)} "
+                    f"({', '.join(alive)} still up)",
+                    excerpt=excerpt,
+                )
+            )
+    return results

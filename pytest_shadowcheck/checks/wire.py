@@ -1,0 +1,551 @@
+"""The wire checks: expectations over what the harness saw on the links and at the sinks.
+
+Replies, deliveries, the order and timing of events, SMTP lines and connections.
+Each checker returns a :class:`~pytest_shadowcheck.verdict.CheckResult` with
+what was expected, what was observed and the history excerpt around it (the
+SMTP lines on the links involved), so a failure reads like an incident report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from pytest_shadowcheck.history import Event
+from pytest_shadowcheck.network.smtp_text import header_section
+from pytest_shadowcheck.verdict import CheckResult, Status
+
+if TYPE_CHECKING:
+    from pytest_shadowcheck.checks.view import RunView as Run
+    from pytest_shadowcheck.scenario.model import Step
+
+__all__ = [
+    "DEFAULT_TOLERANCE",
+    "POLL",
+    "check_connections",
+    "check_delivered",
+    "check_lines",
+    "check_not_delivered",
+    "check_order",
+    "check_reply",
+    "check_timing",
+    "deliveries",
+    "describe_deliveries",
+    "find_event",
+    "matcher_text",
+    "poll",
+    "result",
+]
+
+DEFAULT_TOLERANCE = 0.5
+POLL = 0.05
+
+
+def result(
+    step: Step, name: str, ok: bool, expected: str, observed: str, excerpt: str = ""
+) -> CheckResult:
+    return CheckResult(
+        name=name,
+        status=Status.PASS if ok else Status.FAIL,
+        expected=expected,
+        observed=observed,
+        where=str(step.where),
+        excerpt=excerpt,
+    )
+
+
+async def poll(condition: Callable[[], Awaitable[bool]], within: float) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        if await condition():
+            return True
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(POLL)
+
+
+# --------------------------------------------------------------------------- replies
+
+
+async def check_reply(run: Run, step: Step) -> CheckResult:
+    arg = step.arg
+    msg = await run.settled_message(arg["message"])
+    code, enhanced, text = msg.code, msg.enhanced, msg.text
+    expected = f"{arg['code']}" + (f" {arg['enhanced']}" if "enhanced" in arg else "")
+    if "text" in arg:
+        expected += f" matching /{arg['text']}/"
+    ok = code == arg["code"]
+    if "enhanced" in arg:
+        ok = ok and enhanced == arg["enhanced"]
+    if "text" in arg:
+        ok = ok and bool(re.search(arg["text"], text or ""))
+    observed = f"{code} {text}".strip() if code is not None else f"no reply ({msg.error})"
+    return result(
+        step,
+        f"reply to {arg['message']}",
+        ok,
+        f"the sender gets {expected} after the message content",
+        observed,
+        run.excerpt(msg.reply_t or msg.sent_t, msg.links()),
+    )
+
+
+# --------------------------------------------------------------------------- delivery
+
+
+def deliveries(run: Run, ref: str, sink: str | None = None, by: str | None = None) -> list[Any]:
+    msg = run.messages[ref]
+    out = []
+    for name, s in run.sinks.items():
+        if sink and name != sink:
+            continue
+        for d in s.deliveries_for(msg.message_id):
+            if by and not _helo_is(d.helo, by):
+                continue
+            out.append((name, d))
+    return out
+
+
+def _helo_is(helo: str | None, node: str) -> bool:
+    if not helo:
+        return False
+    return helo == node or helo.split(".")[0] == node
+
+
+def describe_deliveries(found: list[Any]) -> str:
+    if not found:
+        return "not delivered"
+    parts = [f"{sink} at +{d.t:.2f}s by {d.helo} rcpt={','.join(d.rcpt_tos)}" for sink, d in found]
+    return f"delivered {len(found)}x: " + "; ".join(parts)
+
+
+async def check_delivered(run: Run, step: Step) -> CheckResult:
+    arg = step.arg
+    ref, sink, by = arg["message"], arg.get("to"), arg.get("by")
+    within = arg.get("within", run.scenario.settle)
+    duplicates = arg.get("duplicates", "forbidden")
+    exactly: int | None = arg.get("count")
+    where = f" to {sink}" if sink else ""
+    if by:
+        where += f" by {by}"
+    run.progress.waiting(within, f"for {ref} to be delivered{where}")
+    enough = exactly or (2 if duplicates == "expected" else 1)
+
+    async def arrived() -> bool:
+        return len(deliveries(run, ref, sink, by)) >= enough
+
+    await poll(arrived, within)
+    found = deliveries(run, ref, sink, by)
+    count = len(found)
+    ok = count >= 1
+    expected = f"{ref} delivered{where} within {within:g}s"
+    if exactly is not None:
+        # A copy too many is as wrong as one too few (e.g. a request answered twice).
+        ok = count == exactly
+        expected += f", exactly {exactly} time" + ("s" if exactly > 1 else "")
+    elif duplicates == "forbidden":
+        ok = count == 1
+        expected += ", exactly once"
+    elif duplicates == "expected":
+        ok = count >= 2
+        expected += ", more than once (duplicates expected)"
+    else:
+        expected += " (duplicates allowed)"
+    if ok and "recipients" in arg:
+        got = {r for _, d in found for r in d.rcpt_tos}
+        missing = [r for r in arg["recipients"] if r not in got]
+        ok = not missing
+        expected += f" to {', '.join(arg['recipients'])}"
+    observed = describe_deliveries(found)
+    if "headers" in arg:
+        wanted, wrong = _check_headers(found, arg["headers"])
+        expected += f", every copy with {wanted}"
+        if wrong:
+            ok = False
+            observed += "; " + "; ".join(wrong)
+    if not found:
+        others = deliveries(run, ref)
+        if others and (sink or by):
+            observed += f" as required; elsewhere: {describe_deliveries(others)}"
+    msg = run.messages[ref]
+    around = found[0][1].t if found else run.history.now()
+    return result(
+        step,
+        f"delivered {ref}",
+        ok,
+        expected,
+        observed,
+        run.excerpt(around, msg.links(all_nodes=True)),
+    )
+
+
+def _header_lines(raw: bytes) -> list[str]:
+    """The header lines of a delivered copy, unfolded (``Name: value``)."""
+    text = header_section(raw).decode("utf-8", "replace")
+    lines: list[str] = []
+    for line in text.splitlines():
+        if line[:1] in (" ", "\t") and lines:
+            lines[-1] += " " + line.strip()
+        elif line:
+            lines.append(line)
+    return lines
+
+
+def _check_headers(found: list[Any], rule: dict[str, str]) -> tuple[str, list[str]]:
+    """(what is wanted, what each copy got wrong) for ``headers: {contains?, absent?}``."""
+    wanted = []
+    if "contains" in rule:
+        wanted.append(f"a header line matching /{rule['contains']}/")
+    if "absent" in rule:
+        wanted.append(f"no header line matching /{rule['absent']}/")
+    wrong = []
+    for sink, delivery in found:
+        lines = _header_lines(delivery.raw)
+        copy = f"the copy {delivery.helo} delivered to {sink} at +{delivery.t:.2f}s"
+        if "contains" in rule and not any(re.search(rule["contains"], x) for x in lines):
+            wrong.append(f"{copy} has no header line /{rule['contains']}/")
+        hits = [x for x in lines if "absent" in rule and re.search(rule["absent"], x)]
+        if hits:
+            wrong.append(f"{copy} has {hits[0]!r}")
+    return " and ".join(wanted), wrong
+
+
+async def check_not_delivered(run: Run, step: Step) -> CheckResult:
+    arg = step.arg
+    ref, sink, by = arg["message"], arg.get("to"), arg.get("by")
+    msg = run.messages[ref]
+    hold = arg.get("for", 0.0)
+    remaining = msg.sent_t + hold - run.history.now()
+    if remaining > 0:
+        run.progress.waiting(remaining, f"to see that {ref} is not delivered")
+        await asyncio.sleep(remaining)
+    found = deliveries(run, ref, sink, by)
+    where = (f" to {sink}" if sink else "") + (f" by {by}" if by else "")
+    return result(
+        step,
+        f"not delivered {ref}",
+        not found,
+        f"{ref} not delivered{where}" + (f" for {hold:g}s after it was sent" if hold else ""),
+        describe_deliveries(found),
+        run.excerpt(found[0][1].t if found else run.history.now(), msg.links(all_nodes=True)),
+    )
+
+
+# --------------------------------------------------------------------------- events
+
+
+def find_event(run: Run, matcher: dict[str, Any]) -> tuple[float, str] | None:
+    """First history event matching ``matcher``: (t, description) or None."""
+    if "any_of" in matcher:
+        hits = [hit for each in matcher["any_of"] if (hit := find_event(run, each))]
+        return min(hits, default=None)
+    if "reply" in matcher:
+        msg = run.messages[matcher["reply"]]
+        if msg.reply_t is None:
+            return None
+        return msg.reply_t, f"the sender got {msg.code} {msg.text} for {matcher['reply']}"
+    if "delivered" in matcher:
+        found = deliveries(run, matcher["delivered"], matcher.get("to"))
+        if not found:
+            return None
+        first = min(found, key=lambda item: item[1].t)
+        return first[1].t, f"{matcher['delivered']} delivered to {first[0]} by {first[1].helo}"
+    if "step" in matcher:
+        for event in run.history.events(kind="step"):
+            if re.search(matcher["step"], str(event.data.get("text", ""))):
+                return event.t, f"step {event.data.get('text')}"
+        return None
+    link = matcher["link"]
+    if matcher.get("opened"):
+        opened = run.history.events(kind="connect", link=link)
+        return (opened[0].t, f"{link} #{opened[0].conn} opened") if opened else None
+    events = run.history.events(link=link)
+    pattern = re.compile(matcher.get("line", ".*"))
+    direction = matcher.get("direction")
+    conns: dict[Any, float] | None = None
+    if "message" in matcher:
+        conns = _conns_with_content(events, run.messages[matcher["message"]].message_id)
+    if "closed" in matcher:
+        return _find_close(events, link, matcher["closed"], conns)
+    for event in events:
+        if event.kind != "line":
+            continue
+        if direction and event.direction != direction:
+            continue
+        if conns is not None and (event.conn not in conns or event.t < conns[event.conn]):
+            continue
+        if pattern.search(str(event.data.get("text", ""))):
+            side = "C" if event.direction == "c2s" else "S"
+            return event.t, f"{link} #{event.conn} {side}: {event.data.get('text')}"
+    return None
+
+
+def _conns_with_content(events: list[Event], message_id: str) -> dict[Any, float]:
+    """Connection number -> when it carried the content of ``message_id``."""
+    conns: dict[Any, float] = {}
+    for event in events:
+        if event.kind == "data" and event.data.get("message_id") == message_id:
+            conns.setdefault(event.conn, event.t)
+    return conns
+
+
+def _find_close(
+    events: list[Event], link: str, by: str, conns: dict[Any, float] | None
+) -> tuple[float, str] | None:
+    """The first close of a proxied connection on ``link`` (by ``server``, ``client`` or
+    ``any`` side), only of the connections in ``conns`` if given."""
+    for event in events:
+        # the proxy's own record; the harness client notes its closes too (side=...)
+        if event.kind != "close" or "side" in event.data:
+            continue
+        if conns is not None and event.conn not in conns:
+            continue
+        reason = str(event.data.get("reason", ""))
+        if by == "any" or reason.startswith(by):
+            return event.t, f"{link} #{event.conn} closed ({reason})"
+    return None
+
+
+def matcher_text(matcher: dict[str, Any]) -> str:
+    if "any_of" in matcher:
+        return " or ".join(matcher_text(each) for each in matcher["any_of"])
+    if "reply" in matcher:
+        return f"the sender's reply for {matcher['reply']}"
+    if "delivered" in matcher:
+        return f"delivery of {matcher['delivered']}"
+    if "step" in matcher:
+        return f"step /{matcher['step']}/"
+    if "closed" in matcher:
+        who = "" if matcher["closed"] == "any" else f" by the {matcher['closed']}"
+        text = f"a connection on {matcher['link']} closed{who}"
+    elif matcher.get("opened"):
+        text = f"a connection opened on {matcher['link']}"
+    else:
+        text = f"/{matcher.get('line', '.*')}/ on {matcher['link']}"
+    if "message" in matcher:
+        text += f" after the content of {matcher['message']}"
+    return text
+
+
+def _matcher_links(run: Run, *matchers: dict[str, Any]) -> list[str]:
+    links: list[str] = []
+    for m in matchers:
+        if "any_of" in m:
+            links += _matcher_links(run, *m["any_of"])
+        if "link" in m:
+            links.append(m["link"])
+        for key in ("reply", "delivered", "message"):
+            if key in m:
+                links += run.messages[m[key]].links(all_nodes=key != "reply")
+    return sorted(set(links))
+
+
+async def _await_event(run: Run, matcher: dict[str, Any], within: float) -> None:
+    """Wait (up to ``within``) for an event the history may not have yet: the steps do
+    not wait for what the wire shows later, so a check must."""
+
+    async def seen() -> bool:
+        return find_event(run, matcher) is not None
+
+    if not await seen():
+        run.progress.waiting(within, f"for {matcher_text(matcher)}")
+        await poll(seen, within)
+
+
+async def check_order(run: Run, step: Step) -> CheckResult:
+    first, then = step.arg["first"], step.arg["then"]
+    # once 'then' happened the order is decided, whatever comes later
+    await _await_event(run, then, step.arg.get("within", run.scenario.settle))
+    a, b = find_event(run, first), find_event(run, then)
+    expected = f"{matcher_text(first)} before {matcher_text(then)}"
+    if a is None and b is not None:
+        # 'then' came and 'first' had not: the order is broken whatever happens later
+        observed = (
+            f"+{b[0]:.3f}s {b[1]}; {matcher_text(first)} had not happened "
+            f"by then (checked at +{run.history.now():.3f}s)"
+        )
+        ok = False
+    elif a is None or b is None:
+        missing = [matcher_text(m) for m, e in ((first, a), (then, b)) if e is None]
+        observed = "never happened: " + "; ".join(missing)
+        ok = False
+    else:
+        ok = a[0] < b[0]
+        observed = f"+{a[0]:.3f}s {a[1]}  /  +{b[0]:.3f}s {b[1]}"
+    around = (a or b or (run.history.now(), ""))[0]
+    return result(
+        step, "order", ok, expected, observed, run.excerpt(around, _matcher_links(run, first, then))
+    )
+
+
+async def check_timing(run: Run, step: Step) -> CheckResult:
+    arg = step.arg
+    tolerance = arg.get("tolerance", DEFAULT_TOLERANCE)
+    within = arg.get("within", run.scenario.settle)
+    await _await_event(run, arg["from"], within)
+    a = find_event(run, arg["from"])
+    if a is not None:
+        # the 'to' event can only count until the upper bound has passed
+        limit = within
+        if "at_most" in arg:
+            limit = max(0.0, a[0] + arg["at_most"] + tolerance - run.history.now()) + POLL
+        await _await_event(run, arg["to"], limit)
+    b = find_event(run, arg["to"])
+    bounds = []
+    if "at_least" in arg:
+        bounds.append(f"at least {arg['at_least']:g}s")
+    if "at_most" in arg:
+        bounds.append(f"at most {arg['at_most']:g}s")
+    expected = (
+        f"{matcher_text(arg['to'])} {' and '.join(bounds) or 'any time'} after "
+        f"{matcher_text(arg['from'])} (tolerance {tolerance:g}s)"
+    )
+    if a is None:
+        # the clock never started: the behaviour timed here did not come into play
+        return CheckResult(
+            "timing",
+            Status.NOT_APPLICABLE,
+            expected,
+            f"{matcher_text(arg['from'])} never happened, so there was nothing to time",
+            where=str(step.where),
+        )
+    if b is None:
+        return result(
+            step,
+            "timing",
+            False,
+            expected,
+            f"+{a[0]:.3f}s {a[1]}; then {matcher_text(arg['to'])} never happened",
+            run.excerpt(run.history.now(), _matcher_links(run, arg["from"], arg["to"])),
+        )
+    delta = b[0] - a[0]
+    ok = True
+    if "at_least" in arg:
+        ok = ok and delta >= arg["at_least"] - tolerance
+    if "at_most" in arg:
+        ok = ok and delta <= arg["at_most"] + tolerance
+    return result(
+        step,
+        "timing",
+        ok,
+        expected,
+        f"{delta:.3f}s ({a[1]} -> {b[1]})",
+        run.excerpt(b[0], _matcher_links(run, arg["from"], arg["to"]), before=delta + 1),
+    )
+
+
+async def check_lines(run: Run, step: Step) -> CheckResult:
+    arg = step.arg
+    link, direction = arg["link"], arg.get("direction")
+    if "within" in arg and "contains" in arg:
+        # wait for the wanted line first (e.g. the reply that ends an attempt)
+        wanted = re.compile(arg["contains"])
+
+        async def seen() -> bool:
+            return any(
+                wanted.search(str(e.data.get("text", "")))
+                for e in run.history.events(kind="line", link=link)
+                if not direction or e.direction == direction
+            )
+
+        run.progress.waiting(arg["within"], f"for /{arg['contains']}/ on {link}")
+        await poll(seen, arg["within"])
+    lines = [
+        e
+        for e in run.history.events(kind="line", link=link)
+        if not direction or e.direction == direction
+    ]
+    texts = [str(e.data.get("text", "")) for e in lines]
+    ok = True
+    expected, observed = [], []
+    hit: Event | None = None
+    if "contains" in arg:
+        matches = [e for e, t in zip(lines, texts, strict=True) if re.search(arg["contains"], t)]
+        expected.append(f"a line matching /{arg['contains']}/")
+        if matches:
+            observed.append(f"found: {matches[0].data.get('text')}")
+        else:
+            ok = False
+            observed.append(f"no such line among {len(lines)}")
+        if arg.get("unique"):
+            expected.append("each such line once")
+            first_at: dict[str, Event] = {}
+            for event in matches:
+                text = str(event.data.get("text", ""))
+                if text in first_at:
+                    ok = False
+                    hit = event
+                    observed.append(
+                        f"{text} again at +{event.t:.3f}s (first at +{first_at[text].t:.3f}s)"
+                    )
+                    break
+                first_at[text] = event
+    if "absent" in arg:
+        matches = [e for e, t in zip(lines, texts, strict=True) if re.search(arg["absent"], t)]
+        expected.append(f"no line matching /{arg['absent']}/")
+        if matches:
+            ok = False
+            hit = matches[0]
+            observed.append(f"found: {hit.data.get('text')} at +{hit.t:.3f}s")
+        else:
+            observed.append(f"none among {len(lines)} lines")
+    around = hit.t if hit else (lines[-1].t if lines else run.history.now())
+    return result(
+        step,
+        f"lines on {link}",
+        ok,
+        " and ".join(expected)
+        + f" on {link}"
+        + (f" (waiting up to {arg['within']:g}s)" if "within" in arg else ""),
+        "; ".join(observed),
+        run.excerpt(around, [link]),
+    )
+
+
+async def check_connections(run: Run, step: Step) -> CheckResult:
+    """How many connections were opened on a link (in a window, carrying a message)."""
+    arg = step.arg
+    link = arg["link"]
+    opened = run.history.events(kind="connect", link=link)
+    wanted = [
+        f"{word} {arg[key]}"
+        for key, word in (("count", "exactly"), ("at_least", "at least"), ("at_most", "at most"))
+        if key in arg
+    ]
+    expected = f"{' and '.join(wanted)} connection(s) opened on {link}"
+    if "message" in arg:
+        data = run.history.events(kind="data", link=link)
+        conns = _conns_with_content(data, run.messages[arg["message"]].message_id)
+        opened = [e for e in opened if e.conn in conns]
+        expected += f" carrying the content of {arg['message']}"
+    window: dict[str, tuple[float, str] | None] = {}
+    for key, word in (("from", "after"), ("to", "before")):
+        if key in arg:
+            window[key] = find_event(run, arg[key])
+            expected += f", {word} {matcher_text(arg[key])}"
+    if window.get("from", ()) is None:
+        return CheckResult(
+            f"connections on {link}",
+            Status.NOT_APPLICABLE,
+            expected,
+            f"{matcher_text(arg['from'])} never happened, so the window never opened",
+            where=str(step.where),
+        )
+    missing = [matcher_text(arg[key]) for key, found in window.items() if found is None]
+    if missing:
+        observed = "the window never happened: " + "; ".join(missing)
+        excerpt = run.excerpt(run.history.now(), [link])
+        return result(step, f"connections on {link}", False, expected, observed, excerpt)
+    start, end = window.get("from"), window.get("to")
+    opened = [e for e in opened if (not start or e.t >= start[0]) and (not end or e.t <= end[0])]
+    n = len(opened)
+    ok = n == arg.get("count", n) and n >= arg.get("at_least", n) and n <= arg.get("at_most", n)
+    observed = f"{n} opened"
+    if opened:
+        observed += ": " + ", ".join(f"#{e.conn} at +{e.t:.3f}s" for e in opened)
+    around = opened[-1].t if opened else (end[0] if end else run.history.now())
+    excerpt = run.excerpt(around, [link])
+    return result(step, f"connections on {link}", ok, expected, observed, excerpt)

@@ -1,0 +1,435 @@
+"""The history checker: a workload's history in, every message's fate and a verdict out.
+
+In the spirit of Jepsen's checkers, it reads only the recorded history - the ``attempt``
+events of one workload, the sinks' ``delivery`` events, the nemesis' fault windows and
+the last queue snapshots - in one pass, and says for every message:
+
+* ``delivered``: acknowledged, every recipient delivered once;
+* ``duplicated``: some recipient delivered more than once, with the cause when the history
+  shows it (a promotion after a fault of the primary, a redelivery by the same node after
+  it was restarted or its next-hop link broke); an unexplained duplicate is a FAIL;
+* ``lost``: acknowledged and some recipient never delivered nor still queued: FAIL, or
+  OUTSIDE-GUARANTEE (PR-4) when two nodes were down together during its life;
+* ``queued``: acknowledged, not delivered, still in a live node's queue after the settle;
+* ``unacked-delivered``: never acknowledged yet delivered (allowed, counted);
+* ``unacked``: never acknowledged, never delivered.
+
+Figures: ack and end-to-end latency percentiles, availability (share of 1-second buckets
+with at least one 250), 4xx replies, and per fault the time from its end to the next 250
+through the node it hit.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from math import inf
+from typing import TYPE_CHECKING, Any
+
+from pytest_shadowcheck.scenario.workload_spec import NODE_FAULTS
+from pytest_shadowcheck.statuses import Status
+from pytest_shadowcheck.verdict import CheckResult
+
+if TYPE_CHECKING:
+    from pytest_shadowcheck.history import Event, History
+
+__all__ = ["FATES", "Fate", "WorkloadReport", "check_workload", "results"]
+
+FATES = (
+    "delivered",
+    "duplicated",
+    "lost",
+    "lost-outside",
+    "queued",
+    "unacked-delivered",
+    "unacked",
+)
+#: how many message refs a result lists before it says "and N more"
+LISTED = 20
+
+
+@dataclass
+class Fate:
+    ref: str
+    message_id: str
+    via: str
+    fate: str
+    sent: float
+    acked_t: float | None
+    deliveries: list[tuple[float, str, str]] = field(default_factory=list)
+    cause: str = ""
+    #: nodes the content was relayed to (shadow copies), from the node-to-node links
+    copied_to: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Window:
+    """A nemesis fault from start to end (end None: never ended)."""
+
+    index: int
+    kind: str
+    nodes: list[str]
+    links: list[str]
+    start: float
+    end: float | None
+
+    def touches(self, node: str) -> bool:
+        return node in self.nodes or any(node in link.split("->") for link in self.links)
+
+    def meets(self, since: float, until: float) -> bool:
+        return self.start <= until and (self.end is None or self.end >= since)
+
+
+@dataclass
+class WorkloadReport:
+    workload: str
+    seed: int
+    fates: dict[str, Fate]
+    counts: Counter[str]
+    duplicate_causes: Counter[str]
+    ack_latency: dict[str, float]
+    end_to_end: dict[str, float]
+    availability: float
+    temporary_failures: int
+    recoveries: list[tuple[str, float | None]]
+    faults: int
+    #: the nemesis's faults, in order (what a loss is blamed on)
+    windows: list[Window] = field(default_factory=list)
+
+    def of(self, fate: str) -> list[Fate]:
+        return [f for f in self.fates.values() if f.fate == fate]
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-friendly figures (recorded in the history, shown in the results)."""
+        attempted = len(self.fates)
+        acked = attempted - self.counts["unacked"] - self.counts["unacked-delivered"]
+        return {
+            "workload": self.workload,
+            "seed": self.seed,
+            "attempted": attempted,
+            "acknowledged": acked,
+            "fates": dict(self.counts),
+            "duplicate_rate": round(self.counts["duplicated"] / acked, 5) if acked else 0.0,
+            "duplicate_causes": dict(self.duplicate_causes),
+            "lost": sorted(f.ref for f in self.of("lost")),
+            "ack_latency_s": self.ack_latency,
+            "end_to_end_s": self.end_to_end,
+            "availability": round(self.availability, 4),
+            "temporary_failures": self.temporary_failures,
+            "faults": self.faults,
+            "recovery_s": [[what, r] for what, r in self.recoveries],
+        }
+
+    def figures(self) -> str:
+        s = self.summary()
+        rec = [r for _, r in self.recoveries if r is not None]
+        return (
+            f"{s['attempted']} attempted, {s['acknowledged']} acknowledged; fates "
+            + ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+            + f"; duplicate rate {s['duplicate_rate']:.3%}; ack latency p50/p99 "
+            f"{self.ack_latency.get('p50', 0):.3f}/{self.ack_latency.get('p99', 0):.3f}s, "
+            f"end-to-end p50/p99 {self.end_to_end.get('p50', 0):.3f}/"
+            f"{self.end_to_end.get('p99', 0):.3f}s; availability {self.availability:.1%}; "
+            f"{self.temporary_failures} 4xx replies; {self.faults} faults, recovery "
+            + (f"max {max(rec):.2f}s" if rec else "n/a")
+            + f"; seed {self.seed}"
+        )
+
+
+def check_workload(
+    history: History,
+    workload: str,
+    seed: int,
+    since: float = 0.0,
+    nodes: frozenset[str] = frozenset(),
+) -> WorkloadReport:
+    """Judge the workload named ``workload`` from the events recorded after ``since``;
+    ``nodes`` (the topology's) tells node-to-node links, where shadow copies travel."""
+    fates: dict[str, Fate] = {}
+    rcpts: dict[str, list[str]] = {}
+    by_id: dict[str, Fate] = {}
+    windows: dict[int, Window] = {}
+    held: set[str] = set()
+    temporary = 0
+    acks: list[float] = []
+    deliveries: list[Event] = []
+    copies: list[Event] = []
+    events: list[Event] = history.events(since=since)
+    for event in events:
+        data = event.data
+        if event.kind == "attempt" and data.get("workload") == workload:
+            code = data.get("code")
+            acked = code == 250 and data.get("command") == "EOD"
+            fate = Fate(
+                data["ref"], data["message_id"], data["via"], "unacked",
+                float(data["sent"]), event.t if acked else None,
+            )  # fmt: skip
+            fates[fate.ref] = by_id[fate.message_id] = fate
+            rcpts[fate.ref] = [r.lower() for r in data.get("rcpt_tos", [])]
+            if acked:
+                acks.append(event.t)
+            elif isinstance(code, int) and 400 <= code < 500:
+                temporary += 1
+        elif event.kind == "delivery":
+            deliveries.append(event)
+        elif event.kind == "data" and event.link and event.link.partition("->")[2] in nodes:
+            copies.append(event)
+        elif event.kind == "note" and "nemesis" in data:
+            index = int(data["index"])
+            if data["nemesis"] == "start":
+                windows[index] = Window(
+                    index, data["fault"], list(data["nodes"]), list(data.get("links", [])),
+                    event.t, None,
+                )  # fmt: skip
+            elif index in windows:
+                windows[index].end = event.t
+        elif event.kind == "snapshot" and data.get("workload") == workload:
+            held |= {str(e.get("message_id")) for e in _entries(data.get("answer"))}
+    # a fast next hop can record its delivery before the client records the 250
+    for event in deliveries:
+        found = by_id.get(str(event.data.get("message_id")))
+        if found is not None:
+            helo = str(event.data.get("helo"))
+            for rcpt in event.data.get("rcpt_tos", []):
+                found.deliveries.append((event.t, helo, str(rcpt).lower()))
+    for event in copies:
+        found = by_id.get(str(event.data.get("message_id")))
+        if found is not None and event.link and not event.link.startswith("client->"):
+            found.copied_to.add(event.link.partition("->")[2])
+    faults = sorted(windows.values(), key=lambda w: w.start)
+    causes: Counter[str] = Counter()
+    for fate in fates.values():
+        _judge(fate, rcpts[fate.ref], faults, held)
+        if fate.fate == "duplicated":
+            causes[fate.cause] += 1
+    return WorkloadReport(
+        workload=workload,
+        seed=seed,
+        fates=fates,
+        counts=Counter(f.fate for f in fates.values()),
+        duplicate_causes=causes,
+        ack_latency=_percentiles([f.acked_t - f.sent for f in fates.values() if f.acked_t]),
+        end_to_end=_percentiles(
+            [
+                max(t for t, _, _ in f.deliveries) - f.sent
+                for f in fates.values()
+                if f.acked_t is not None and f.deliveries
+            ]
+        ),
+        availability=_availability(fates, acks),
+        temporary_failures=temporary,
+        recoveries=_recoveries(faults, fates),
+        windows=faults,
+        faults=len(faults),
+    )
+
+
+def _judge(fate: Fate, rcpts: list[str], faults: list[Window], held: set[str]) -> None:
+    per_rcpt = Counter(r for _, _, r in fate.deliveries)
+    missing = [r for r in rcpts if per_rcpt[r] == 0]
+    duplicated = any(n > 1 for n in per_rcpt.values())
+    if fate.acked_t is None:
+        fate.fate = "unacked-delivered" if fate.deliveries else "unacked"
+    elif missing:
+        if fate.message_id in held:
+            fate.fate = "queued"
+        elif _overlapped(fate, faults):
+            fate.fate = "lost-outside"
+        else:
+            fate.fate = "lost"
+    elif duplicated:
+        fate.fate = "duplicated"
+        fate.cause = _cause(fate, faults)
+    else:
+        fate.fate = "delivered"
+
+
+def _overlapped(fate: Fate, faults: list[Window]) -> bool:
+    """Two nodes, one of them the primary, down together after the message was sent."""
+    down = [w for w in faults if w.kind in NODE_FAULTS and w.meets(fate.sent, float("inf"))]
+    for w in down:
+        if len(w.nodes) > 1 and fate.via in w.nodes:
+            return True
+    for a in down:
+        for b in down:
+            others = set(b.nodes) - set(a.nodes)
+            a_end = a.end if a.end is not None else float("inf")
+            if a is not b and fate.via in a.nodes and others and b.meets(a.start, a_end):
+                return True
+    return False
+
+
+def _cause(fate: Fate, faults: list[Window]) -> str:
+    """Why the message was delivered more than once, from the faults during its life:
+    copies from two nodes need a fault of the primary (a promotion); a node delivering
+    one recipient twice needs a fault of its own (a restart, a broken next-hop link)."""
+    last = max(t for t, _, _ in fate.deliveries)
+    during = [w for w in faults if w.meets(fate.sent, last)]
+    per_node = Counter((helo.split(".")[0], rcpt) for _, helo, rcpt in fate.deliveries)
+    by = sorted({node for node, _ in per_node})
+    reasons = []
+    if len(by) > 1:
+        primary_faults = [w for w in during if w.touches(fate.via)]
+        if not primary_faults:
+            return "delivered by " + " and ".join(by) + " with no fault of the primary"
+        w = primary_faults[0]
+        reasons.append(
+            f"{'PR-2' if w.kind == 'wipe' else 'PR-1'} promotion after {w.kind} of {fate.via}"
+        )
+    for node in sorted({node for (node, _), n in per_node.items() if n > 1}):
+        # a wiped node has no queue left to deliver from again: its wipe explains a copy
+        # promoted by its peer, never a second delivery of its own
+        own = [w for w in during if w.touches(node) and w.kind != "wipe"]
+        restarts = [w for w in own if w.kind in ("kill", "restart") and node in w.nodes]
+        links = [w for w in own if w.links]
+        if restarts:
+            kind = restarts[0].kind
+            reasons.append(f"PR-3 redelivery after {kind} of {node} (restart on the same queue)")
+        elif links:
+            reasons.append(
+                f"redelivery by {node} after {links[0].kind} of {', '.join(links[0].links)}"
+            )
+        elif own:
+            reasons.append(f"redelivery by {node} after {own[0].kind} of {node}")
+        else:
+            return f"delivered twice by {node} with no fault"
+    return "; ".join(reasons)
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 4)
+
+    return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": round(ordered[-1], 4)}
+
+
+def _availability(fates: dict[str, Fate], acks: list[float]) -> float:
+    """Share of the workload's 1-second buckets holding at least one 250."""
+    if not fates:
+        return 0.0
+    start = min(f.sent for f in fates.values())
+    end = max([f.sent for f in fates.values()] + acks)
+    buckets = int(end - start) + 1
+    return len({int(t - start) for t in acks}) / buckets
+
+
+def _recoveries(faults: list[Window], fates: dict[str, Fate]) -> list[tuple[str, float | None]]:
+    """Per fault: seconds from its end to the next 250 through a node it hit."""
+    acks: dict[str, list[float]] = defaultdict(list)
+    for fate in fates.values():
+        if fate.acked_t is not None:
+            acks[fate.via].append(fate.acked_t)
+    for times in acks.values():
+        times.sort()
+    out: list[tuple[str, float | None]] = []
+    for w in faults:
+        label = f"#{w.index} {w.kind} {','.join(w.links or w.nodes)}"
+        if w.end is None:
+            out.append((label, None))
+            continue
+        after = [t for node in w.nodes for t in acks.get(node, []) if t >= w.end]
+        out.append((label, round(min(after) - w.end, 3) if after else None))
+    return out
+
+
+def _entries(answer: Any) -> list[dict[str, Any]]:
+    """Queue entries in a control-API answer, however nested (as checks.queue_entries)."""
+    if isinstance(answer, dict):
+        return [e for value in answer.values() for e in _entries(value)]
+    if isinstance(answer, list):
+        return [e for e in answer if isinstance(e, dict)]
+    return []
+
+
+def _blamed(lost: list[Fate], faults: list[Window], behaviours: list[str]) -> list[str]:
+    """The behaviours a loss evidences: those of the faults that hit the lost messages'
+    primaries (a wipe is PR-2's promise, a kill and restart PR-3's, a pause or a broken
+    link PR-1's), among the workload's; all of them when no fault explains it."""
+    blamed = set()
+    for fate in lost:
+        kinds = {w.kind for w in faults if w.touches(fate.via) and w.meets(fate.sent, inf)}
+        # the fault that can destroy a queue first: a wipe, then a kill, then the rest
+        if "wipe" in kinds:
+            blamed.add("PR-2")
+        elif kinds & {"kill", "restart"}:
+            blamed.add("PR-3")
+        elif kinds:
+            blamed.add("PR-1")
+    chosen = [b for b in behaviours if b in blamed]
+    return chosen or behaviours
+
+
+def _listed(fates: list[Fate]) -> str:
+    shown = ", ".join(
+        f"{f.ref} {f.message_id} (via {f.via}"
+        + (f", copied to {','.join(sorted(f.copied_to))})" if f.copied_to else ", no copy seen)")
+        for f in fates[:LISTED]
+    )
+    more = len(fates) - LISTED
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def results(
+    report: WorkloadReport,
+    behaviours: list[str],
+    where: str,
+    excerpt: str = "",
+    outside: str | None = None,
+    all_delivered: bool = True,
+) -> list[CheckResult]:
+    """The report as CheckResults: no loss, duplicates explained and, with
+    ``all_delivered``, nothing acknowledged still queued after the settle (all evidence
+    ``behaviours``; a loss outside the guarantee evidences ``outside`` when given)."""
+    figures = report.figures()
+    lost, outside_lost = report.of("lost"), report.of("lost-outside")
+    name = f"workload {report.workload}: no acknowledged message lost"
+    expected = "every acknowledged message delivered to every recipient (or still queued)"
+    if lost:
+        blamed = _blamed(lost, report.windows, behaviours)
+        loss = CheckResult(
+            name, Status.FAIL, expected,
+            f"{len(lost)} acknowledged message(s) never delivered: {_listed(lost)}. {figures}",
+            where=where, excerpt=excerpt, behaviours=blamed,
+        )  # fmt: skip
+    elif outside_lost:
+        loss = CheckResult(
+            name, Status.OUTSIDE_GUARANTEE, expected,
+            f"{len(outside_lost)} message(s) lost while two nodes were down together "
+            f"(outside the guarantee): {_listed(outside_lost)}. {figures}",
+            where=where, excerpt=excerpt, behaviours=[outside] if outside else behaviours,
+        )  # fmt: skip
+    else:
+        loss = CheckResult(name, Status.PASS, expected, figures, where=where, behaviours=behaviours)
+    dups = report.of("duplicated")
+    unexplained = [f for f in dups if "with no fault" in f.cause]
+    causes = "; ".join(f"{c}: {n}" for c, n in report.duplicate_causes.most_common()) or "none"
+    dup = CheckResult(
+        f"workload {report.workload}: every duplicate has a cause in the history",
+        Status.FAIL if unexplained else Status.PASS,
+        "a message delivered twice only after a fault of a node that held it",
+        f"{len(dups)} duplicated ({report.summary()['duplicate_rate']:.3%}); causes {causes}"
+        + (f"; unexplained: {_listed(unexplained)}" if unexplained else "")
+        + f"; seed {report.seed}",
+        where=where,
+        behaviours=behaviours,
+    )
+    out = [loss, dup]
+    queued = report.of("queued")
+    if all_delivered:
+        out.append(
+            CheckResult(
+                f"workload {report.workload}: every acknowledged message delivered in the settle",
+                Status.FAIL if queued else Status.PASS,
+                "once every fault has ended, every acknowledged message delivered within the "
+                "workload's settle time",
+                (f"{len(queued)} still queued: {_listed(queued)}" if queued else "none queued")
+                + f"; seed {report.seed}",
+                where=where,
+                behaviours=behaviours,
+            )
+        )
+    return out

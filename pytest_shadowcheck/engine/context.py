@@ -1,0 +1,62 @@
+"""What a step of the engine may use of the scenario run it belongs to.
+
+The run (:class:`pytest_shadowcheck.engine.run.Run`) carries the steps out and so
+imports every step module; the step modules type against this protocol instead, so the
+dependency runs one way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from pytest_shadowcheck.checks.view import RunView
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pytest_shadowcheck.checks.workload import WorkloadReport
+    from pytest_shadowcheck.history import History
+    from pytest_shadowcheck.network.messages import Message
+    from pytest_shadowcheck.network.proxy import FaultProxy
+    from pytest_shadowcheck.scenario.model import Step
+    from pytest_shadowcheck.targets.base import Target
+    from pytest_shadowcheck.verdict import Verdict
+
+__all__ = ["StepContext"]
+
+
+class StepContext(RunView, Protocol):
+    """All a check may read (:class:`~pytest_shadowcheck.checks.view.RunView`), and what
+    a step needs to act: the target itself, the proxies, the run's token."""
+
+    #: the whole target, not only what a check may ask of it
+    target: Target
+    token: str
+    proxies: dict[str, FaultProxy]
+    #: nodes killed and not back, and frozen nodes: neither answers its control API
+    down: set[str]
+    paused: set[str]
+    workload_scale: float
+    workload_seed: int | None
+    timeline_writer: Callable[[History, WorkloadReport, str], Path] | None
+
+    @property
+    def peer_secret(self) -> str: ...
+
+    def excerpt(
+        self, around: float, links: list[str], before: float = 3.0, after: float = 2.0
+    ) -> str: ...
+
+    def register_message(
+        self,
+        ref: str,
+        message_id: str,
+        via: str,
+        content: bytes = b"",
+        mail_from: str | None = None,
+        rcpt_to: list[str] | None = None,
+    ) -> Message: ...
+
+    async def do(self, step: Step, verdict: Verdict) -> None:
+        """Carry out one step, as the scenario would (the nemesis plays through it)."""

@@ -1,0 +1,145 @@
+"""A seeded nemesis: faults drawn from what the target can do, while a workload runs.
+
+:func:`plan_faults` draws the schedule from the seed alone (kinds, nodes, links, gaps,
+durations), so the same seed gives the same faults in the same order; only where they
+land in the workload depends on how fast the target is. :func:`run_nemesis` plays the
+schedule through the engine's own steps (kill, restart, wipe, pause, resume, fault,
+heal), so the history records them exactly as a hand-written scenario's, and marks each
+fault's window with ``note`` events (``nemesis``: "start"/"end") for the checker.
+
+One node at a time by default: a fault ends (the node back, the link healed) before the
+next begins. ``overlap: true`` lets two fail together: each fault takes two nodes at
+once, which is outside the guarantee (PR-4) when both held a message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pytest_shadowcheck.errors import SourceRef
+from pytest_shadowcheck.scenario.workload_spec import FAULT_KINDS, NODE_FAULTS, NemesisSpec
+
+if TYPE_CHECKING:
+    from pytest_shadowcheck.engine.context import StepContext
+    from pytest_shadowcheck.scenario.model import Topology
+    from pytest_shadowcheck.verdict import Verdict
+
+__all__ = ["Fault", "plan_faults", "run_nemesis", "usable_kinds"]
+
+@dataclass(frozen=True)
+class Fault:
+    index: int
+    kind: str
+    nodes: tuple[str, ...]
+    #: for a link fault: the link broken (one per node)
+    links: tuple[str, ...]
+    #: quiet time before it starts, how long it lasts
+    gap: float
+    duration: float
+    #: for delay: seconds added to each chunk
+    delay: float = 0.0
+
+    def describe(self) -> str:
+        what = ", ".join(self.links) if self.links else ", ".join(self.nodes)
+        extra = f" +{self.delay:.2f}s" if self.kind == "delay" else ""
+        return f"#{self.index} {self.kind}{extra} {what} for {self.duration:.2f}s"
+
+
+def usable_kinds(spec: NemesisSpec, capabilities: frozenset[str]) -> tuple[str, ...]:
+    """The spec's fault kinds the target can carry out."""
+    return tuple(k for k in spec.faults if set(FAULT_KINDS[k]) <= capabilities)
+
+
+def plan_faults(
+    spec: NemesisSpec, kinds: tuple[str, ...], topology: Topology, count: int
+) -> list[Fault]:
+    """The first ``count`` faults of the schedule: a function of the spec's seed only."""
+    rng = random.Random(f"nemesis:{spec.seed}")
+    out: list[Fault] = []
+    for index in range(count):
+        kind = rng.choice(kinds)
+        nodes = tuple(sorted(rng.sample(spec.nodes, 2 if spec.overlap else 1)))
+        links = (
+            tuple(_link_of(rng, node, topology) for node in nodes)
+            if kind not in NODE_FAULTS
+            else ()
+        )
+        gap = rng.uniform(spec.interval / 2, spec.interval * 1.5)
+        duration = rng.uniform(spec.duration / 2, spec.duration * 1.5)
+        delay = rng.uniform(0.2, 1.0) if kind == "delay" else 0.0
+        out.append(Fault(index, kind, nodes, links, gap, duration, delay))
+    return out
+
+
+def _link_of(rng: random.Random, node: str, topology: Topology) -> str:
+    """A link the node depends on: to or from a peer, or to a next hop."""
+    peers = [n for n in topology.nodes if n != node]
+    links = [f"{node}->{p}" for p in peers] + [f"{p}->{node}" for p in peers]
+    links += [f"{node}->{s}" for s in topology.sinks()]
+    return rng.choice(links)
+
+
+async def run_nemesis(
+    run: StepContext, faults: list[Fault], stop: asyncio.Event, verdict: Verdict
+) -> int:
+    """Play ``faults`` until ``stop`` is set; every fault is ended (node back, link healed)
+    before returning. ``run``: the engine's Run (its ``do`` carries out each action).
+    Returns how many faults were played."""
+    from pytest_shadowcheck.scenario.model import Step
+
+    where = SourceRef(run.scenario.where.path, run.scenario.where.line)
+
+    async def act(kind: str, arg: Any) -> None:
+        await run.do(Step(kind, arg, where), verdict)
+
+    played = 0
+    for fault in faults:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), fault.gap)
+        if stop.is_set():
+            break
+        run.history.record(
+            "note", text=f"nemesis {fault.describe()}", nemesis="start", fault=fault.kind,
+            index=fault.index, nodes=list(fault.nodes), links=list(fault.links),
+        )  # fmt: skip
+        await asyncio.gather(*(_begin(act, fault, i) for i in range(len(fault.nodes))))
+        if fault.kind != "restart":
+            # a fault runs its course even when the workload ends meanwhile
+            await asyncio.sleep(fault.duration)
+        await asyncio.gather(*(_end(act, fault, i) for i in range(len(fault.nodes))))
+        run.history.record(
+            "note", text=f"nemesis #{fault.index} over", nemesis="end", fault=fault.kind,
+            index=fault.index, nodes=list(fault.nodes),
+        )  # fmt: skip
+        played += 1
+    return played
+
+
+async def _begin(act: Any, fault: Fault, i: int) -> None:
+    node = fault.nodes[i]
+    if fault.kind in ("kill", "wipe"):
+        await act("kill", node)
+    elif fault.kind == "pause":
+        await act("pause", node)
+    elif fault.kind == "restart":
+        await act("restart", node)
+    elif fault.kind == "delay":
+        await act("fault", {"link": fault.links[i], "kind": "delay", "seconds": fault.delay})
+    else:
+        await act("fault", {"link": fault.links[i], "kind": fault.kind})
+
+
+async def _end(act: Any, fault: Fault, i: int) -> None:
+    node = fault.nodes[i]
+    if fault.kind == "kill":
+        await act("restart", node)
+    elif fault.kind == "wipe":
+        await act("wipe", node)
+    elif fault.kind == "pause":
+        await act("resume", node)
+    elif fault.kind in ("cut", "blackhole", "delay"):
+        await act("heal", fault.links[i])

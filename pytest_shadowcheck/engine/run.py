@@ -1,0 +1,687 @@
+"""The engine: run one scenario against a target and judge it.
+
+It starts the next-hop sinks and a FaultProxy for every link (client->node,
+node->node, node->sink), has the target start the nodes pointed at those
+proxies, runs the steps (send, faults, node actions, waits, clock advances,
+control calls, inline checks), then the expectations and the always-on
+no-loss invariant, and returns a :class:`~pytest_shadowcheck.verdict.Verdict`.
+Everything is recorded in one :class:`~pytest_shadowcheck.history.History`.
+Processes and sockets are released on every exit path (also Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import secrets
+import traceback
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_shadowcheck.checks.evaluate import run_check
+from pytest_shadowcheck.checks.inside import queue_entries
+from pytest_shadowcheck.checks.integrity import integrity_invariant
+from pytest_shadowcheck.checks.no_loss import no_loss_invariant, premise_missing
+from pytest_shadowcheck.checks.workload import WorkloadReport
+from pytest_shadowcheck.engine.session import run_session, session_label
+from pytest_shadowcheck.engine.workload import run_workload, workload_label
+from pytest_shadowcheck.errors import ScenarioError
+from pytest_shadowcheck.history import History
+from pytest_shadowcheck.network import FaultProxy, MailSink
+from pytest_shadowcheck.network.client import RecordingClient, SendResult, make_message
+from pytest_shadowcheck.network.messages import Message
+from pytest_shadowcheck.progress import Progress
+from pytest_shadowcheck.scenario.capabilities import QUEUE_PATHS
+from pytest_shadowcheck.scenario.durations import resolve_time
+from pytest_shadowcheck.scenario.model import Scenario, Step
+from pytest_shadowcheck.targets.base import ClusterPlan, NodeHandle, Target, TargetError
+from pytest_shadowcheck.verdict import CheckResult, Status, Verdict
+
+__all__ = ["Run", "TimelineWriter", "run_scenario"]
+
+#: (history, workload report, scenario name) -> where the timeline page was written
+TimelineWriter = Callable[[History, WorkloadReport, str], Path]
+
+SEND_TIMEOUT = 30.0
+START_TIMEOUT = 60.0
+
+
+@dataclass
+class Run:
+    """The state of one scenario run (what the checks read)."""
+
+    scenario: Scenario
+    target: Target
+    history: History
+    progress: Progress
+    workdir: Path
+    token: str = field(default_factory=lambda: secrets.token_hex(4))
+    proxies: dict[str, FaultProxy] = field(default_factory=dict)
+    sinks: dict[str, MailSink] = field(default_factory=dict)
+    handles: dict[str, NodeHandle] = field(default_factory=dict)
+    messages: dict[str, Message] = field(default_factory=dict)
+    #: (t, node, action) for kill / restart / wipe / pause / resume
+    node_actions: list[tuple[float, str, str]] = field(default_factory=list)
+    down: set[str] = field(default_factory=set)
+    #: frozen nodes: their control API cannot answer, so the engine does not call it
+    paused: set[str] = field(default_factory=set)
+    virtual_now: float | None = None
+    #: configuration changed during the run (set_settings, directory, route), with the nodes
+    #: it was for (None: all): the organisation's configuration, not the node's state,
+    #: so a node that is restarted or wiped gets it again
+    changes: list[tuple[list[str] | None, tuple[Any, ...]]] = field(default_factory=list)
+    #: paused node -> how many changes there were when it froze: the later ones skipped it
+    paused_at_change: dict[str, int] = field(default_factory=dict)
+    #: workload steps: N multiplied by this (--shadowcheck-workload-scale), seed replaced
+    #: by this when given (--shadowcheck-workload-seed)
+    workload_scale: float = 1.0
+    workload_seed: int | None = None
+    #: writes a workload's timeline page and says where (the report layer's, handed down
+    #: by whoever runs the scenario: the engine does not know where reports go)
+    timeline_writer: TimelineWriter | None = None
+    #: changes a target without reload applied by restarting a node (Verdict.caveats)
+    caveats: list[str] = field(default_factory=list)
+
+    # -- helpers the checks use ------------------------------------------------
+
+
+    @property
+    def peer_secret(self) -> str:
+        """The boundary's secret in this run's cluster plan (docs/protocol.md section 3)."""
+        return f"shadowcheck-{self.token}"
+
+    def excerpt(
+        self, around: float, links: list[str], before: float = 3.0, after: float = 2.0
+    ) -> str:
+        wanted = set()
+        for link in links:
+            if link.endswith("->*"):
+                node = link[:-3]
+                wanted |= {name for name in self.proxies if name.startswith(f"{node}->")}
+            else:
+                wanted.add(link)
+        return self.history.excerpt(
+            around, links=sorted(wanted) or None, before=before, after=after
+        )
+
+    async def settled_message(self, ref: str, timeout: float = SEND_TIMEOUT) -> Message:
+        msg = self.messages[ref]
+        if msg.task is not None and not msg.task.done():
+            self.progress.waiting(timeout, f"for the reply to {ref}")
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(msg.task), timeout)
+        return msg
+
+    async def still_held(self, ref: str) -> str | None:
+        """Name of a live node whose active or shadow queue holds ``ref`` (control API)."""
+        queues = [q for q in ("active", "shadow") if self.target.can(*_queue_call(q))]
+        if not queues:
+            return None
+        wanted = self.messages[ref].message_id
+        for node in self.scenario.topology.nodes:
+            if node in self.down or node in self.paused:
+                continue
+            for queue in queues:
+                try:
+                    answer = await self.target.control(node, "GET", QUEUE_PATHS[queue])
+                except TargetError:
+                    continue
+                if any(e.get("message_id") == wanted for e in queue_entries(answer)):
+                    return f"{node} ({queue} queue)"
+        return None
+
+    def copy_holders(self, ref: str) -> list[str]:
+        """Nodes that held a copy: the primary, and every node the content was relayed to."""
+        msg = self.messages[ref]
+        holders = [msg.via]
+        nodes = self.scenario.topology.nodes
+        for event in self.history.events(kind="data"):
+            if event.data.get("message_id") != msg.message_id or not event.link:
+                continue
+            src, _, dst = event.link.partition("->")
+            if src in nodes and dst in nodes and dst not in holders:
+                holders.append(dst)
+        return holders
+
+    def copy_lost(self, node: str, since: float) -> str | None:
+        """Why ``node`` lost its copy after ``since`` (wiped, or killed and not back), or None."""
+        state = None
+        for t, who, action in self.node_actions:
+            if who != node or t < since:
+                continue
+            if action == "wipe":
+                return "had its queue database wiped"
+            if action == "kill":
+                state = "was killed and not restarted"
+            elif action in ("restart",):
+                state = None
+        return state
+
+    def register_message(
+        self,
+        ref: str,
+        message_id: str,
+        via: str,
+        content: bytes = b"",
+        mail_from: str | None = None,
+        rcpt_to: list[str] | None = None,
+    ) -> Message:
+        """A message the scenario sends (a send step, or a session step's content)."""
+        msg = Message(
+            ref,
+            message_id,
+            via,
+            self.history.now(),
+            list(self.scenario.topology.nodes),
+            content=content,
+            mail_from=mail_from,
+            rcpt_to=list(rcpt_to or []),
+        )
+        self.messages[ref] = msg
+        return msg
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def setup(self) -> None:
+        topo = self.scenario.topology
+        for name in topo.sinks():
+            sink = MailSink(name, self.history)
+            await sink.start()
+            self.sinks[name] = sink
+        for link in topo.links():
+            fixed = self.target.link_address(link, topo)
+            if fixed is None:
+                proxy = FaultProxy(link, self.history)
+                await proxy.start()
+            else:
+                # an MTA the harness cannot re-route relays to a fixed address: be there
+                proxy = FaultProxy(link, self.history, listen_host=fixed[0])
+                try:
+                    await proxy.start(fixed[1])
+                except OSError as exc:
+                    raise TargetError(
+                        f"cannot listen on {fixed[0]}:{fixed[1]} for {link}, where "
+                        f"{self.target.label} relays: {exc}"
+                    ) from None
+            self.proxies[link] = proxy
+            dst = link.partition("->")[2]
+            if dst in self.sinks:
+                proxy.set_upstream(*self.sinks[dst].address)
+        peers = {
+            a: {b: _hp(self.proxies[f"{a}->{b}"].address) for b in topo.nodes if b != a}
+            for a in topo.nodes
+        }
+        next_hops: dict[str, dict[str, Any]] = {}
+        for node in topo.nodes:
+            hops: dict[str, Any] = {}
+            for domain, hop in topo.hops_of(node).items():
+                if hop.node:
+                    hops[domain] = {"node": hop.node}
+                else:
+                    address = _hp(self.proxies[f"{node}->{hop.sink}"].address)
+                    hops[domain] = {"address": address, "kind": hop.kind}
+            next_hops[node] = hops
+        plan = ClusterPlan(
+            topology=topo,
+            settings=dict(self.scenario.settings),
+            peers=peers,
+            next_hops=next_hops,
+            workdir=self.workdir,
+            secret=self.peer_secret,
+            node_settings={n: dict(v) for n, v in self.scenario.node_settings.items()},
+        )
+        self.history.record(
+            "step", text=f"start nodes {', '.join(topo.nodes)} ({self.target.name})"
+        )
+        handles = await asyncio.wait_for(self.target.start(plan), START_TIMEOUT)
+        for node, handle in handles.items():
+            self._attach(node, handle)
+        self.history.record(
+            "step",
+            text="nodes running: " + ", ".join(f"{n}={_hp(h.smtp)}" for n, h in handles.items()),
+        )
+
+    def _attach(self, node: str, handle: NodeHandle) -> None:
+        self.handles[node] = handle
+        for link, proxy in self.proxies.items():
+            if link.endswith(f"->{node}"):
+                proxy.set_upstream(*handle.smtp)
+
+    async def teardown(self) -> None:
+        for msg in self.messages.values():
+            if msg.task is not None and not msg.task.done():
+                msg.task.cancel()
+        with contextlib.suppress(Exception):
+            await self.target.stop()
+        for proxy in self.proxies.values():
+            with contextlib.suppress(Exception):
+                await proxy.stop()
+        for sink in self.sinks.values():
+            with contextlib.suppress(Exception):
+                await sink.stop()
+
+    # -- steps ---------------------------------------------------------------------
+
+    def _running(self, nodes: list[str] | None = None) -> list[str]:
+        return [
+            n
+            for n in (nodes or list(self.scenario.topology.nodes))
+            if n not in self.down and n not in self.paused
+        ]
+
+    async def do(self, step: Step, verdict: Verdict) -> None:
+        kind, arg = step.kind, step.arg
+        label = (
+            f"{kind} {arg}"
+            if not isinstance(arg, dict)
+            else f"{kind} " + " ".join(f"{k}={v}" for k, v in arg.items())
+        )
+        if kind == "session":
+            label = session_label(arg)
+        elif kind == "workload":
+            label = workload_label(arg)
+        self.history.record("step", text=label, line=step.where.line)
+        if kind == "send":
+            await self._send(arg)
+        elif kind == "fault":
+            self._fault(arg)
+        elif kind == "heal":
+            for link, proxy in self.proxies.items():
+                if arg in ("all", link):
+                    proxy.heal()
+        elif kind == "kill":
+            await self.target.kill(arg)
+            self.down.add(arg)
+            self.node_actions.append((self.history.now(), arg, "kill"))
+        elif kind == "pause":
+            await self.target.pause(arg)
+            self.paused.add(arg)
+            self.paused_at_change[arg] = len(self.changes)
+            self.node_actions.append((self.history.now(), arg, "pause"))
+        elif kind == "resume":
+            await self.target.resume(arg)
+            self.paused.discard(arg)
+            self.node_actions.append((self.history.now(), arg, "resume"))
+            if self.virtual_now is not None:
+                # advances skipped the frozen node: bring its clock level with the others
+                await self.target.control(arg, "POST", "/clock", {"set": self.virtual_now})
+            # so did configuration changes made while it was frozen
+            await self._replay_changes(arg, since=self.paused_at_change.pop(arg, 0))
+        elif kind in ("restart", "wipe"):
+            self.node_actions.append((self.history.now(), arg, "kill"))
+            handle = await (
+                self.target.restart(arg) if kind == "restart" else self.target.wipe(arg)
+            )
+            self.node_actions.append((self.history.now(), arg, kind))
+            self.down.discard(arg)
+            self.paused.discard(arg)
+            self.paused_at_change.pop(arg, None)
+            self._attach(arg, handle)
+            # when the node is back (the step's own event marks when it went down)
+            self.history.record(
+                "step", text=f"{arg} back after {kind}, queue database {handle.queue_db_id or '?'}"
+            )
+            if self.virtual_now is not None:
+                await self.target.control(arg, "POST", "/clock", {"set": self.virtual_now})
+            await self._replay_changes(arg)
+        elif kind == "wait":
+            await self._wait(arg)
+        elif kind == "advance":
+            self.progress.note(f"advancing the virtual clock of every node by {arg:g}s")
+            for node in self._running():
+                answer = await self.target.advance_clock(node, arg)
+                if isinstance(answer, dict) and isinstance(answer.get("now"), (int, float)):
+                    self.virtual_now = float(answer["now"])
+        elif kind == "set_settings":
+            await self._set_settings(step, verdict)
+        elif kind == "resubmit":
+            await self._resubmit(arg, step)
+        elif kind == "directory":
+            calls: list[tuple[str, str, dict[str, Any]]] = []
+            if "group" in arg:
+                body = {"members": arg.get("members", [])}
+                calls.append(("PUT", f"/directory/groups/{arg['group']}", body))
+            if "recipient" in arg:
+                body = {"database": arg.get("database")}
+                calls.append(("PUT", f"/directory/recipients/{arg['recipient']}", body))
+            for call in calls:
+                self.changes.append((None, ("control", *call)))
+                for node in self._running():
+                    await self.target.control(node, *call)
+        elif kind == "route":
+            for node in arg.get("nodes") or list(self.scenario.topology.nodes):
+                if "sink" in arg:
+                    address = _hp(self.proxies[f"{node}->{arg['sink']}"].address)
+                    hop = {"address": address, "kind": arg.get("kind", "mailbox")}
+                else:
+                    hop = {"node": arg["node"]}
+                self.changes.append(([node], ("next_hop", arg["domain"], hop)))
+                if node in self._running():
+                    answer = await self.target.set_next_hop(node, arg["domain"], hop)
+                    self._restarted_for_change(node, answer)
+        elif kind == "snapshot":
+            answer = await self.target.control(arg["node"], "GET", QUEUE_PATHS[arg["queue"]])
+            self.history.record("snapshot", node=arg["node"], queue=arg["queue"], answer=answer)
+        elif kind == "sink":
+            sink = self.sinks[arg["name"]]
+            sink.clear_script()
+            if arg["reply"] != "accept":
+                sink.script("DATA", arg["reply"])
+        elif kind == "check":
+            args = {k: v for k, v in arg.items() if k != "kind"}
+            inner = Step(
+                arg["kind"], args, step.where, step.behaviours, step.given, step.precondition
+            )
+            verdict.add(await run_check(self, inner))
+        elif kind == "note":
+            self.history.record("note", text=str(arg))
+        elif kind == "session":
+            await run_session(self, step, verdict)
+        elif kind == "workload":
+            await run_workload(self, step, verdict)
+
+    async def _send(self, arg: dict[str, Any]) -> None:
+        ref, via = arg["id"], arg["via"]
+        message_id = arg.get("message_id") or f"<{ref}.{self.token}@shadowcheck.test>"
+        sender = arg.get("from", "sender@ext.test")
+        raw = make_message(
+            message_id,
+            subject=arg.get("subject", f"shadowcheck {self.scenario.name} {ref}"),
+            body=arg.get("body", default_body(self.scenario.name, ref)),
+            size=arg.get("size"),
+            mail_from=sender,
+            to=", ".join(arg["to"]),
+        )
+        proxy = self.proxies[f"client->{via}"]
+        client = RecordingClient(
+            self.history, link=f"client->{via}", numbering=proxy.connection_number
+        )
+        msg = self.register_message(ref, message_id, via, raw, sender, list(arg["to"]))
+        timeout = arg.get("timeout", SEND_TIMEOUT)
+        coro = client.send(*proxy.address, sender, list(arg["to"]), raw, timeout=timeout)
+
+        async def send() -> SendResult:
+            result = await coro
+            msg.result = result
+            return result
+
+        msg.task = asyncio.create_task(send())
+        if not arg.get("background"):
+            await msg.task
+
+    def _fault(self, arg: dict[str, Any]) -> None:
+        proxy = self.proxies[arg["link"]]
+        kind = arg["kind"]
+        direction = arg.get("direction")
+        if kind == "cut":
+            proxy.cut(True)
+        elif kind == "blackhole":
+            proxy.blackhole(True)
+        elif kind == "delay":
+            proxy.delay(direction or "both", arg["seconds"])
+        elif kind == "reset":
+            proxy.reset()
+        elif kind == "slow_accept":
+            proxy.slow_accept(arg["seconds"])
+        elif kind == "slow_greeting":
+            proxy.slow_greeting(arg["seconds"])
+        elif kind == "drop_after":
+            proxy.drop_after(arg["bytes"], direction or "c2s")
+        elif kind == "stall_after_data":
+            proxy.stall_after_data(True)
+
+    async def _wait(self, arg: Any) -> None:
+        if not isinstance(arg, dict):
+            self.progress.waiting(arg, "(wait step)")
+            await asyncio.sleep(arg)
+            return
+        timeout = arg["timeout"]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        if "reply" in arg:
+            await self.settled_message(arg["reply"], timeout)
+            return
+        ref, sink = arg["delivered"], arg.get("to")
+        self.progress.waiting(timeout, f"for {ref} to be delivered")
+        wanted = self.messages[ref].message_id
+        while loop.time() < deadline:
+            if any(s.count(wanted) for n, s in self.sinks.items() if sink in (None, n)):
+                return
+            await asyncio.sleep(0.05)
+        self.history.record("note", text=f"wait: {ref} not delivered within {timeout:g}s")
+
+    async def _replay_changes(self, node: str, since: int = 0) -> None:
+        """Configuration changed earlier in the run (from change number ``since`` on),
+        made again on a node that came back."""
+        for nodes, change in self.changes[since:]:
+            if nodes is not None and node not in nodes:
+                continue
+            if change[0] == "settings":
+                answer = await self.target.set_settings(node, change[1])
+                self._restarted_for_change(node, answer)
+            elif change[0] == "next_hop":
+                answer = await self.target.set_next_hop(node, change[1], change[2])
+                self._restarted_for_change(node, answer)
+            else:
+                await self.target.control(node, *change[1:])
+
+    def _restarted_for_change(self, node: str, answer: Any) -> None:
+        """A target without a reload restarted ``node`` to apply a change (its answer says
+        so): recorded as the restart it is, and no PASS is claimed across it."""
+        text = answer.get("restarted") if isinstance(answer, dict) else None
+        if text:
+            self.node_actions.append((self.history.now(), node, "restart"))
+            self.history.record("step", text=str(text))
+            self.caveats.append(str(text))
+
+    async def _set_settings(self, step: Step, verdict: Verdict) -> None:
+        arg = step.arg
+        want = arg.get("result")
+        rejected = False
+        for node in self._running(arg.get("nodes")):
+            try:
+                answer = await self.target.set_settings(node, arg["values"])
+                outcome, detail = "accepted", str(answer)
+                self._restarted_for_change(node, answer)
+            except TargetError as exc:
+                if want is None:
+                    raise
+                outcome, detail = "rejected", str(exc)
+                rejected = True
+            if want is not None:
+                verdict.add(
+                    CheckResult(
+                        f"settings on {node} {outcome}",
+                        Status.PASS if outcome == want else Status.FAIL,
+                        f"{node} {want} {arg['values']}",
+                        f"{outcome}: {detail}",
+                        where=str(step.where),
+                    )
+                )
+        if not rejected:
+            self.changes.append((arg.get("nodes"), ("settings", arg["values"])))
+
+    async def _resubmit(self, arg: dict[str, Any], step: Step) -> None:
+        node = arg["node"]
+        clock = await self.target.control(node, "GET", "/clock")
+        now = float(clock["now"])
+        body = {
+            "database": arg["database"],
+            "start": resolve_time(arg["start"], now, step.where),
+            "end": resolve_time(arg["end"], now, step.where),
+        }
+        answer = await self.target.control(node, "POST", "/safetynet/resubmit", body)
+        self.history.record("step", text=f"resubmit requested on {node}: {body} -> {answer}")
+
+
+def run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """Run the scenario's event loop: uvloop (as the reference nodes do) unless
+    SHADOWCHECK_LOOP=asyncio. The harness's proxies and sinks must outrun any MTA it
+    tests; on uvloop its own sink takes about twice the messages per second
+    (benchmarks/bench_harness.py --uvloop)."""
+    if os.environ.get("SHADOWCHECK_LOOP", "uvloop") != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            uvloop.run(main)
+            return
+    asyncio.run(main)
+
+
+def default_body(scenario: str, ref: str) -> str:
+    """What a message says unless the scenario gives a body: lines that a transport
+    must carry unchanged but easily mangles - dot-stuffing, a line near the 998-byte
+    limit, 8-bit text - so that the integrity invariant catches a copy altered on its
+    way."""
+    return (
+        f"scenario {scenario}, message {ref}\n"
+        ".a line starting with a dot: the transport dot-stuffs it on every hop\n"
+        "..and one starting with two\n"
+        ".\n" + "L" * 990 + "\n"
+        "8-bit, as UTF-8 with no transfer encoding: Grüße aus Zürich, naïve café, ½ €\n"
+        "the end\n"
+    )
+
+
+def _queue_call(queue: str) -> tuple[str, tuple[str, str]]:
+    return "control_api", ("GET", QUEUE_PATHS[queue])
+
+
+def _hp(address: tuple[str, int]) -> str:
+    return f"{address[0]}:{address[1]}"
+
+
+async def _run(run: Run, verdict: Verdict, hooks: Any) -> None:
+    scenario = run.scenario
+    if scenario.start_refused is not None:
+        await _expect_start_refused(run, verdict, scenario.start_refused)
+        return
+    try:
+        await run.setup()
+    except (TargetError, OSError, TimeoutError) as exc:
+        # the target never got to show any behaviour: not a verdict on the MTA
+        verdict.inconclusive(f"the nodes did not start: {_first_line(exc)}", _evidence(run, exc))
+        return
+    if hooks is not None:
+        hooks.shadowcheck_scenario_started(
+            scenario=scenario, target=run.target, history=run.history
+        )
+    for step in scenario.steps:
+        try:
+            await run.do(step, verdict)
+        except (TargetError, OSError, ScenarioError) as exc:
+            verdict.inconclusive(
+                f"step {step.kind} ({step.where}) could not be carried out: {_first_line(exc)}",
+                _evidence(run, exc),
+            )
+            return
+    for check in scenario.expect:
+        verdict.add(await run_check(run, check))
+    invariants = await no_loss_invariant(run) + integrity_invariant(run)
+    for result in premise_missing(run, invariants):
+        verdict.add(result)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc) or type(exc).__name__).splitlines()[0]
+
+
+def _evidence(run: Run, exc: BaseException) -> str:
+    """The target's own account of an error, once: what the exception carried beyond its
+    first line (a target may put the log tail there), else the target's diagnostics."""
+    rest = "\n".join(str(exc).splitlines()[1:]).strip()
+    return rest or run.target.diagnostics()
+
+
+async def _expect_start_refused(run: Run, verdict: Verdict, reason: str) -> None:
+    """The nodes must refuse to start with the scenario's settings, saying why. A refusal
+    for another reason proves nothing about the settings: INCONCLUSIVE."""
+    expected = f"the nodes refuse to start, for a reason matching /{reason}/"
+    try:
+        await run.setup()
+    except (TargetError, OSError, TimeoutError) as exc:
+        said = f"{exc}\n{run.target.diagnostics()}"
+        if re.search(reason, said):
+            verdict.add(CheckResult("start refused", Status.PASS, expected, str(exc)))
+        else:
+            verdict.inconclusive(
+                f"the nodes did not start, but not for the reason expected (/{reason}/): {exc}",
+                run.target.diagnostics(),
+            )
+        return
+    settings = ", ".join(
+        f"{k}={v:g}s" if isinstance(v, float) else f"{k}={v}"
+        for k, v in run.scenario.settings.items()
+    )
+    verdict.add(
+        CheckResult(
+            "start refused",
+            Status.FAIL,
+            expected,
+            f"every node started and accepted {settings}",
+            excerpt=run.excerpt(run.history.now(), []),
+        )
+    )
+
+
+def run_scenario(
+    scenario: Scenario,
+    target: Target,
+    *,
+    workdir: Path,
+    progress: Progress | None = None,
+    hooks: Any = None,
+    history_file: Path | None = None,
+    verdict: Verdict | None = None,
+    workload_scale: float = 1.0,
+    workload_seed: int | None = None,
+    timeline_writer: TimelineWriter | None = None,
+) -> Verdict:
+    """Run ``scenario`` on ``target`` (blocking) and return its verdict."""
+    verdict = verdict or Verdict(scenario.name, scenario.behaviours, source=str(scenario.where))
+    history = History()
+    run = Run(scenario, target, history, progress or Progress(scenario.name), workdir)
+    run.workload_scale, run.workload_seed = workload_scale, workload_seed
+    run.timeline_writer = timeline_writer
+    timeout = scenario.timeout
+    if any(step.kind == "workload" for step in scenario.steps):
+        # a scaled workload takes proportionally longer
+        timeout *= max(1.0, workload_scale)
+
+    async def main() -> None:
+        try:
+            await asyncio.wait_for(_run(run, verdict, hooks), timeout)
+        except TimeoutError:
+            verdict.inconclusive(
+                f"the scenario did not finish within its timeout ({timeout:g}s): "
+                "the harness could not judge what was still to come",
+                target.diagnostics(),
+            )
+        except Exception as exc:  # a harness defect must not read as a verdict on the MTA
+            verdict.inconclusive(
+                "the harness failed: "
+                + "".join(traceback.format_exception_only(exc)).strip()
+                + "\n"
+                + "".join(traceback.format_tb(exc.__traceback__)[-3:]),
+            )
+        finally:
+            if hooks is not None:
+                with contextlib.suppress(Exception):
+                    hooks.shadowcheck_scenario_finished(
+                        scenario=scenario, target=target, history=history, verdict=verdict
+                    )
+            verdict.caveats.extend(run.caveats)
+            if verdict.status == Status.FAIL and not verdict.diagnostics:
+                verdict.diagnostics = target.diagnostics()
+            await run.teardown()
+
+    run_loop(main())
+    if history_file is not None:
+        history.write_json(history_file)
+    return verdict

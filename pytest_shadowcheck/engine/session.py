@@ -1,0 +1,281 @@
+"""The ``session`` step: a raw SMTP conversation the harness itself holds with a node.
+
+Used to play a stranger (XS-3: an anonymous or unauthorised client trying the
+shadow verbs) or any client that must say exact lines. The session goes
+through the ``client->NODE`` proxy, so its lines are in the history like any
+other. Each item is sent as given (CRLF added) and one reply is read; an item
+with ``reply`` adds a check that the reply matches that regular expression.
+An item ``{message: ID}`` sends a generated message's content and the final
+dot, and registers ``ID`` as a message of the scenario, so every expectation
+(reply, delivered, queue...) and the no-loss invariant apply to it. An item
+``{auth_as: NODE}`` authenticates as that node of the topology, with the
+password the cluster plan's secret gives it (docs/protocol.md section 3): a
+peer of another boundary trying what only the boundary's own peers may.
+
+With ``idle`` the session then stays open up to that long, waiting for the
+node to close it (TO-1: ConnectionInactivityTimeout); with ``keepalive`` it
+sends NOOP that often meanwhile, so it is never idle and only the absolute
+ConnectionTimeout can end it. The node's close is a ``close`` event on
+``client->NODE``: match it with ``{link: client->NODE, closed: server}``.
+
+With ``control`` (verb -> stand-in verb) the harness holds a second session,
+the same lines with those verbs replaced by verbs nobody implements, and
+checks that the node treats both alike: the same reply code at each line and
+the session ending at the same line. That is how XS-3 asks "can a stranger
+tell the shadow verbs from unknown ones?" of any MTA, whatever its own limit
+of unknown verbs per session.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from pytest_shadowcheck.checks.integrity import envelope_of
+from pytest_shadowcheck.checks.wire import find_event, matcher_text
+from pytest_shadowcheck.network.client import (
+    RawReply,
+    RecordingClient,
+    Reply,
+    SendResult,
+    make_message,
+)
+from pytest_shadowcheck.network.smtp_text import (
+    dot_stuff,
+    mask_auth_line,
+    parse_enhanced_code,
+    peer_auth_line,
+)
+from pytest_shadowcheck.verdict import CheckResult, Status, Verdict
+
+if TYPE_CHECKING:
+    from pytest_shadowcheck.engine.context import StepContext as Run
+    from pytest_shadowcheck.scenario.model import Step
+
+__all__ = ["run_session", "session_label"]
+
+DEFAULT_REPLY_TIMEOUT = 5.0
+
+
+def _describe(reply: RawReply | None) -> str:
+    if reply is None:
+        return "nothing: the session ended before this line was sent"
+    if reply.outcome == "reply":
+        return " | ".join(reply.lines)
+    partial = f" (partial: {' | '.join(reply.lines)})" if reply.lines else ""
+    return f"no reply: {reply.outcome}{partial}"
+
+
+def _reply_text(reply: RawReply) -> str:
+    """The reply as the regular expressions see it: its lines, joined by newlines."""
+    return "\n".join(reply.lines)
+
+
+def session_label(arg: dict[str, Any]) -> str:
+    """The step as the history shows it: where to, and what is said (credentials masked)."""
+    return f"session via={arg['via']}: " + " / ".join(_shown(item) for item in arg["say"])
+
+
+def _shown(item: dict[str, Any]) -> str:
+    if "message" in item:
+        return f"message {item['message']}"
+    if "auth_as" in item:
+        return f"AUTH PLAIN as {item['auth_as']}"
+    return mask_auth_line(item["send"])
+
+
+async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
+    arg: dict[str, Any] = step.arg
+    via = arg["via"]
+    link = f"client->{via}"
+    items: list[dict[str, Any]] = arg["say"]
+    payloads: list[bytes] = []
+    for index, item in enumerate(items):
+        if "message" in item:
+            ref = item["message"]
+            message_id = f"<{ref}.{run.token}@shadowcheck.test>"
+            raw = make_message(
+                message_id,
+                subject=f"shadowcheck {run.scenario.name} {ref} (raw session)",
+                body=f"scenario {run.scenario.name}, message {ref}\n",
+            )
+            sender, recipients = envelope_of(items, index)
+            run.register_message(ref, message_id, via, raw, sender, recipients)
+            payloads.append(dot_stuff(raw) + b".\r\n")
+        elif "auth_as" in item:
+            payloads.append(peer_auth_line(run.peer_secret, item["auth_as"]).encode() + b"\r\n")
+        else:
+            payloads.append(item["send"].encode() + b"\r\n")
+    answers = await _converse(run, link, payloads, arg)
+    # the scenario's given (e.g. "a shadow copy was made") governs these checks too
+    given = run.scenario.given
+    unmet = given is not None and find_event(run, given) is None
+    if "control" in arg:
+        # no control session when the given never happened: nothing would be judged
+        stand_in = _with_stand_ins(items, payloads, arg["control"])
+        controls = None if unmet else await _converse(run, link, stand_in, arg)
+        verdict.add(_compare_with_control(run, step, items, answers, controls))
+    for item, answer in zip(items, answers, strict=True):
+        shown = _shown(item)
+        if "message" in item:
+            _settle_message(run, item["message"], answer)
+        if "reply" not in item:
+            continue
+        ok = (
+            answer is not None
+            and answer.outcome == "reply"
+            and re.search(item["reply"], _reply_text(answer)) is not None
+        )
+        around = answer.t if answer is not None else run.history.now()
+        expected = f"{via} answers {shown} with a reply matching /{item['reply']}/"
+        if unmet and given is not None:
+            status, observed = (
+                Status.NOT_APPLICABLE,
+                (
+                    f"{matcher_text(given)} had not happened, so there was nothing to check "
+                    f"(the reply was: {_describe(answer)})"
+                ),
+            )
+        else:
+            status, observed = (Status.PASS if ok else Status.FAIL), _describe(answer)
+        verdict.add(
+            CheckResult(
+                f"session reply to {shown}",
+                status,
+                expected,
+                observed,
+                where=item.get("where", str(step.where)),
+                excerpt="" if unmet else run.excerpt(around, [link]),
+                behaviours=list(arg.get("behaviours", [])),
+            )
+        )
+
+
+async def _converse(
+    run: Run, link: str, payloads: list[bytes], arg: dict[str, Any]
+) -> list[RawReply | None]:
+    """Hold one raw session; one answer per payload, None after the node hung up."""
+    proxy = run.proxies[link]
+    client = RecordingClient(run.history, link=link, numbering=proxy.connection_number)
+    host, port = proxy.address
+    replies = await client.raw_session(
+        host,
+        port,
+        payloads,
+        read_timeout=arg.get("timeout", DEFAULT_REPLY_TIMEOUT),
+        linger=arg.get("idle", 0.0),
+        keepalive=arg.get("keepalive"),
+    )
+    # replies[0] is the greeting; then one reply per item sent, fewer if the server hung up
+    return [*replies[1:], *[None] * len(payloads)][: len(payloads)]
+
+
+def _with_stand_ins(
+    items: list[dict[str, Any]], payloads: list[bytes], control: dict[str, str]
+) -> list[bytes]:
+    """The session's payloads with each controlled verb replaced by its stand-in."""
+    by_verb = {verb.upper(): stand_in for verb, stand_in in control.items()}
+    replaced = []
+    for item, payload in zip(items, payloads, strict=True):
+        verb, space, rest = item.get("send", "").partition(" ")
+        if verb.upper() in by_verb:
+            payload = f"{by_verb[verb.upper()]}{space}{rest}".encode() + b"\r\n"
+        replaced.append(payload)
+    return replaced
+
+
+def _fate(answer: RawReply | None) -> str:
+    """What a client can tell from one answer without reading its text."""
+    if answer is None:
+        return "nothing (the session had ended)"
+    if answer.outcome != "reply":
+        return f"no reply ({answer.outcome})"
+    enhanced = parse_enhanced_code("\n".join(line[4:] for line in answer.lines))
+    return f"{answer.code} {enhanced}" if enhanced else str(answer.code)
+
+
+def _compare_with_control(
+    run: Run,
+    step: Step,
+    items: list[dict[str, Any]],
+    answers: list[RawReply | None],
+    controls: list[RawReply | None] | None,
+) -> CheckResult:
+    """Compare the session with its control; ``controls`` None: the scenario's given
+    never happened, so there was no control session."""
+    arg: dict[str, Any] = step.arg
+    control: dict[str, str] = arg["control"]
+    verbs = ", ".join(control)
+    stand_ins = ", ".join(control.values())
+    expected = (
+        f"{arg['via']} treats {verbs} as it treats the unknown {stand_ins} in the same "
+        "session: the same reply code at every line, the session ending at the same line"
+    )
+    name = f"{verbs} answered like unknown verbs"
+    behaviours = list(arg.get("behaviours", []))
+    if controls is None:
+        return CheckResult(
+            name,
+            Status.NOT_APPLICABLE,
+            expected,
+            "the scenario's given had not happened, so there was nothing to compare",
+            where=str(step.where),
+            behaviours=behaviours,
+        )
+    for number, (item, ours, theirs) in enumerate(zip(items, answers, controls, strict=True), 1):
+        if _fate(ours) != _fate(theirs):
+            shown = _shown(item)
+            observed = (
+                f"line {number}, {shown!r}: {_describe(ours)}; with the stand-ins: "
+                f"{_describe(theirs)}; a stranger can tell them apart"
+            )
+            times = [answer.t for answer in (ours, theirs) if answer is not None]
+            around = max(times, default=run.history.now())
+            return CheckResult(
+                name,
+                Status.FAIL,
+                expected,
+                observed,
+                where=str(step.where),
+                excerpt=run.excerpt(around, [f"client->{arg['via']}"], before=6.0),
+                behaviours=behaviours,
+            )
+    fates = " / ".join(_fate(a) for a in answers)
+    return CheckResult(
+        name,
+        Status.PASS,
+        expected,
+        f"both sessions: {fates}",
+        where=str(step.where),
+        behaviours=behaviours,
+    )
+
+
+def _settle_message(run: Run, ref: str, answer: RawReply | None) -> None:
+    """Record what the sender was told about a message sent in a raw session."""
+    message = run.messages[ref]
+    if answer is None or answer.outcome != "reply" or answer.code is None:
+        message.result = SendResult(
+            accepted=False,
+            code=None,
+            enhanced=None,
+            text="",
+            replies=[],
+            error=_describe(answer),
+            message_id=message.message_id,
+            last_command="EOD",
+        )
+        return
+    text = "\n".join(line[4:] for line in answer.lines)
+    reply = Reply("EOD", answer.code, parse_enhanced_code(text), text, answer.t)
+    message.result = SendResult(
+        accepted=answer.code == 250,
+        code=answer.code,
+        enhanced=reply.enhanced,
+        text=text,
+        replies=[reply],
+        error=None,
+        message_id=message.message_id,
+        last_command="EOD",
+        deciding_reply=reply,
+    )

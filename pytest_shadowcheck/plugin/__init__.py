@@ -1,0 +1,115 @@
+"""The pytest plugin: ``pytest --shadowcheck``.
+
+Registered through the ``pytest11`` entry point, so pytest imports this module in every
+session of a project that has the package installed. It therefore imports pytest and
+nothing else: the options are declared here, and only when ``--shadowcheck`` (or
+``shadowcheck = true`` in the ini file) is on does :func:`pytest_configure` load the rest
+of the harness and register its hooks (:mod:`pytest_shadowcheck.plugin.session`).
+
+The plugin's modules, one concern each: the session's hooks and state in
+:mod:`.session` and :mod:`.state`; YAML collection in :mod:`.collect`; running one
+scenario in :mod:`.runner`; JUnit properties in :mod:`.junit`; the certification report
+in :mod:`.certification`; engine notes on the terminal in :mod:`.terminal`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+__all__ = ["enabled"]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("shadowcheck", "shadow redundancy conformance (pytest-shadowcheck)")
+    group.addoption(
+        "--shadowcheck",
+        action="store_true",
+        default=False,
+        help="run the shadowcheck scenarios (without it the plugin does nothing)",
+    )
+    group.addoption(
+        "--shadowcheck-target",
+        metavar="NAME[:ARG]",
+        default=None,
+        help="system under test: reference (default), external:NODES, or a plugin's target; "
+        "'help' lists them",
+    )
+    group.addoption(
+        "--shadowcheck-scenarios",
+        metavar="DIR",
+        nargs="+",
+        action="extend",
+        default=None,
+        help="scenario directories or files, replacing the bundled library "
+        "(the word 'bundled' stands for it)",
+    )
+    group.addoption(
+        "--shadowcheck-report",
+        metavar="DIR",
+        default=None,
+        help="write the certification report (certification.json, certification.html) to DIR",
+    )
+    group.addoption(
+        "--shadowcheck-run-id", metavar="ID", default=None, help="run id (default: a new uuid)"
+    )
+    group.addoption(
+        "--shadowcheck-history",
+        metavar="DIR",
+        default=None,
+        help="write every scenario run's history as JSON to DIR",
+    )
+    group.addoption(
+        "--shadowcheck-target-plugin",
+        metavar="MODULE",
+        action="append",
+        default=None,
+        help="import MODULE and register it as a target plugin (in addition to entry points)",
+    )
+    group.addoption(
+        "--shadowcheck-workload-scale",
+        metavar="X",
+        type=float,
+        default=1.0,
+        help="multiply the messages of every workload step (and its scenario's timeout) by X, "
+        "for soak runs",
+    )
+    group.addoption(
+        "--shadowcheck-workload-seed",
+        metavar="N",
+        type=int,
+        default=None,
+        help="seed every workload and nemesis with N instead of the scenario's own seed "
+        "(a failure prints the seed to replay)",
+    )
+    parser.addini(
+        "shadowcheck", "enable shadowcheck (like --shadowcheck)", type="bool", default=False
+    )
+    parser.addini("shadowcheck_target", "default for --shadowcheck-target", default="reference")
+    parser.addini("shadowcheck_scenarios", "default for --shadowcheck-scenarios", type="paths")
+    parser.addini("shadowcheck_report", "default for --shadowcheck-report", default="")
+    parser.addini(
+        "shadowcheck_target_plugins", "modules to register as target plugins", type="args"
+    )
+
+
+def enabled(config: pytest.Config) -> bool:
+    return bool(config.getoption("shadowcheck", False) or config.getini("shadowcheck"))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if not enabled(config):
+        return
+    from pytest_shadowcheck.plugin.session import configure
+
+    configure(config)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """``--shadowcheck-target help``: list the targets (like ``--markers``), exit 0."""
+    if not enabled(config):
+        return None
+    from pytest_shadowcheck.plugin.session import list_targets
+
+    return list_targets(config)

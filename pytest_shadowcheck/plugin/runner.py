@@ -1,0 +1,69 @@
+"""Running one collected scenario: the target's fitness first (UNTESTABLE), then the
+engine in a fresh workdir, kept as evidence when the verdict is not a clean one."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pytest_shadowcheck.engine.run import run_scenario
+from pytest_shadowcheck.history import History
+from pytest_shadowcheck.plugin.state import ShadowcheckState, shown_workdir
+from pytest_shadowcheck.plugin.terminal import note_writer
+from pytest_shadowcheck.progress import Progress
+from pytest_shadowcheck.report.timeline import write_timeline
+from pytest_shadowcheck.targets.fit import why_untestable
+from pytest_shadowcheck.verdict import Status, Verdict
+
+if TYPE_CHECKING:
+    from pytest_shadowcheck.checks.workload import WorkloadReport
+    from pytest_shadowcheck.scenario.model import Scenario
+
+__all__ = ["run_item"]
+
+
+def run_item(state: ShadowcheckState, scenario: Scenario, nodeid: str) -> Verdict:
+    """Run the scenario of the item ``nodeid`` against the configured target and return
+    its verdict."""
+    target = state.target
+    verdict = Verdict(
+        scenario=scenario.name,
+        behaviours=scenario.behaviours,
+        source=str(scenario.where),
+        title=scenario.title,
+    )
+    why = why_untestable(scenario, target)
+    if why:
+        verdict.untestable(why)
+        return verdict
+    workdir = state.workdir(scenario.name)
+    history_file = None
+    if state.history_dir is not None:
+        safe = nodeid.replace("/", "_").replace("::", "__")
+        history_file = state.history_dir / f"{safe}.json"
+    report_dir = state.report_dir
+
+    def timeline(history: History, report: WorkloadReport, name: str) -> Path:
+        assert report_dir is not None
+        return write_timeline(report_dir, history, report, name)
+
+    config = state.config
+    run_scenario(
+        scenario,
+        target,
+        workdir=workdir,
+        progress=Progress(scenario.name, note_writer(config)),
+        hooks=state.manager.hook,
+        history_file=history_file,
+        verdict=verdict,
+        workload_scale=config.getoption("shadowcheck_workload_scale", 1.0),
+        workload_seed=config.getoption("shadowcheck_workload_seed", None),
+        timeline_writer=timeline if report_dir is not None else None,
+    )
+    if verdict.status in (Status.PASS, Status.NOT_APPLICABLE, Status.UNTESTABLE):
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        # keep the workdir: node data and logs are evidence
+        verdict.reason += f" (node data and logs kept in {shown_workdir(config, workdir)})"
+    return verdict

@@ -1,0 +1,89 @@
+"""What a target can do or show, and what each step and check needs of it.
+
+A scenario names the capabilities it needs; the steps and checks imply more
+(``STEP_CAPABILITY``, ``CHECK_CAPABILITY``); a target declares those it has. A scenario
+that needs one its target lacks is UNTESTABLE, with ``CAPABILITY_NEED`` saying why.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "CAPABILITIES",
+    "CAPABILITY_NEED",
+    "CHECK_CAPABILITY",
+    "MTA_CAPABILITIES",
+    "PROCESS_CAPABILITIES",
+    "QUEUE_PATHS",
+    "STEP_CAPABILITY",
+    "control_call",
+]
+
+#: what whoever runs the node processes can do to them (a target's own means)
+PROCESS_CAPABILITIES = ("kill", "pause", "restart", "wipe_queue_db")
+#: what only the MTA itself can offer; a docker or external target claims them
+MTA_CAPABILITIES = (
+    "control_api",
+    "virtual_clock",
+    "set_settings",
+    # the MTA marks each categorisation in the message (X-Categorized-By: NODE; DATE),
+    # the only outside view of SN-11's "full categorisation on resubmission"
+    "categoriser_stamp",
+)
+CAPABILITIES = PROCESS_CAPABILITIES + MTA_CAPABILITIES
+
+#: what each capability lets the harness do or see that the wire does not show; an
+#: UNTESTABLE reason quotes it so an admin knows what their MTA would have to expose
+CAPABILITY_NEED = {
+    "kill": "kill a node abruptly (SIGKILL)",
+    "pause": "freeze and thaw a node (SIGSTOP/SIGCONT)",
+    "restart": "restart a node on the same queue database",
+    "wipe_queue_db": "restart a node on a new, empty queue database",
+    "control_api": "the MTA's internal state through a control API (queues, Safety Net "
+    "contents, discard events, resubmission requests, directory, routes)",
+    "virtual_clock": "a clock the harness can move by hours (hold times, expiry, the "
+    "12-hour broadcast), internal time a black box does not expose",
+    "set_settings": "change the MTA's settings while it runs",
+    "categoriser_stamp": "a stamp in each message naming who categorised it, the only "
+    "outside view of categorisation",
+}
+
+#: capability a step or expectation needs, derived so authors cannot forget one
+STEP_CAPABILITY = {
+    "kill": "kill",
+    "pause": "pause",
+    "resume": "pause",
+    "restart": "restart",
+    "wipe": "wipe_queue_db",
+    "advance": "virtual_clock",
+    "set_settings": "set_settings",
+    "resubmit": "control_api",
+    "directory": "control_api",
+    "route": "control_api",
+    "snapshot": "control_api",
+}
+CHECK_CAPABILITY = {"queue": "control_api", "config_warning": "control_api"}
+
+#: control API paths of the queues a ``queue`` check or ``snapshot`` step reads
+QUEUE_PATHS = {
+    "active": "/queues/active",
+    "shadow": "/queues/shadow",
+    "safetynet_primary": "/safetynet/primary",
+    "safetynet_shadow": "/safetynet/shadow",
+    "discard_events": "/discard-events",
+}
+
+
+def control_call(kind: str, arg: Any) -> tuple[str, str] | None:
+    """The control API call (method, path) a step or check of ``kind`` makes, when it
+    makes one call a target could answer without the whole control API (an admin
+    adapter: a queue listing, a re-rendered route); None for anything else."""
+    if kind in ("queue", "snapshot") and isinstance(arg, dict):
+        path = QUEUE_PATHS.get(str(arg.get("queue")))
+        return ("GET", path) if path else None
+    if kind == "route":
+        return ("PUT", "/topology/next_hops")
+    if kind == "config_warning":
+        return ("GET", "/config/warnings")
+    return None

@@ -1,0 +1,256 @@
+"""Scenario loader: YAML with line numbers, JSON Schema, then semantic checks.
+
+A scenario file holds optional ``defaults`` and a list of ``scenarios``. Each
+scenario names the behaviour IDs it checks, the capabilities it needs, a
+topology (inline, or the name of a shared file under ``topologies/``),
+settings under their Exchange names, steps and expectations. See
+``docs/scenario-format.md``.
+
+Every problem is raised as one :class:`~pytest_shadowcheck.errors.ScenarioError`
+pointing at the file and line where it is. The model the loader builds is in
+:mod:`~pytest_shadowcheck.scenario.model` (re-exported here), the step checks in
+:mod:`~pytest_shadowcheck.scenario.validation`.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pytest_shadowcheck.errors import ScenarioError, SourceRef
+from pytest_shadowcheck.scenario.durations import parse_duration
+from pytest_shadowcheck.scenario.marked_yaml import load_marked_yaml, locate
+from pytest_shadowcheck.scenario.model import (
+    CAPABILITIES,
+    CAPABILITY_NEED,
+    CHECK_CAPABILITY,
+    DURATION_SETTINGS,
+    MTA_CAPABILITIES,
+    PROCESS_CAPABILITIES,
+    SETTING_NAMES,
+    STEP_CAPABILITY,
+    NextHop,
+    NodeSpec,
+    Scenario,
+    Step,
+    Topology,
+    plain,
+)
+from pytest_shadowcheck.scenario.schema import scenario_schema, topology_schema, validate
+from pytest_shadowcheck.scenario.validation import StepChecker
+
+__all__ = [
+    "CAPABILITIES",
+    "CAPABILITY_NEED",
+    "CHECK_CAPABILITY",
+    "MTA_CAPABILITIES",
+    "PROCESS_CAPABILITIES",
+    "SETTING_NAMES",
+    "STEP_CAPABILITY",
+    "NextHop",
+    "NodeSpec",
+    "Scenario",
+    "Step",
+    "Topology",
+    "load_behaviours",
+    "load_scenario_file",
+]
+
+
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_SETTLE = 10.0
+BUNDLED_TOPOLOGIES = "topologies"
+
+
+@cache
+def load_behaviours() -> dict[str, dict[str, str]]:
+    """The behaviour catalogue shipped with the package: ID -> {summary, text, group}."""
+    text = resources.files("pytest_shadowcheck").joinpath("behaviours.yaml")
+    data = yaml.safe_load(text.read_text(encoding="utf-8"))
+    return {entry["id"]: entry for entry in data["behaviours"]}
+
+
+def _topology_dirs(path: Path) -> list[Path]:
+    bundled = Path(str(resources.files("scenarios"))) / BUNDLED_TOPOLOGIES
+    out = [path.parent / BUNDLED_TOPOLOGIES, path.parent.parent / BUNDLED_TOPOLOGIES, bundled]
+    seen: list[Path] = []
+    for candidate in out:
+        if candidate not in seen:
+            seen.append(candidate)
+    return seen
+
+
+def _load_topology(ref: Any, doc: Any, doc_path: list[Any], path: Path) -> Topology:
+    line, column = locate(doc, doc_path)
+    where = SourceRef(path, line, column)
+    if isinstance(ref, str):
+        dirs = _topology_dirs(path)
+        for directory in dirs:
+            candidate = directory / f"{ref}.yaml"
+            if candidate.is_file():
+                data = load_marked_yaml(candidate)
+                validate(data, topology_schema(), candidate)
+                return _build_topology(ref, data, candidate)
+        known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.yaml")})
+        raise ScenarioError(
+            f"unknown topology {ref!r}",
+            where,
+            f"an inline topology or one of {', '.join(known) or '(none found)'} "
+            f"(files NAME.yaml in {', '.join(str(d) for d in dirs)})",
+        )
+    return _build_topology("inline", ref, path, doc=doc, doc_path=doc_path)
+
+
+def _build_topology(
+    name: str, data: Any, path: Path, doc: Any = None, doc_path: list[Any] | None = None
+) -> Topology:
+    doc = data if doc is None else doc
+    base = doc_path or []
+
+    def where(*parts: Any) -> SourceRef:
+        line, column = locate(doc, [*base, *parts])
+        return SourceRef(path, line, column)
+
+    nodes = {
+        n: NodeSpec(
+            name=n,
+            site=spec.get("site", "site-a"),
+            dag=spec["dag"] if "dag" in spec else data.get("boundary", "dag1"),
+            profile=spec.get("profile"),
+            next_hops={
+                d: NextHop(d, h.get("sink"), h.get("kind", "mailbox"), h.get("node"))
+                for d, h in spec.get("next_hops", {}).items()
+            },
+        )
+        for n, spec in data["nodes"].items()
+    }
+    hops = {
+        d: NextHop(d, h.get("sink"), h.get("kind", "mailbox"), h.get("node"))
+        for d, h in data.get("next_hops", {}).items()
+    }
+    for domain, hop in hops.items():
+        if hop.node and hop.node not in nodes:
+            raise ScenarioError(
+                f"next hop {domain!r} names unknown node {hop.node!r}",
+                where("next_hops", domain),
+                f"one of {', '.join(nodes)}",
+            )
+    return Topology(
+        name=name,
+        nodes=nodes,
+        next_hops=hops,
+        boundary=data.get("boundary", "dag1"),
+        profile=data.get("profile", "2013"),
+        clock=data.get("clock", "real"),
+        directory=plain(data.get("directory", {})),
+        description=data.get("description", ""),
+    )
+
+
+def load_scenario_file(path: Path) -> list[Scenario]:
+    """Load, validate and check one scenario file; raise ScenarioError on any problem."""
+    path = Path(path)
+    doc = load_marked_yaml(path)
+    if not isinstance(doc, dict):
+        raise ScenarioError(
+            "a scenario file must be a mapping with a 'scenarios' list",
+            SourceRef(path, 1),
+            "scenarios: [...] (and optionally defaults: {...})",
+        )
+    validate(doc, scenario_schema(), path)
+    defaults = doc.get("defaults", {})
+    catalogue = load_behaviours()
+    out: list[Scenario] = []
+    names: set[str] = set()
+    for index, raw in enumerate(doc["scenarios"]):
+        base = ["scenarios", index]
+
+        def where(*parts: Any, _base: list[Any] = base) -> SourceRef:
+            line, column = locate(doc, [*_base, *parts])
+            return SourceRef(path, line, column)
+
+        name = raw["name"]
+        if name in names:
+            raise ScenarioError(f"duplicate scenario name {name!r}", where("name"), "unique names")
+        names.add(name)
+        merged: dict[str, Any] = {**defaults, **raw}
+        merged["settings"] = {**defaults.get("settings", {}), **raw.get("settings", {})}
+        merged["requires"] = list(
+            dict.fromkeys([*defaults.get("requires", []), *raw.get("requires", [])])
+        )
+        topo_path = [*base, "topology"] if "topology" in raw else ["defaults", "topology"]
+        if "topology" not in merged:
+            raise ScenarioError(
+                f"scenario {name!r} has no topology", where(), "topology: NAME or a mapping"
+            )
+        for i, bid in enumerate(merged["behaviours"]):
+            if bid not in catalogue:
+                bpath = ["behaviours", i] if "behaviours" in raw else None
+                at = where(*bpath) if bpath else SourceRef(path, *locate(doc, ["defaults"]))
+                raise ScenarioError(
+                    f"unknown behaviour ID {bid!r}", at, "an ID of the catalogue (CR-1 .. TO-4)"
+                )
+        topology = _load_topology(merged["topology"], doc, topo_path, path)
+        settings: dict[str, Any] = {}
+        for key, value in merged["settings"].items():
+            in_raw = key in raw.get("settings", {})
+            spath = [*base, "settings", key] if in_raw else ["defaults", "settings", key]
+            at = SourceRef(path, *locate(doc, spath))
+            settings[key] = parse_duration(value, at) if key in DURATION_SETTINGS else value
+        node_settings: dict[str, dict[str, Any]] = {}
+        for node, values in raw.get("node_settings", {}).items():
+            if node not in topology.nodes:
+                raise ScenarioError(
+                    f"node_settings for unknown node {node!r}",
+                    where("node_settings", node),
+                    f"a node of topology {topology.name!r}: {', '.join(topology.nodes)}",
+                )
+            node_settings[node] = {
+                key: parse_duration(value, where("node_settings", node, key))
+                if key in DURATION_SETTINGS
+                else value
+                for key, value in values.items()
+            }
+        context = StepChecker(path, doc, topology, settings, list(merged["behaviours"]))
+        steps = [
+            context.step(step, [*base, "steps", i]) for i, step in enumerate(raw.get("steps", []))
+        ]
+        context.sent_all = True
+        scenario_given = raw.get("given")
+        if scenario_given is not None:
+            scenario_given = plain(scenario_given)
+            context.matcher(scenario_given, [*base, "given"])
+        expect = [
+            context.check(check, [*base, "expect", i])
+            for i, check in enumerate(merged.get("expect", []))
+        ]
+        timeout = DEFAULT_TIMEOUT
+        if "timeout" in merged:
+            timeout = parse_duration(merged["timeout"], where("timeout"))
+        settle = DEFAULT_SETTLE
+        if "settle" in merged:
+            settle = parse_duration(merged["settle"], where("settle"))
+        out.append(
+            Scenario(
+                name=name,
+                title=raw.get("title", name),
+                behaviours=list(merged["behaviours"]),
+                requires=merged["requires"],
+                topology=topology,
+                settings=settings,
+                steps=steps,
+                expect=expect,
+                timeout=timeout,
+                settle=settle,
+                where=where(),
+                node_settings=node_settings,
+                start_refused=raw.get("start", {}).get("refused"),
+                permitted_headers=list(merged.get("permitted_headers", [])),
+                given=scenario_given,
+            )
+        )
+    return out

@@ -1,0 +1,169 @@
+"""The scenario model: topology, steps, scenarios and the capabilities they need.
+
+Plain data, built by :mod:`pytest_shadowcheck.scenario.loader` from a YAML file; the
+engine runs a :class:`Scenario`, the checks read its :class:`Step` s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_shadowcheck.errors import SourceRef
+from pytest_shadowcheck.scenario.capabilities import (
+    CAPABILITIES,
+    CAPABILITY_NEED,
+    CHECK_CAPABILITY,
+    MTA_CAPABILITIES,
+    PROCESS_CAPABILITIES,
+    STEP_CAPABILITY,
+)
+from pytest_shadowcheck.scenario.schema import scenario_schema
+
+__all__ = [
+    "CAPABILITIES",
+    "CAPABILITY_NEED",
+    "CHECK_CAPABILITY",
+    "DURATION_SETTINGS",
+    "MTA_CAPABILITIES",
+    "PROCESS_CAPABILITIES",
+    "SETTING_NAMES",
+    "STEP_CAPABILITY",
+    "NextHop",
+    "NodeSpec",
+    "Scenario",
+    "Step",
+    "Topology",
+    "plain",
+]
+
+#: every setting a scenario may give (Exchange names), and those that are durations
+SETTING_NAMES = frozenset(scenario_schema()["$defs"]["settings"]["properties"])
+DURATION_SETTINGS = frozenset(
+    name
+    for name, spec in scenario_schema()["$defs"]["settings"]["properties"].items()
+    if spec == {"$ref": "#/$defs/duration"}
+)
+
+
+@dataclass(frozen=True)
+class NextHop:
+    """Where a node sends mail for one domain: a harness sink or another node."""
+
+    domain: str
+    sink: str | None = None
+    kind: str = "mailbox"
+    node: str | None = None
+
+
+@dataclass
+class NodeSpec:
+    name: str
+    site: str = "site-a"
+    dag: str | None = None
+    profile: str | None = None
+    next_hops: dict[str, NextHop] = field(default_factory=dict)
+
+
+@dataclass
+class Topology:
+    """Nodes of one boundary, their next hops and the recipient directory."""
+
+    name: str
+    nodes: dict[str, NodeSpec]
+    next_hops: dict[str, NextHop] = field(default_factory=dict)
+    boundary: str = "dag1"
+    profile: str = "2013"
+    clock: str = "real"
+    directory: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+    def sinks(self) -> list[str]:
+        names = {hop.sink for hop in self.next_hops.values() if hop.sink}
+        for node in self.nodes.values():
+            names |= {hop.sink for hop in node.next_hops.values() if hop.sink}
+        return sorted(names)
+
+    def hops_of(self, node: str) -> dict[str, NextHop]:
+        return {**self.next_hops, **self.nodes[node].next_hops}
+
+    def links(self) -> list[str]:
+        """Every link the harness proxies: client->N, N->M, N->SINK.
+
+        Every node gets a link to every sink, not only to those its next hops
+        name: a ``route`` step may give it one at run time."""
+        out = [f"client->{n}" for n in self.nodes]
+        out += [f"{a}->{b}" for a in self.nodes for b in self.nodes if a != b]
+        out += [f"{node}->{sink}" for node in self.nodes for sink in self.sinks()]
+        return out
+
+
+@dataclass
+class Step:
+    kind: str
+    arg: Any
+    where: SourceRef
+    #: for a check: the behaviour IDs it evidences (empty: all the scenario's)
+    behaviours: list[str] = field(default_factory=list)
+    #: for a check: an event that must have happened for the check to apply; when it
+    #: did not, the check is NOT-APPLICABLE (the behaviour that required the event is
+    #: judged by a check of its own)
+    given: dict[str, Any] | None = None
+    #: for a check: the scenario's premise (a message accepted, delivered), evidence of
+    #: nothing; when it fails the check's behaviours are NOT-APPLICABLE, not failed
+    precondition: bool = False
+
+    def capability(self) -> str | None:
+        """The capability a check needs to look (the control API for a queue), or None."""
+        return CHECK_CAPABILITY.get(self.kind)
+
+
+@dataclass
+class Scenario:
+    """One runnable scenario: a pytest item."""
+
+    name: str
+    title: str
+    behaviours: list[str]
+    requires: list[str]
+    topology: Topology
+    settings: dict[str, Any]
+    steps: list[Step]
+    expect: list[Step]
+    timeout: float
+    settle: float
+    where: SourceRef
+    #: settings of single nodes, over ``settings``
+    node_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the nodes must refuse to start, for a reason matching this regex (TO-3 on a
+    #: black box: a configuration it must reject is given at start)
+    start_refused: str | None = None
+    #: header fields the transport may add to a message beyond the trace fields
+    #: (the integrity invariant)
+    permitted_headers: list[str] = field(default_factory=list)
+    #: the event every behaviour of the scenario presupposes (a shadow copy made): when
+    #: it never happened, the scenario's checks are NOT-APPLICABLE, and the behaviour
+    #: that required the event is judged in scenarios of its own
+    given: dict[str, Any] | None = None
+
+    def required_capabilities(self) -> list[str]:
+        """Declared capabilities plus those the steps imply: without them the scenario
+        cannot run. A check that needs a capability to look (a queue through the control
+        API) is not among them: without it that check alone is UNTESTABLE, and the wire
+        evidence of the others still decides."""
+        needed = set(self.requires)
+        for step in self.steps:
+            if step.kind in STEP_CAPABILITY:
+                needed.add(STEP_CAPABILITY[step.kind])
+        if self.topology.clock == "virtual":
+            needed.add("virtual_clock")
+        return [c for c in CAPABILITIES if c in needed]
+
+
+def plain(value: Any) -> Any:
+    """A YAML value with its line marks stripped: plain dicts and lists."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value

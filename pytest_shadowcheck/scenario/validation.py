@@ -1,0 +1,372 @@
+"""Semantic checks of a scenario's steps and expectations against its topology.
+
+The JSON Schema has already checked each step's shape; what it cannot know is
+whether a node, link, sink or message a step names exists at that point, and
+whether the values fit together. Every problem is one ScenarioError at the
+file and line of the offending value.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from pytest_shadowcheck.errors import ScenarioError, SourceRef
+from pytest_shadowcheck.scenario.durations import parse_duration, resolve_time
+from pytest_shadowcheck.scenario.marked_yaml import locate
+from pytest_shadowcheck.scenario.model import DURATION_SETTINGS, Step, Topology, plain
+from pytest_shadowcheck.scenario.workload_spec import load_workload
+
+__all__ = ["StepChecker"]
+
+
+class StepChecker:
+    """Semantic checks of steps and expectations against the scenario's topology."""
+
+    def __init__(
+        self,
+        path: Path,
+        doc: Any,
+        topology: Topology,
+        settings: dict[str, Any],
+        behaviours: list[str],
+    ):
+        self.path = path
+        self.doc = doc
+        self.topology = topology
+        self.settings = settings
+        self.behaviours = behaviours
+        self.sent: list[str] = []
+        self.sent_all = False
+
+    def at(self, doc_path: list[Any]) -> SourceRef:
+        return SourceRef(self.path, *locate(self.doc, doc_path))
+
+    def node(self, name: Any, doc_path: list[Any]) -> str:
+        if name not in self.topology.nodes:
+            raise ScenarioError(
+                f"unknown node {name!r}",
+                self.at(doc_path),
+                f"a node of topology {self.topology.name!r}: {', '.join(self.topology.nodes)}",
+            )
+        return str(name)
+
+    def sink(self, name: Any, doc_path: list[Any]) -> str:
+        if name not in self.topology.sinks():
+            raise ScenarioError(
+                f"unknown sink {name!r}",
+                self.at(doc_path),
+                f"a sink named in the topology's next_hops: {', '.join(self.topology.sinks())}",
+            )
+        return str(name)
+
+    def link(self, name: str, doc_path: list[Any]) -> str:
+        links = self.topology.links()
+        if name not in links:
+            raise ScenarioError(
+                f"unknown link {name!r}", self.at(doc_path), f"one of {', '.join(links)}"
+            )
+        return name
+
+    def message(self, ref: Any, doc_path: list[Any]) -> str:
+        if ref not in self.sent:
+            raise ScenarioError(
+                f"unknown message {ref!r}"
+                + ("" if self.sent_all else " (not sent before this point)"),
+                self.at(doc_path),
+                f"the id of a send step: {', '.join(self.sent) or '(no send step yet)'}",
+            )
+        return str(ref)
+
+    def duration(self, value: Any, doc_path: list[Any], timers: bool = False) -> float:
+        return parse_duration(value, self.at(doc_path), self.settings if timers else None)
+
+    def count(self, value: Any, doc_path: list[Any]) -> int:
+        """A whole number, or the name of a whole-number setting of the scenario."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        setting = self.settings.get(value)
+        if isinstance(setting, int) and not isinstance(setting, bool):
+            return setting
+        hint = "" if setting is None else f" (it is {setting!r}, not a whole number)"
+        raise ScenarioError(
+            f"{value!r} is not a whole-number setting of this scenario{hint}",
+            self.at(doc_path),
+            "a number, or a setting the scenario sets, e.g. MaxRetriesForLocalSiteShadow",
+        )
+
+    def step(self, raw: Any, doc_path: list[Any]) -> Step:
+        kind = next(iter(raw))
+        arg = plain(raw[kind])
+        p = [*doc_path, kind]
+        if kind == "send":
+            if arg["id"] in self.sent:
+                raise ScenarioError(
+                    f"duplicate message id {arg['id']!r}", self.at([*p, "id"]), "unique ids"
+                )
+            self.node(arg["via"], [*p, "via"])
+            if "timeout" in arg:
+                arg["timeout"] = self.duration(arg["timeout"], [*p, "timeout"])
+            self.sent.append(arg["id"])
+        elif kind == "fault":
+            self.link(arg["link"], [*p, "link"])
+            if "seconds" in arg:
+                arg["seconds"] = self.duration(arg["seconds"], [*p, "seconds"])
+            needs = {
+                "delay": "seconds",
+                "slow_accept": "seconds",
+                "slow_greeting": "seconds",
+                "drop_after": "bytes",
+            }.get(arg["kind"])
+            if needs and needs not in arg:
+                raise ScenarioError(
+                    f"fault {arg['kind']!r} needs {needs!r}", self.at(p), f"{needs}: ..."
+                )
+        elif kind == "heal":
+            if arg != "all":
+                self.link(arg, p)
+        elif kind in ("kill", "pause", "resume", "restart", "wipe"):
+            self.node(arg, p)
+        elif kind == "wait":
+            if isinstance(arg, dict):
+                arg["timeout"] = self.duration(arg["timeout"], [*p, "timeout"], timers=True)
+                for ref in ("delivered", "reply"):
+                    if ref in arg:
+                        self.message(arg[ref], [*p, ref])
+                if "to" in arg:
+                    self.sink(arg["to"], [*p, "to"])
+            else:
+                arg = self.duration(arg, p, timers=True)
+        elif kind == "advance":
+            arg = self.duration(arg, p, timers=True)
+        elif kind == "set_settings":
+            for i, node in enumerate(arg.get("nodes", [])):
+                self.node(node, [*p, "nodes", i])
+            for key, value in list(arg["values"].items()):
+                if key in DURATION_SETTINGS:
+                    arg["values"][key] = self.duration(value, [*p, "values", key])
+        elif kind in ("resubmit", "snapshot"):
+            self.node(arg["node"], [*p, "node"])
+            for key in ("start", "end") if kind == "resubmit" else ():
+                resolve_time(arg[key], 0.0, self.at([*p, key]))
+        elif kind == "directory":
+            group, recipient = "group" in arg, "recipient" in arg
+            if (
+                group == recipient
+                or ("members" in arg and not group)
+                or ("database" in arg and not recipient)
+            ):
+                raise ScenarioError(
+                    "a directory step changes one group or one recipient",
+                    self.at(p),
+                    "{group, members} or {recipient, database}",
+                )
+        elif kind == "route":
+            self.route(arg, p)
+        elif kind == "sink":
+            self.sink(arg["name"], [*p, "name"])
+        elif kind == "session":
+            self.session(arg, p)
+        elif kind == "workload":
+            arg = load_workload(
+                arg,
+                self.topology,
+                lambda sub: self.at([*p, *sub]),
+                self.evidenced(arg.get("behaviours", []), p) or self.behaviours,
+            )
+        elif kind == "check":
+            check = self.check(raw[kind], p)
+            arg = {"kind": check.kind, **check.arg}
+            return Step(
+                kind, arg, self.at(doc_path), check.behaviours, check.given, check.precondition
+            )
+        return Step(kind, arg, self.at(doc_path))
+
+    def evidenced(self, behaviours: list[str], doc_path: list[Any]) -> list[str]:
+        """The behaviour IDs a check says it evidences: each must be one the scenario names."""
+        for i, bid in enumerate(behaviours):
+            if bid not in self.behaviours:
+                raise ScenarioError(
+                    f"this check evidences {bid}, which the scenario does not name",
+                    self.at([*doc_path, "behaviours", i]),
+                    f"one of the scenario's behaviours ({', '.join(self.behaviours)}), "
+                    "or add it to the scenario's behaviours",
+                )
+        return list(behaviours)
+
+    def session(self, arg: dict[str, Any], doc_path: list[Any]) -> None:
+        """Check a session step and normalise its items to {send|message, reply?}."""
+        self.node(arg["via"], [*doc_path, "via"])
+        self.evidenced(arg.get("behaviours", []), doc_path)
+        for key in ("timeout", "idle", "keepalive"):
+            if key in arg:
+                arg[key] = self.duration(arg[key], [*doc_path, key], timers=True)
+        if "keepalive" in arg and "idle" not in arg:
+            raise ScenarioError(
+                "keepalive needs idle: how long to keep the session open",
+                self.at([*doc_path, "keepalive"]),
+                "e.g. {idle: ReceiveConnectionTimeout + 2s, keepalive: 300ms}",
+            )
+        items = []
+        for i, item in enumerate(arg["say"]):
+            item = {"send": item} if isinstance(item, str) else item
+            at = [*doc_path, "say", i]
+            if "auth_as" in item:
+                self.node(item["auth_as"], [*at, "auth_as"])
+            if "message" in item:
+                if item["message"] in self.sent:
+                    raise ScenarioError(
+                        f"duplicate message id {item['message']!r}",
+                        self.at([*at, "message"]),
+                        "unique ids",
+                    )
+                self.sent.append(item["message"])
+            if "reply" in item:
+                try:
+                    re.compile(item["reply"])
+                except re.error as exc:
+                    raise ScenarioError(
+                        f"bad regular expression: {exc}", self.at([*at, "reply"]), "a Python regex"
+                    ) from None
+            items.append({**item, "where": str(self.at(at))})
+        arg["say"] = items
+        if "control" in arg:
+            self.control(arg["control"], items, [*doc_path, "control"])
+
+    def control(
+        self, control: dict[str, str], items: list[dict[str, Any]], doc_path: list[Any]
+    ) -> None:
+        """A control session replays the lines with stand-in verbs, so it must not
+        send messages, and each verb must be said and replaced by a different one."""
+        if any("message" in item for item in items):
+            raise ScenarioError(
+                "a session with control cannot send a message: the control session "
+                "would send it a second time",
+                self.at(doc_path),
+                "put the message in a session of its own",
+            )
+        said = {item["send"].partition(" ")[0].upper() for item in items if "send" in item}
+        for verb, stand_in in control.items():
+            if verb.upper() not in said or stand_in.upper() in said | {verb.upper()}:
+                raise ScenarioError(
+                    f"control {verb}: {stand_in} must replace a verb the session says "
+                    "with one it does not say",
+                    self.at([*doc_path, verb]),
+                    "e.g. control: {XQDISCARD: XQNOSUCH}",
+                )
+
+    def route(self, arg: dict[str, Any], doc_path: list[Any]) -> None:
+        if ("sink" in arg) == ("node" in arg):
+            raise ScenarioError(
+                "a route step needs exactly one of sink and node",
+                self.at(doc_path),
+                "{domain: D, sink: SINK} or {domain: D, node: NODE}",
+            )
+        if "sink" in arg:
+            self.sink(arg["sink"], [*doc_path, "sink"])
+        else:
+            self.node(arg["node"], [*doc_path, "node"])
+            if "kind" in arg:
+                raise ScenarioError(
+                    "kind applies to a route to a sink only", self.at([*doc_path, "kind"])
+                )
+        for i, node in enumerate(arg.get("nodes", [])):
+            self.node(node, [*doc_path, "nodes", i])
+
+    def matcher(self, arg: dict[str, Any], doc_path: list[Any]) -> None:
+        if "any_of" in arg:
+            if len(arg) > 1:
+                raise ScenarioError(
+                    "'any_of' takes no other key: put them in its matchers",
+                    self.at([*doc_path, "any_of"]),
+                    "e.g. {any_of: [{link: mbx1->mbx2, opened: true}, {reply: m1}]}",
+                )
+            for i, each in enumerate(arg["any_of"]):
+                self.matcher(each, [*doc_path, "any_of", i])
+            return
+        if "opened" in arg and not ({"link"} <= set(arg) <= {"link", "opened"}):
+            raise ScenarioError(
+                "'opened' matches the opening of a connection on a link: it needs link, "
+                "and takes nothing else",
+                self.at([*doc_path, "opened"]),
+                "e.g. {link: mbx1->mbx2, opened: true}",
+            )
+        if "link" in arg:
+            self.link(arg["link"], [*doc_path, "link"])
+        for ref in ("message", "reply", "delivered"):
+            if ref in arg:
+                self.message(arg[ref], [*doc_path, ref])
+        if "to" in arg:
+            self.sink(arg["to"], [*doc_path, "to"])
+        if "line" in arg:
+            try:
+                re.compile(arg["line"])
+            except re.error as exc:
+                raise ScenarioError(
+                    f"bad regular expression: {exc}", self.at([*doc_path, "line"]), "a Python regex"
+                ) from None
+        if "closed" in arg and ("link" not in arg or "line" in arg or "direction" in arg):
+            raise ScenarioError(
+                "'closed' matches the close of a connection on a link: it needs link, "
+                "and takes no line or direction",
+                self.at([*doc_path, "closed"]),
+                "e.g. {link: mbx1->mailbox, closed: any, message: m1}",
+            )
+        if not {"link", "reply", "delivered", "step"} & set(arg):
+            raise ScenarioError(
+                "an event matcher needs link, reply, delivered or step",
+                self.at(doc_path),
+                "e.g. {link: mbx1->mbx2, line: '^250', message: m1} or {reply: m1}",
+            )
+
+    def check(self, raw: Any, doc_path: list[Any]) -> Step:
+        kind = next(iter(raw))
+        arg = plain(raw[kind])
+        p = [*doc_path, kind]
+        behaviours = self.evidenced(arg.pop("behaviours", []), p)
+        given = arg.pop("given", None)
+        if given is not None:
+            self.matcher(given, [*p, "given"])
+        precondition = bool(arg.pop("precondition", False))
+        if "message" in arg and kind != "order":
+            self.message(arg["message"], [*p, "message"])
+        for key in ("contains", "absent"):
+            if kind == "queue" and key in arg:
+                for i, ref in enumerate(arg[key]):
+                    self.message(ref, [*p, key, i])
+        if "node" in arg:
+            self.node(arg["node"], [*p, "node"])
+        if kind in ("delivered", "not_delivered") and "to" in arg:
+            self.sink(arg["to"], [*p, "to"])
+        if kind in ("delivered", "not_delivered") and "by" in arg:
+            self.node(arg["by"], [*p, "by"])
+        if kind == "delivered" and "count" in arg and "duplicates" in arg:
+            raise ScenarioError(
+                "'count' says exactly how many copies arrive: it takes no 'duplicates'",
+                self.at([*p, "duplicates"]),
+                "delivered: {message: m1, count: 2}",
+            )
+        if kind in ("lines", "connections"):
+            self.link(arg["link"], [*p, "link"])
+        if kind == "lines" and arg.get("unique") and "contains" not in arg:
+            raise ScenarioError(
+                "'unique' says which lines must not repeat: it needs 'contains'",
+                self.at([*p, "unique"]),
+                "lines: {link, contains: REGEX, unique: true}",
+            )
+        if kind == "connections":
+            for key in ("count", "at_least", "at_most"):
+                if key in arg:
+                    arg[key] = self.count(arg[key], [*p, key])
+            for key in ("from", "to"):
+                if key in arg:
+                    self.matcher(arg[key], [*p, key])
+        for key in ("within", "for", "at_least", "at_most", "tolerance"):
+            if key in arg:
+                arg[key] = self.duration(arg[key], [*p, key], timers=True)
+        if kind in ("order", "timing"):
+            first, then = ("first", "then") if kind == "order" else ("from", "to")
+            self.matcher(arg[first], [*p, first])
+            self.matcher(arg[then], [*p, then])
+        return Step(kind, arg, self.at(doc_path), behaviours, given, precondition)

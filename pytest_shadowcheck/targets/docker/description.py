@@ -1,0 +1,520 @@
+"""Docker target descriptions: load and check the YAML, render each node's files.
+
+A description (``--shadowcheck-target docker:PATH``) names the image, how many
+nodes the target can run, the files to write into each node's container
+(Jinja2 templates filled from the scenario's topology and settings), the
+command, a readiness check, how to read the MTA's version and the
+capabilities the MTA claims beyond those docker gives (kill, pause, restart
+and, with a ``queue_dir``, wipe_queue_db). The format is documented in
+``docs/targets.md``; ``targets/postfix.yaml`` is a complete example.
+
+Every problem is one :class:`DescriptionError` naming ``file:line``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from pytest_shadowcheck.errors import SourceRef, format_snippet
+from pytest_shadowcheck.scenario.durations import parse_duration
+from pytest_shadowcheck.scenario.loader import MTA_CAPABILITIES, PROCESS_CAPABILITIES
+from pytest_shadowcheck.targets.base import ClusterPlan, TargetError
+from pytest_shadowcheck.targets.docker.admin import AdminAdapters, AdminError, parse_admin
+
+if TYPE_CHECKING:
+    from pytest_shadowcheck.scenario.loader import Scenario
+
+__all__ = [
+    "CLAIMABLE",
+    "DOCKER_CAPABILITIES",
+    "Description",
+    "DescriptionError",
+    "NodePorts",
+    "Readiness",
+    "RenderedNode",
+    "load_description",
+    "render_node",
+]
+
+#: what docker itself gives: SIGKILL, the freezer, start again, a new queue volume
+DOCKER_CAPABILITIES = frozenset(PROCESS_CAPABILITIES)
+#: what only the MTA can provide; a description claims them under ``capabilities``
+CLAIMABLE = frozenset(MTA_CAPABILITIES)
+LISTEN_HOST = "127.0.0.1"
+
+_KEYS = {
+    "name": "label shown in reports (default: the file name)",
+    "image": "the image to run (required)",
+    "recipe": "the recipe that builds the image: a bundled one or your directory (images build)",
+    "max_nodes": "how many nodes the target can run at once",
+    "queue_dir": "directory of the durable queue: a named volume per node",
+    "files": "path in the container -> template (or {template, mode})",
+    "command": "the command, a list of templates",
+    "environment": "NAME -> template",
+    "ready": "readiness: smtp_banner, command, control_path, timeout",
+    "version": "how to read the MTA's version: command + format, or text",
+    "capabilities": "capabilities beyond docker's own",
+    "settings": "unsupported: settings the MTA cannot apply",
+    "added_headers": "header fields the MTA adds to every message beyond Received/Return-Path",
+    "admin": "commands run in the container: reload, check, flush, queue (docker_admin.py)",
+    "logs": "files in the container the MTA logs to, shown as the node's log",
+}
+
+
+class DescriptionError(TargetError):
+    """The target description is wrong; ``str()`` names file:line and shows the line."""
+
+    def __init__(self, message: str, where: SourceRef) -> None:
+        text = f"{where}: {message}"
+        snippet = format_snippet(where.path, where.line, where.column)
+        super().__init__(f"{text}\n{snippet}" if snippet else text)
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """A node is ready when every given check passes within ``timeout`` seconds."""
+
+    smtp_banner: bool = True
+    command: tuple[str, ...] = ()
+    control_path: str | None = None
+    timeout: float = 30.0
+
+
+@dataclass(frozen=True)
+class FileTemplate:
+    path: str
+    source: str
+    mode: int
+    where: SourceRef
+    #: line of the description where the template's first line is
+    first_line: int
+
+
+@dataclass
+class Description:
+    """A loaded, checked target description."""
+
+    path: Path
+    name: str
+    image: str
+    recipe: str | None
+    max_nodes: int
+    queue_dir: str | None
+    files: list[FileTemplate]
+    command: list[str]
+    environment: dict[str, str]
+    ready: Readiness
+    version_command: list[str]
+    version_format: str
+    version_text: str | None
+    claimed: frozenset[str]
+    unsupported_settings: frozenset[str]
+    added_headers: frozenset[str] = frozenset()
+    admin: AdminAdapters = field(default_factory=AdminAdapters)
+    #: files in the container the MTA logs to (beside its standard output)
+    logs: tuple[str, ...] = ()
+    lines: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        own = DOCKER_CAPABILITIES if self.queue_dir else DOCKER_CAPABILITIES - {"wipe_queue_db"}
+        # a reload (or restart) after the files are rendered again with the new settings
+        adapted = {"set_settings"} if self.admin.reconfigures else set()
+        return own | self.claimed | adapted
+
+    def where(self, key: str) -> SourceRef:
+        return SourceRef(self.path, self.lines.get(key, 0))
+
+    def cannot_run(self, scenario: Scenario) -> str | None:
+        """Why a scenario cannot run on this description's MTA, or None."""
+        desc = self
+        nodes = len(scenario.topology.nodes)
+        if nodes > desc.max_nodes:
+            return f"{desc.name} runs at most {desc.max_nodes} nodes, the scenario has {nodes}"
+        given = set(scenario.settings).union(*scenario.node_settings.values())
+        changed = [s.arg["values"] for s in scenario.steps if s.kind == "set_settings"]
+        unsupported = sorted(given.union(*changed) & desc.unsupported_settings)
+        if unsupported:
+            return (
+                f"{desc.name} cannot apply setting {', '.join(unsupported)} "
+                f"(settings.unsupported in {desc.path})"
+            )
+        if scenario.start_refused is not None:
+            # the MTA must refuse a configuration: it must be given all of it first
+            named = [s for s in scenario.settings if re.search(scenario.start_refused, s)]
+            unrendered = sorted(s for s in named if not desc.renders(s))
+            if unrendered:
+                return (
+                    f"the configuration it must refuse cannot be given to {desc.name}: no "
+                    f"template of {desc.path.name} renders {', '.join(unrendered)}"
+                )
+        for step in scenario.steps:
+            if step.kind != "set_settings" or step.arg.get("result") != "rejected":
+                continue
+            # a change the MTA must reject proves nothing unless the MTA is given all of it
+            unrendered = sorted(s for s in step.arg["values"] if not desc.renders(s))
+            if unrendered:
+                return (
+                    f"the change it must reject (line {step.where.line}) cannot be given to "
+                    f"{desc.name}: no template of {desc.path.name} renders {', '.join(unrendered)}"
+                )
+        return None
+
+    def renders(self, setting: str) -> bool:
+        """Whether any template (files, command, environment) uses ``setting``: a
+        setting no template names never reaches the MTA."""
+        sources = [f.source for f in self.files] + self.command + list(self.environment.values())
+        return any(setting in source for source in sources)
+
+
+@dataclass(frozen=True)
+class NodePorts:
+    """Loopback ports the target allocated for one node (host networking)."""
+
+    smtp: int
+    control: int | None = None
+
+
+@dataclass
+class RenderedNode:
+    """What one node's container gets: files (path -> (content, mode)), command, env."""
+
+    files: dict[str, tuple[bytes, int]]
+    command: list[str]
+    environment: dict[str, str]
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _marks(node: yaml.Node) -> dict[str, tuple[int, str | None]]:
+    """(1-based line of the value, scalar style) for top-level keys and ``files.PATH``."""
+    out: dict[str, tuple[int, str | None]] = {}
+    if not isinstance(node, yaml.MappingNode):
+        return out
+    for key, value in node.value:
+        name = str(key.value)
+        out[name] = (key.start_mark.line + 1, None)
+        if name == "admin" and isinstance(value, yaml.MappingNode):
+            for akey, _ in value.value:
+                out[f"admin.{akey.value}"] = (akey.start_mark.line + 1, None)
+        if name == "files" and isinstance(value, yaml.MappingNode):
+            for fkey, fvalue in value.value:
+                template = fvalue
+                if isinstance(fvalue, yaml.MappingNode):
+                    template = next((v for k, v in fvalue.value if k.value == "template"), fvalue)
+                style = template.style if isinstance(template, yaml.ScalarNode) else None
+                out[f"files.{fkey.value}"] = (template.start_mark.line + 1, style)
+    return out
+
+
+def _template_env() -> Any:
+    try:
+        import jinja2
+    except ImportError:
+        raise TargetError(
+            "the docker target needs Jinja2 and the Docker SDK: "
+            "pip install 'pytest-shadowcheck[docker]'"
+        ) from None
+    env = jinja2.Environment(
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+    )
+    env.filters["to_yaml"] = lambda value: yaml.safe_dump(value, sort_keys=False)
+    env.filters["to_json"] = lambda value: json.dumps(value)
+    env.filters["seconds"] = _whole_seconds
+    return env
+
+
+def _whole_seconds(value: Any, minimum: int = 1) -> int:
+    """Round a timer up to whole seconds (most MTAs have no sub-second timers)."""
+    return max(minimum, math.ceil(float(value)))
+
+
+def _str_list(value: Any, where: SourceRef, what: str) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
+        raise DescriptionError(f"{what} must be a list of strings", where)
+    return [str(v) for v in value]
+
+
+def load_description(path: str | Path) -> Description:
+    """Read and check a target description; every template is compiled here."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TargetError(f"docker target description {file}: {exc.strerror or exc}") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line = mark.line + 1 if mark else 0
+        raise DescriptionError(f"YAML syntax error: {exc.problem}", SourceRef(file, line)) from None
+    marks = _marks(root) if root is not None else {}
+    lines = {key: line for key, (line, _) in marks.items()}
+
+    def at(key: str) -> SourceRef:
+        return SourceRef(file, lines.get(key, lines.get(key.split(".")[0], 1)))
+
+    if not isinstance(data, dict):
+        raise DescriptionError("a target description is a mapping (image, files, ...)", at(""))
+    unknown = sorted(set(data) - set(_KEYS))
+    if unknown:
+        known = ", ".join(_KEYS)
+        raise DescriptionError(f"unknown key {unknown[0]!r} (known: {known})", at(unknown[0]))
+    if not isinstance(data.get("image"), str) or not data["image"]:
+        raise DescriptionError("'image' is required: the image to run", at("image"))
+    env = _template_env()
+    import jinja2
+
+    files: list[FileTemplate] = []
+    raw_files = data.get("files") or {}
+    if not isinstance(raw_files, dict):
+        raise DescriptionError("'files' maps a container path to a template", at("files"))
+    for target_path, spec in raw_files.items():
+        key = f"files.{target_path}"
+        where = at(key)
+        if not str(target_path).startswith("/"):
+            raise DescriptionError(f"file {target_path!r}: the path must be absolute", where)
+        mode = 0o644
+        if isinstance(spec, dict):
+            if set(spec) - {"template", "mode"} or "template" not in spec:
+                raise DescriptionError(f"file {target_path}: expected {{template, mode}}", where)
+            try:
+                mode = int(str(spec.get("mode", "644")), 8)
+            except ValueError:
+                raise DescriptionError(
+                    f'file {target_path}: mode is octal text such as "600"', where
+                ) from None
+            spec = spec["template"]
+        if not isinstance(spec, str):
+            raise DescriptionError(f"file {target_path}: the template must be text", where)
+        line, style = marks.get(key, (0, None))
+        # a block scalar (| or >) starts on the line after its indicator
+        first = line + 1 if style in ("|", ">") else line
+        try:
+            env.from_string(spec)
+        except jinja2.TemplateSyntaxError as exc:
+            at_line = SourceRef(file, first + (exc.lineno or 1) - 1)
+            raise DescriptionError(f"template {target_path}: {exc.message}", at_line) from None
+        files.append(FileTemplate(str(target_path), spec, mode, where, first))
+
+    command = _str_list(data.get("command") or [], at("command"), "'command'")
+    environment = data.get("environment") or {}
+    if not isinstance(environment, dict):
+        raise DescriptionError("'environment' maps NAME to a template", at("environment"))
+    for item in [*command, *(str(v) for v in environment.values())]:
+        try:
+            env.from_string(item)
+        except jinja2.TemplateSyntaxError as exc:
+            raise DescriptionError(f"template {item!r}: {exc.message}", at("command")) from None
+
+    ready = _readiness(data.get("ready"), at("ready"))
+    version = data.get("version") or {}
+    if isinstance(version, str):
+        version = {"text": version}
+    if not isinstance(version, dict) or set(version) - {"command", "format", "text"}:
+        raise DescriptionError("'version' is {command: [...], format: '... {output}'} or text",
+                               at("version"))  # fmt: skip
+    claimed = set(_str_list(data.get("capabilities") or [], at("capabilities"), "'capabilities'"))
+    bad = sorted(claimed - CLAIMABLE - DOCKER_CAPABILITIES)
+    if bad:
+        raise DescriptionError(
+            f"unknown capability {bad[0]!r}: an MTA can claim {', '.join(sorted(CLAIMABLE))}",
+            at("capabilities"),
+        )
+    claimed -= DOCKER_CAPABILITIES
+    settings = data.get("settings") or {}
+    if not isinstance(settings, dict) or set(settings) - {"unsupported"}:
+        raise DescriptionError("'settings' has one key: unsupported: [NAME, ...]", at("settings"))
+    max_nodes = data.get("max_nodes", 8)
+    if not isinstance(max_nodes, int) or max_nodes < 1:
+        raise DescriptionError("'max_nodes' must be a positive number", at("max_nodes"))
+    queue_dir = data.get("queue_dir")
+    if queue_dir is not None and not str(queue_dir).startswith("/"):
+        raise DescriptionError("'queue_dir' must be an absolute path", at("queue_dir"))
+    admin = AdminAdapters()
+    if data.get("admin") is not None:
+        try:
+            admin = parse_admin(data["admin"], at)
+        except AdminError as exc:
+            raise DescriptionError(str(exc), exc.where) from None
+    logs = _str_list(data.get("logs") or [], at("logs"), "'logs'")
+    relative = [p for p in logs if not p.startswith("/")]
+    if relative:
+        raise DescriptionError(
+            f"logs: {relative[0]!r} must be an absolute path in the container", at("logs")
+        )
+    return Description(
+        path=file,
+        name=str(data.get("name") or file.stem),
+        image=data["image"],
+        recipe=str(data["recipe"]) if data.get("recipe") else None,
+        max_nodes=max_nodes,
+        queue_dir=str(queue_dir) if queue_dir else None,
+        files=files,
+        command=command,
+        environment={str(k): str(v) for k, v in environment.items()},
+        ready=ready,
+        version_command=_str_list(version.get("command") or [], at("version"), "version.command"),
+        version_format=str(version.get("format", "{output}")),
+        version_text=str(version["text"]) if "text" in version else None,
+        claimed=frozenset(claimed),
+        unsupported_settings=frozenset(
+            _str_list(settings.get("unsupported") or [], at("settings"), "settings.unsupported")
+        ),
+        added_headers=frozenset(
+            _str_list(data.get("added_headers") or [], at("added_headers"), "added_headers")
+        ),
+        admin=admin,
+        logs=tuple(logs),
+        lines=lines,
+    )
+
+
+def _readiness(raw: Any, where: SourceRef) -> Readiness:
+    if raw is None:
+        return Readiness()
+    known = {"smtp_banner", "command", "control_path", "timeout"}
+    if not isinstance(raw, dict) or set(raw) - known:
+        raise DescriptionError(
+            "'ready' takes smtp_banner (true/false), command [...], control_path, timeout", where
+        )
+    command = tuple(_str_list(raw.get("command") or [], where, "ready.command"))
+    banner = bool(raw.get("smtp_banner", not command))
+    try:
+        timeout = parse_duration(raw.get("timeout", 30), where)
+    except Exception as exc:
+        raise DescriptionError(f"ready.timeout: {exc}", where) from None
+    if not (banner or command or raw.get("control_path")):
+        raise DescriptionError("'ready' needs at least one check", where)
+    return Readiness(banner, command, raw.get("control_path"), timeout)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _hop(address: str) -> dict[str, Any]:
+    host, _, port = address.rpartition(":")
+    return {"host": host, "port": int(port), "address": address}
+
+
+def cluster_context(plan: ClusterPlan, ports: dict[str, NodePorts]) -> dict[str, Any]:
+    """The cluster file of the reference MTA (docs/contracts.md section 1), with every
+    node's SMTP and control address: templates write it with ``cluster | to_yaml``."""
+    from pytest_shadowcheck.targets.reference import cluster_document
+
+    cluster = cluster_document(plan)
+    for name, entry in cluster["nodes"].items():
+        entry["smtp"] = f"{LISTEN_HOST}:{ports[name].smtp}"
+        if ports[name].control is not None:
+            entry["control"] = f"{LISTEN_HOST}:{ports[name].control}"
+    return cluster
+
+
+def node_context(
+    plan: ClusterPlan,
+    node: str,
+    ports: dict[str, NodePorts],
+    run_id: str,
+    virtual_now: float | None = None,
+) -> dict[str, Any]:
+    """The variables a template sees for ``node`` (listed in docs/targets.md)."""
+    topo = plan.topology
+    spec = topo.nodes[node]
+    peers = {other: _hop(address) for other, address in plan.peers.get(node, {}).items()}
+    next_hops: dict[str, Any] = {}
+    for domain, hop in plan.next_hops.get(node, {}).items():
+        if "node" in hop:
+            # another node of the cluster: reached through the harness proxy to it
+            next_hops[domain] = {**peers[hop["node"]], "kind": "node", "node": hop["node"]}
+        else:
+            next_hops[domain] = {**_hop(hop["address"]), "kind": hop.get("kind", "mailbox")}
+    return {
+        "node": node,
+        "site": spec.site,
+        "dag": spec.dag,
+        "profile": spec.profile or topo.profile,
+        "listen_host": LISTEN_HOST,
+        "smtp_port": ports[node].smtp,
+        "control_port": ports[node].control,
+        "nodes": {
+            name: {
+                "site": s.site,
+                "dag": s.dag,
+                "smtp_port": ports[name].smtp,
+                "control_port": ports[name].control,
+            }
+            for name, s in topo.nodes.items()
+        },
+        "peers": peers,
+        "next_hops": next_hops,
+        # the scenario's settings, then this node's own (node_settings) over them
+        "settings": {**plan.settings, **plan.node_settings.get(node, {})},
+        "boundary": topo.boundary,
+        "clock": topo.clock,
+        "clock_start": plan.clock_start,
+        "virtual_now": virtual_now,
+        "directory": topo.directory or {},
+        "secret": plan.secret,
+        "run_id": run_id,
+        "cluster": cluster_context(plan, ports),
+    }
+
+
+def _template_line(exc: BaseException) -> int | None:
+    """Line inside the template where rendering failed (Jinja2 keeps it in the traceback)."""
+    line = getattr(exc, "lineno", None)
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def render_node(
+    description: Description,
+    plan: ClusterPlan,
+    node: str,
+    ports: dict[str, NodePorts],
+    run_id: str,
+    virtual_now: float | None = None,
+) -> RenderedNode:
+    """Fill every template for ``node``; a template error names the description line.
+    Command items that render to nothing are left out."""
+    import jinja2
+
+    env = _template_env()
+    context = node_context(plan, node, ports, run_id, virtual_now)
+
+    def render(source: str, where: SourceRef, first_line: int | None = None) -> str:
+        try:
+            return str(env.from_string(source).render(context))
+        except jinja2.TemplateError as exc:
+            line = where
+            lineno = _template_line(exc)
+            if first_line and lineno:
+                line = SourceRef(where.path, first_line + lineno - 1)
+            raise DescriptionError(f"cannot render for node {node}: {exc}", line) from None
+
+    files = {
+        f.path: (render(f.source, f.where, f.first_line).encode(), f.mode)
+        for f in description.files
+    }
+    command = [render(item, description.where("command")) for item in description.command]
+    command = [item for item in command if item.strip()]
+    environment = {
+        name: render(value, description.where("environment"))
+        for name, value in description.environment.items()
+    }
+    return RenderedNode(files, command, environment)

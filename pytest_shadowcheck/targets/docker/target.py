@@ -1,0 +1,693 @@
+"""The ``docker`` target: each node of a scenario is a container of an MTA image.
+
+``--shadowcheck-target docker:targets/postfix.yaml`` names a target
+description (:mod:`.docker_description`): the image, the files rendered per
+node from the scenario's topology and settings, the command, readiness, the
+version and the capabilities the MTA claims. Docker itself gives:
+
+* kill = SIGKILL to the container; restart = start the same container again
+  (same files, same queue volume); pause / resume = the cgroup freezer;
+* wipe_queue_db = remove the container and its queue volume (``queue_dir``),
+  then create both afresh from the image.
+
+Containers use host networking and the templates bind them to loopback ports
+the target allocates, so every link goes through the harness proxies and no
+traffic leaves the machine. Every container and volume carries labels naming
+the run and the owning process; they are removed on stop, at interpreter exit,
+and - after a crash or SIGKILL - by the reaper that runs before the first start
+of any later run. Each container's log (its output, then the description's
+``logs:`` files) is written to the scenario's workdir (``NODE.log``) before the
+container is removed.
+
+Without a control API, a description's admin adapters (:mod:`.docker_admin`)
+run commands in the container: ``set_settings`` and route changes render the
+files again and reload the MTA (or restart it on its queue, ``reload: restart``);
+a queue listing answers GET /queues/active.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import os
+import secrets
+import socket
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from pytest_shadowcheck.scenario.loader import Scenario
+from pytest_shadowcheck.targets.base import ClusterPlan, NodeHandle, Target, TargetError
+from pytest_shadowcheck.targets.docker.admin import (
+    ACTIVE_QUEUE,
+    EXEC_TIMEOUT,
+    ROUTES,
+    list_queue,
+    read_file,
+    run_in,
+)
+from pytest_shadowcheck.targets.docker.description import (
+    LISTEN_HOST,
+    Description,
+    NodePorts,
+    RenderedNode,
+    load_description,
+    render_node,
+)
+from pytest_shadowcheck.targets.docker.images import RECIPE_HASH_LABEL
+from pytest_shadowcheck.targets.docker.support import (
+    docker_client,
+    free_ports,
+    http_ok,
+    smtp_banner,
+    tar_files,
+)
+from pytest_shadowcheck.targets.hookspecs import hookimpl
+
+__all__ = ["DockerTarget", "docker_client", "owner_label", "reap_leftovers"]
+
+LABEL_OWNER = "org.shadowcheck.owner"
+LABEL_RUN = "org.shadowcheck.run"
+LABEL_NODE = "org.shadowcheck.node"
+LABEL_TARGET = "org.shadowcheck.target"
+KILL_TIMEOUT = 10.0
+POLL = 0.1
+LOG_TAIL = 15
+PAUSE_ATTEMPTS = 5
+#: reload by restart: how long the MTA may take to stop on SIGTERM before SIGKILL
+STOP_GRACE = 10
+
+#: (container ids, volume names) this process created and has not removed yet
+_LIVE_CONTAINERS: set[str] = set()
+_LIVE_VOLUMES: set[str] = set()
+_REAPED = False
+
+
+# --------------------------------------------------------------------------- ownership
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (tells a reused pid apart)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]
+
+
+def owner_label(pid: int | None = None) -> str:
+    """``host:pid:start`` of the process that owns a container."""
+    pid = pid or os.getpid()
+    return f"{socket.gethostname()}:{pid}:{_start_time(pid) or '?'}"
+
+
+def _owner_alive(label: str) -> bool:
+    host, _, rest = label.partition(":")
+    pid, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True  # another machine's engine user: not ours to judge
+    if start == "?":  # no /proc when it was labelled: the pid alone must do
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return _start_time(int(pid)) == start
+
+
+def reap_leftovers(client: Any) -> list[str]:
+    """Remove containers and volumes labelled by a process of this host that is gone
+    (a crashed or SIGKILLed run); return their names. Live owners are left alone."""
+    from docker.errors import APIError, NotFound
+
+    removed = []
+    for container in client.containers.list(all=True, filters={"label": LABEL_OWNER}):
+        if _owner_alive(container.labels.get(LABEL_OWNER, "")):
+            continue
+        with contextlib.suppress(NotFound, APIError):
+            container.remove(force=True)
+            removed.append(container.name)
+    for volume in client.volumes.list(filters={"label": LABEL_OWNER}):
+        labels = volume.attrs.get("Labels") or {}
+        if _owner_alive(labels.get(LABEL_OWNER, "")):
+            continue
+        with contextlib.suppress(NotFound, APIError):
+            volume.remove(force=True)
+            removed.append(volume.name)
+    return removed
+
+
+def _remove_live() -> None:
+    """atexit: remove whatever this process still owns (a run that did not stop)."""
+    if not (_LIVE_CONTAINERS or _LIVE_VOLUMES):
+        return
+    with contextlib.suppress(Exception):
+        client = docker_client()
+        for cid in list(_LIVE_CONTAINERS):
+            with contextlib.suppress(Exception):
+                client.containers.get(cid).remove(force=True)
+        for name in list(_LIVE_VOLUMES):
+            with contextlib.suppress(Exception):
+                client.volumes.get(name).remove(force=True)
+    _LIVE_CONTAINERS.clear()
+    _LIVE_VOLUMES.clear()
+
+
+atexit.register(_remove_live)
+
+
+# --------------------------------------------------------------------------- the target
+
+
+class DockerTarget(Target):
+    name = "docker"
+
+    def __init__(self, path: str, run_id: str | None = None) -> None:
+        self.description: Description = load_description(path)
+        # "docker:postfix" in reasons: "target docker:postfix lacks capability control_api"
+        self.name = f"docker:{self.description.name}"
+        self.capabilities = self.description.capabilities
+        self.added_headers = self.description.added_headers
+        self.control_calls = self.description.admin.calls
+        # every node's files are rendered from its own settings
+        self.per_node_settings = True
+        self.run_id = run_id or secrets.token_hex(8)
+        self.client = docker_client()
+        self.image = self._find_image()
+        self._version: str | None = None
+        self.plan: ClusterPlan | None = None
+        self.token = ""
+        self.ports: dict[str, NodePorts] = {}
+        self.rendered: dict[str, RenderedNode] = {}
+        self.containers: dict[str, Any] = {}
+        self.volumes: dict[str, str] = {}
+        self.handles: dict[str, NodeHandle] = {}
+        self.paused: set[str] = set()
+        # settings and routes changed during the scenario (admin adapters), per node:
+        # the files are rendered with them from then on, also after a restart
+        self.changed: dict[str, dict[str, Any]] = {}
+        self.routes: dict[str, dict[str, Any]] = {}
+        # the cluster's virtual time as the last clock move reported it: a node
+        # started again starts there (its templates see it as virtual_now)
+        self.virtual_now: float | None = None
+
+    # -- description -------------------------------------------------------------
+
+    def _find_image(self) -> Any:
+        from docker.errors import ImageNotFound
+
+        from pytest_shadowcheck.targets.docker.images import (
+            RECIPES,
+            Recipe,
+            RecipeError,
+            recipe_hash,
+            user_recipe,
+        )
+
+        desc = self.description
+        where = desc.where("image")
+        recipe: str | Recipe | None = desc.recipe
+        build = f"python -m pytest_shadowcheck images build {desc.recipe}"
+        if desc.recipe and desc.recipe not in RECIPES:
+            # a user's recipe: a directory, relative to the description
+            path = desc.path.parent / desc.recipe
+            try:
+                recipe = user_recipe(path, desc.image)
+            except RecipeError as exc:
+                raise TargetError(f"{desc.where('recipe')}: {exc}") from None
+            build = f"python -m pytest_shadowcheck images build --recipe {path} --tag {desc.image}"
+        try:
+            image = self.client.images.get(desc.image)
+        except ImageNotFound:
+            how = (
+                f"build it: {build}"
+                if desc.recipe
+                else "build or load it (docker build -t / docker load / docker tag) "
+                "and name it in 'image'"
+            )
+            raise TargetError(
+                f"{where}: image {desc.image!r} is not in the local Docker engine "
+                f"(no registry is used); {how}"
+            ) from None
+        if recipe is not None:
+            try:
+                wanted = recipe_hash(recipe)
+            except RecipeError:
+                wanted = None  # no source tree to compare with: trust the image
+            built = (image.labels or {}).get(RECIPE_HASH_LABEL)
+            if wanted and built != wanted:
+                raise TargetError(
+                    f"{where}: image {desc.image!r} was not built from the current "
+                    f"{desc.recipe!r} recipe (label {built}, recipe {wanted}); rebuild it: "
+                    f"{build}"
+                )
+        return image
+
+    def version(self) -> str:
+        if self._version is None:
+            self._version = self._read_version()
+        return self._version
+
+    def _read_version(self) -> str:
+        desc = self.description
+        image_id = str(self.image.id).removeprefix("sha256:")[:12]
+        suffix = f" (image {desc.image} {image_id})"
+        if desc.version_text is not None:
+            return desc.version_text + suffix
+        if not desc.version_command:
+            return "unknown" + suffix
+        try:
+            output = self.client.containers.run(
+                desc.image,
+                desc.version_command,
+                remove=True,
+                network_mode="none",
+                labels={LABEL_OWNER: owner_label(), LABEL_RUN: self.run_id},
+            )
+        except Exception as exc:
+            return f"unknown (version command failed: {exc})" + suffix
+        text = output.decode(errors="replace").strip()
+        return desc.version_format.format(output=text) + suffix
+
+    def describe(self) -> str:
+        return f"{self.description.name} in docker ({self.description.image})"
+
+    def cannot_run(self, scenario: Scenario) -> str | None:
+        return self.description.cannot_run(scenario)
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def start(self, plan: ClusterPlan) -> dict[str, NodeHandle]:
+        global _REAPED
+        if not _REAPED:
+            await asyncio.to_thread(reap_leftovers, self.client)
+            _REAPED = True
+        self.plan = plan
+        self.virtual_now = None
+        self.ports, self.rendered = {}, {}  # one target runs many scenarios
+        self.changed, self.routes = {}, {}
+        plan.workdir.mkdir(parents=True, exist_ok=True)
+        self.token = secrets.token_hex(4)
+        nodes = list(plan.topology.nodes)
+        with_control = "control_api" in self.capabilities
+        ports = free_ports(len(nodes) * (2 if with_control else 1))
+        for index, node in enumerate(nodes):
+            step = 2 if with_control else 1
+            self.ports[node] = NodePorts(
+                smtp=ports[index * step], control=ports[index * step + 1] if with_control else None
+            )
+        for node in nodes:
+            self._render(node)
+        results = await asyncio.gather(
+            *(self._launch(node) for node in nodes), return_exceptions=True
+        )
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is not None:
+            await self.stop()  # nothing of a failed start survives it
+            raise failure
+        return dict(self.handles)
+
+    def _render(self, node: str) -> None:
+        """Fill the node's templates; keep the result in the workdir as evidence."""
+        assert self.plan is not None
+        plan = self.plan
+        if self.changed.get(node) or self.routes.get(node):
+            own = {**plan.node_settings.get(node, {}), **self.changed.get(node, {})}
+            hops = {**plan.next_hops.get(node, {}), **self.routes.get(node, {})}
+            plan = replace(
+                plan,
+                node_settings={**plan.node_settings, node: own},
+                next_hops={**plan.next_hops, node: {d: h for d, h in hops.items() if h}},
+            )
+        rendered = render_node(
+            self.description, plan, node, self.ports, self.run_id, self.virtual_now
+        )
+        self.rendered[node] = rendered
+        base = self.plan.workdir / node / "files"
+        for path, (content, _) in rendered.files.items():
+            out = base / path.lstrip("/")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(content)
+        base.mkdir(parents=True, exist_ok=True)
+        (base.parent / "command").write_text(" ".join(rendered.command) + "\n")
+
+    def _labels(self, node: str) -> dict[str, str]:
+        return {
+            LABEL_OWNER: owner_label(),
+            LABEL_RUN: self.run_id,
+            LABEL_NODE: node,
+            LABEL_TARGET: self.description.name,
+        }
+
+    def _create(self, node: str) -> Any:
+        """Create (not start) the node's container and, with a queue_dir, its volume."""
+        desc = self.description
+        rendered = self.rendered[node]
+        mounts = {}
+        if desc.queue_dir:
+            name = self.volumes.get(node) or f"shadowcheck-{self.token}-{node}-queue"
+            self.client.volumes.create(name=name, labels=self._labels(node))
+            _LIVE_VOLUMES.add(name)
+            self.volumes[node] = name
+            mounts[name] = {"bind": desc.queue_dir, "mode": "rw"}
+        container = self.client.containers.create(
+            desc.image,
+            command=rendered.command or None,
+            name=f"shadowcheck-{self.token}-{node}",
+            network_mode="host",
+            labels=self._labels(node),
+            environment=rendered.environment,
+            volumes=mounts,
+        )
+        _LIVE_CONTAINERS.add(container.id)
+        self.containers[node] = container
+        if rendered.files:
+            container.put_archive("/", tar_files(rendered.files))
+        return container
+
+    async def _launch(self, node: str) -> NodeHandle:
+        container: Any = self.containers.get(node)
+        if container is None:
+            container = await asyncio.to_thread(self._create, node)
+        await asyncio.to_thread(container.start)
+        await self._wait_ready(node)
+        ports = self.ports[node]
+        handle = NodeHandle(
+            name=node,
+            smtp=(LISTEN_HOST, ports.smtp),
+            control=(LISTEN_HOST, ports.control) if ports.control is not None else None,
+        )
+        self.handles[node] = handle
+        return handle
+
+    async def _wait_ready(self, node: str) -> None:
+        ready = self.description.ready
+        container = self.containers[node]
+        ports = self.ports[node]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ready.timeout
+        while True:
+            await asyncio.to_thread(container.reload)
+            if container.status in ("exited", "dead"):
+                code = container.attrs.get("State", {}).get("ExitCode")
+                raise TargetError(
+                    f"node {node} ({self.description.image}) exited with code {code} "
+                    f"before it was ready\n{self._tail(node)}"
+                )
+            problem = await smtp_banner(ports.smtp) if ready.smtp_banner else None
+            if problem is None and ready.control_path and ports.control is not None:
+                problem = await http_ok(ports.control, ready.control_path)
+            if problem is None and ready.command:
+                result = await asyncio.to_thread(container.exec_run, list(ready.command))
+                if result.exit_code != 0:
+                    output = result.output.decode(errors="replace").strip()[-200:]
+                    problem = f"readiness command exited {result.exit_code}: {output}"
+            if problem is None:
+                return
+            if loop.time() >= deadline:
+                raise TargetError(
+                    f"node {node} ({self.description.image}) was not ready within "
+                    f"{ready.timeout:g}s: {problem}\n{self._tail(node)}"
+                )
+            await asyncio.sleep(POLL)
+
+    def _tail(self, node: str, lines: int = LOG_TAIL) -> str:
+        container = self.containers.get(node)
+        text = ""
+        files: dict[str, str] = {}
+        if container is not None:
+            with contextlib.suppress(Exception):
+                text = container.logs(tail=lines).decode(errors="replace")
+            files = self._log_files(container)
+        if not (text or files) and self.plan is not None:
+            with contextlib.suppress(OSError):
+                saved = (self.plan.workdir / f"{node}.log").read_text(errors="replace")
+                text = "\n".join(saved.splitlines()[-lines:])
+        parts = [f"--- last lines of the {node} container log ---\n{text.rstrip()}"] * bool(
+            text.strip()
+        )
+        for path, content in files.items():
+            tail = "\n".join(content.splitlines()[-lines:])
+            parts.append(f"--- last lines of {path} in {node} ---\n{tail}")
+        return "\n".join(parts)
+
+    def _log_files(self, container: Any) -> dict[str, str]:
+        """The description's ``logs:`` files that exist in the container, by path."""
+        found = {}
+        for path in self.description.logs:
+            content = read_file(container, path)
+            if content:
+                found[path] = content
+        return found
+
+    def node_log(self, node: str) -> str | None:
+        """Everything the node logged in this scenario: the containers it had before
+        (saved in the workdir), then the live one's output and ``logs:`` files."""
+        if self.plan is None:
+            return None
+        parts = []
+        with contextlib.suppress(OSError):
+            parts.append((self.plan.workdir / f"{node}.log").read_text(errors="replace"))
+        container = self.containers.get(node)
+        if container is not None:
+            with contextlib.suppress(Exception):
+                parts.append(container.logs().decode(errors="replace"))
+            parts.extend(self._log_files(container).values())
+        return "\n".join(parts)
+
+    def diagnostics(self) -> str:
+        if self.plan is None:
+            return ""
+        return "\n".join(t for t in (self._tail(n) for n in self.plan.topology.nodes) if t)
+
+    def _save_log(self, node: str, container: Any, why: str) -> None:
+        """Append this container's whole log to WORKDIR/NODE.log (before it is removed)."""
+        if self.plan is None:
+            return
+        with contextlib.suppress(Exception):
+            log = container.logs(timestamps=True)
+            with (self.plan.workdir / f"{node}.log").open("ab") as out:
+                out.write(f"--- container {container.name} ({why}) ---\n".encode())
+                out.write(log)
+                for path, content in self._log_files(container).items():
+                    out.write(f"--- {path} in container {container.name} ---\n".encode())
+                    out.write(content.encode())
+
+    def _remove(self, node: str, why: str, volume: bool) -> None:
+        from docker.errors import APIError, NotFound
+
+        container = self.containers.pop(node, None)
+        if container is not None:
+            self._save_log(node, container, why)
+            with contextlib.suppress(NotFound, APIError):
+                if node in self.paused:
+                    container.unpause()
+            with contextlib.suppress(NotFound):
+                container.remove(force=True)
+            _LIVE_CONTAINERS.discard(container.id)
+        self.paused.discard(node)
+        name = self.volumes.get(node)
+        if volume and name:
+            with contextlib.suppress(NotFound):
+                self.client.volumes.get(name).remove(force=True)
+            _LIVE_VOLUMES.discard(name)
+            self.volumes.pop(node, None)
+
+    async def stop(self) -> None:
+        nodes = sorted(set(self.containers) | set(self.volumes))
+        await asyncio.gather(
+            *(asyncio.to_thread(self._remove, node, "stopped", True) for node in nodes),
+            return_exceptions=True,
+        )
+        self.handles.clear()
+
+    # -- node actions ------------------------------------------------------------------
+
+    def handle(self, node: str) -> NodeHandle:
+        try:
+            return self.handles[node]
+        except KeyError:
+            raise TargetError(f"no node {node!r}") from None
+
+    def _container(self, node: str) -> Any:
+        container = self.containers.get(node)
+        if container is None:
+            raise TargetError(f"node {node} has no container")
+        return container
+
+    def _kill(self, node: str) -> None:
+        from docker.errors import APIError
+
+        container = self._container(node)
+        if node in self.paused:
+            container.unpause()
+            self.paused.discard(node)
+        container.reload()
+        if container.status == "running":
+            try:
+                container.kill()  # SIGKILL
+            except APIError as exc:
+                raise TargetError(f"kill {node}: {exc}") from None
+        container.wait(timeout=KILL_TIMEOUT)
+
+    async def kill(self, node: str) -> None:
+        await asyncio.to_thread(self._kill, node)
+
+    async def pause(self, node: str) -> None:
+        from docker.errors import APIError
+
+        container = self._container(node)
+        for attempt in range(PAUSE_ATTEMPTS):
+            try:
+                await asyncio.to_thread(container.pause)
+                break
+            except APIError as exc:
+                # the cgroup freezer gives up on a container that forks as it freezes
+                # (Exim forks per delivery); runc thaws it again, so try once more
+                if "unable to freeze" not in str(exc) or attempt == PAUSE_ATTEMPTS - 1:
+                    raise TargetError(f"pause {node}: {exc}") from None
+                await asyncio.sleep(0.05)
+        self.paused.add(node)
+
+    async def resume(self, node: str) -> None:
+        await asyncio.to_thread(self._container(node).unpause)
+        self.paused.discard(node)
+
+    async def restart(self, node: str) -> NodeHandle:
+        # a new container on the same queue volume: the files are rendered again
+        # (virtual_now may have moved), the queue is the one the killed node left
+        await asyncio.to_thread(self._kill, node)
+        await asyncio.to_thread(self._remove, node, "restarted", False)
+        self._render(node)
+        return await self._launch(node)
+
+    # -- admin adapters (docker_admin.py): what the control API would answer -----------
+
+    async def _admin(self, node: str, command: tuple[str, ...], what: str) -> str:
+        container = self._container(node)
+        try:
+            code, output = await asyncio.wait_for(
+                asyncio.to_thread(run_in, container, command), EXEC_TIMEOUT
+            )
+        except TimeoutError:
+            raise TargetError(f"{what} on {node}: {' '.join(command)} did not finish") from None
+        if code != 0:
+            raise TargetError(
+                f"{what} on {node}: {' '.join(command)} exited {code}: {output.strip()[-500:]}"
+            )
+        return output
+
+    async def control(self, node: str, method: str, path: str, body: Any = None) -> Any:
+        if "control_api" in self.capabilities:
+            return await super().control(node, method, path, body)
+        admin = self.description.admin
+        if (method, path) == ACTIVE_QUEUE and admin.queue is not None:
+            try:
+                return await asyncio.wait_for(
+                    asyncio.to_thread(list_queue, self._container(node), admin.queue),
+                    EXEC_TIMEOUT,
+                )
+            except (RuntimeError, TimeoutError) as exc:
+                raise TargetError(f"queue of {node}: {exc or 'no answer'}") from None
+        if (method, path) == ROUTES and admin.reconfigures and isinstance(body, dict):
+            for domain, hop in body.items():
+                await self.set_next_hop(node, domain, hop)
+            return None
+        raise TargetError(
+            f"{self.description.name} has no control API and no admin adapter for {method} {path}"
+        )
+
+    async def set_settings(self, node: str, values: dict[str, Any]) -> Any:
+        if not self.description.admin.reconfigures:
+            return await super().set_settings(node, values)
+        before = dict(self.changed.get(node, {}))
+        self.changed[node] = {**before, **values}
+        try:
+            restarted = await self._reconfigure(node, "settings")
+        except TargetError:
+            self.changed[node] = before
+            # a restarting MTA that refused the files in admin.check never ran them:
+            # putting them back is enough; one that did not start again is restarted
+            up = await asyncio.to_thread(self._up, node)
+            await self._reconfigure(node, "previous settings", apply=not self._restarts or not up)
+            raise
+        rendered = sorted(v for v in values if self.description.renders(v))
+        return {"rendered": rendered, **({"restarted": restarted} if restarted else {})}
+
+    async def set_next_hop(self, node: str, domain: str, hop: dict[str, Any]) -> Any:
+        admin = self.description.admin
+        if not admin.reconfigures:
+            return await super().set_next_hop(node, domain, hop)
+        self.routes.setdefault(node, {})[domain] = hop
+        restarted = await self._reconfigure(node, f"route {domain}")
+        if admin.flush:
+            # what waited for a route goes now, as the control API's route change does
+            await self._admin(node, admin.flush, "flush")
+        return {"restarted": restarted} if restarted else None
+
+    @property
+    def _restarts(self) -> bool:
+        return self.description.admin.restarts
+
+    def _up(self, node: str) -> bool:
+        container = self.containers.get(node)
+        if container is None:
+            return False
+        container.reload()
+        return bool(container.status == "running")
+
+    async def _reconfigure(self, node: str, what: str, apply: bool = True) -> str:
+        """Render the node's files again, vet them (admin.check), then admin.reload - or,
+        for an MTA without one (``reload: restart``), restart the node on its queue. A
+        restart is returned as a sentence for the history ("" when none was needed)."""
+        admin = self.description.admin
+        running = self.rendered[node].files
+        self._render(node)
+        files = self.rendered[node].files
+        container = self._container(node)
+        await asyncio.to_thread(container.put_archive, "/", tar_files(files))
+        if admin.check:
+            await self._admin(node, admin.check, f"check of {what}")
+        if not apply:
+            return ""
+        if not admin.restarts:
+            await self._admin(node, admin.reload, f"reload for {what}")
+            # an MTA that re-executes itself on reload (Exim) listens again only later
+            await self._wait_ready(node)
+            return ""
+        if files == running:
+            return ""  # already running with these files (a change replayed after a restart)
+        # stopped as an admin stops the daemon (SIGTERM, SIGKILL after a grace period),
+        # then a new container on the same queue volume reads the new files
+        await asyncio.to_thread(self._container(node).stop, timeout=STOP_GRACE)
+        await asyncio.to_thread(self._remove, node, f"restarted for {what}", False)
+        await self._launch(node)
+        return (
+            f"{node} restarted on its queue to apply the {what} "
+            f"({self.description.name} has no reload: admin.reload is restart)"
+        )
+
+    async def wipe(self, node: str) -> NodeHandle:
+        await asyncio.to_thread(self._kill, node)
+        await asyncio.to_thread(self._remove, node, "queue wiped", True)
+        self._render(node)
+        return await self._launch(node)
+
+
+@hookimpl
+def shadowcheck_describe_targets() -> list[tuple[str, str]]:
+    return [("docker", "an MTA image, one container per node: docker:DESCRIPTION.yaml")]
+
+
+@hookimpl
+def shadowcheck_make_target(
+    name: str, argument: str | None, options: dict[str, Any]
+) -> Target | None:
+    if name != "docker":
+        return None
+    if not argument:
+        raise TargetError("the docker target needs a description: docker:PATH.yaml")
+    return DockerTarget(argument, run_id=options.get("run_id"))
