@@ -25,11 +25,12 @@ from .config import ClusterConfig, ConfigError, NextHop
 from .credentials import node_password
 from .delivery import Delivery
 from .directory import Directory
+from .peers import PeerState
 from .queue_db import Message, QueueDB, new_id
 from .safety_net import SafetyNet
 from .settings import Settings, SettingsError
 from .shadowing import Shadowing
-from .smtp_in import NodeSMTP, PeerState
+from .smtp_in import NodeSMTP
 
 if TYPE_CHECKING:
     from .workers import WorkerPool

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from . import messages
 from .config import NodeConfig
 from .peer_link import PeerError, PeerLink
+from .peers import PeerState
 from .queue_db import Message, new_id
-from .smtp_in import PeerState
 from .stall_watch import StallWatch
 
 if TYPE_CHECKING:

@@ -15,10 +15,11 @@ import inspect
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AnyStr, cast
 
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
+
+from .peers import PeerState
 
 if TYPE_CHECKING:
     from .node import Node
@@ -65,18 +66,6 @@ _BARE_LF = re.compile(rb"(?<!\r)\n")
 # usual MAIL/RCPT argument); anything else goes to aiosmtpd's full parser.
 _ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 _SIMPLE_PATH = re.compile(rf"<({_ATEXT}(?:\.{_ATEXT})*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)>[ \t]*")
-
-
-@dataclass
-class PeerState:
-    """What a session has said about itself beyond plain SMTP."""
-
-    peer_node: str | None = None  # authenticated node of this boundary
-    sender_keeps_shadow: bool = False  # XSHADOW handshake: the sending hop is the shadow
-    pending_copy: dict[str, Any] | None = None  # XSHADOWCOPY for the next transaction
-    shadow_link: Any = None  # this session's own session to its shadow (CR-2)
-    shadow_idle: asyncio.TimerHandle | None = None  # closes shadow_link when idle (TO-2)
-    offered_discards: list[str] = field(default_factory=list)  # XQDISCARD page, unconfirmed
 
 
 _HOOK_PREFIXES = ("smtp_", "auth_", "handle_")
