@@ -15,14 +15,14 @@ import inspect
 import logging
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, AnyStr, cast
+from typing import Any, AnyStr, cast
 
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
 from .peers import PeerState
 
-if TYPE_CHECKING:
-    from .node import Node
+# The node as this adapter sees it: only the members it uses (ports.py); never node.py.
+from .ports import SmtpInNode
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
     and refuse them exactly as an unknown verb is refused, so a stranger learns
     nothing (XS-3)."""
 
-    def __init__(self, node: Node, **kwargs: Any) -> None:
+    def __init__(self, node: SmtpInNode, **kwargs: Any) -> None:
         self.node = node
         # One protocol instance serves one connection, so per-session state lives here.
         self.peer_state = PeerState()
@@ -384,7 +384,7 @@ class _Verbs(dict[str, Any]):
 class NodeHandler(ListsOnlyHooks):
     """aiosmtpd handler hooks: per-verb decisions delegated to the node."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: SmtpInNode) -> None:
         self.node = node
 
     async def handle_EHLO(
@@ -454,7 +454,7 @@ NodeHandler.handle_EHLO.__signature__ = inspect.signature(  # type: ignore[attr-
 )
 
 
-def authenticator(node: Node) -> Callable[..., AuthResult]:
+def authenticator(node: SmtpInNode) -> Callable[..., AuthResult]:
     """aiosmtpd authenticator: AUTH PLAIN with node name and boundary secret."""
 
     def authenticate(
