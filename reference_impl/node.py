@@ -26,6 +26,7 @@ from .credentials import node_password
 from .delivery import Delivery
 from .directory import Directory
 from .peers import PeerState
+from .ports import Plan  # defined with the protocols; node.Plan is still used by variants
 from .queue_db import Message, QueueDB, new_id
 from .safety_net import SafetyNet
 from .settings import Settings, SettingsError
@@ -43,8 +44,6 @@ REPLY_NOT_REDUNDANT = "451 4.4.0 Message failed to be made redundant"
 DISCARD_PAGE = 300
 #: descriptors kept back from SMTP-in sessions for everything else the node opens
 FD_RESERVE = 128
-
-Plan = dict[str, tuple[list[str], list[str]]]
 
 
 class Node:

@@ -17,8 +17,16 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
+from .clock import Clock
+from .config import ClusterConfig, NextHop, NodeConfig
+from .directory import Directory
 from .peers import PeerState
+from .queue_db import Message, QueueDB
 from .settings import Settings
+
+#: what categorisation makes of recipients: next-hop domain -> (recipients, mailbox
+#: databases); here, not in node.py, because the components queue plans too
+Plan = dict[str, tuple[list[str], list[str]]]
 
 # -- SMTP in (smtp_in.py) ----------------------------------------------------------------
 
@@ -79,3 +87,90 @@ class SmtpInNode(Protocol):
         peer: str,
         state: PeerState,
     ) -> str: ...
+
+
+# -- shadowing, delivery, Safety Net ---------------------------------------------------------
+
+
+class QueueingNode(Protocol):
+    """What shadowing, delivery and Safety Net all use: the node's identity, clock,
+    settings, queue database and peers, its background tasks, and the way into its
+    queue (categorise, then enqueue)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def db(self) -> QueueDB: ...
+    @property
+    def cluster(self) -> ClusterConfig: ...
+    @property
+    def stats(self) -> dict[str, int]: ...
+
+    def background(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
+    def peer_address(self, node: str) -> tuple[str, int] | None: ...
+    def categorise(self, recipients: list[str]) -> tuple[Plan, list[str]]: ...
+    def enqueue(self, message: Message, plan: Plan, *, categorise: bool = True) -> None: ...
+
+
+class ShadowingNode(QueueingNode, Protocol):
+    """The node as shadowing sees it: also its place in the boundary (config,
+    profile, same_boundary), the directory, and routes (promotion, Safety Net
+    entries of discarded copies)."""
+
+    @property
+    def config(self) -> NodeConfig: ...
+    @property
+    def profile(self) -> str: ...
+    @property
+    def directory(self) -> Directory: ...
+
+    def same_boundary(self, other: str) -> bool: ...
+    def route(self, domain: str) -> NextHop | None: ...
+
+
+class DiscardListener(Protocol):
+    """Shadowing's handler of the discard notifications any peer session brings (DI-2)."""
+
+    async def on_discards(self, primary: str, db_id: str | None, ids: list[str]) -> None: ...
+
+
+class RelayShadows(DiscardListener, Protocol):
+    """Shadowing, as a relay to another node keeps a shadow of what it handed over."""
+
+    def keep_shadow_of_relay(
+        self,
+        primary: str,
+        primary_msg: str,
+        db_id: str,
+        message: Message,
+        hops: list[str],
+        recipients: list[str],
+    ) -> None: ...
+
+
+class DeliveryNode(QueueingNode, Protocol):
+    """The node as delivery sees it: also routes, expiry, the boundary and profile
+    (the XSHADOW handshake of a relay), and the shadowing it hands relays to."""
+
+    @property
+    def profile(self) -> str: ...
+    @property
+    def shadowing(self) -> RelayShadows: ...
+
+    def route(self, domain: str) -> NextHop | None: ...
+    def same_boundary(self, other: str) -> bool: ...
+    def expiration_for(self, received_at: float) -> float: ...
+
+
+class SafetyNetNode(QueueingNode, Protocol):
+    """The node as Safety Net sees it: also the directory (resubmission by mailbox
+    database) and the discard handler of the peer sessions it opens."""
+
+    @property
+    def directory(self) -> Directory: ...
+    @property
+    def shadowing(self) -> DiscardListener: ...
