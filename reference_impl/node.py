@@ -5,6 +5,13 @@ the directory, and wires the concerns that live in their own modules:
 ``shadowing`` (making and keeping shadow copies, heartbeats, promotion),
 ``delivery`` (next hops), ``safety_net`` (hold, expiry, resubmission),
 ``smtp_in`` (the SMTP server) and ``control_api`` (HTTP/JSON).
+
+The components this module builds (shadowing, delivery, safety_net, smtp_in,
+and the owner's ``workers.WorkerPool``) get the node itself but see it only
+through their own protocols in ``ports`` (``SmtpInNode``, ``ShadowingNode``,
+...), which ``Node`` satisfies structurally; none of them imports this module,
+so imports run one way only. ``control_api`` and ``cli`` sit above the node and
+use ``Node`` itself.
 """
 
 from __future__ import annotations
