@@ -34,7 +34,8 @@ import uvloop
 from .config import ClusterConfig, ConfigError, load_cluster, parse_address, parse_time
 from .credentials import default_path, resolve, write_fresh
 from .node import Node
-from .workers import ForkedWorker, WorkerPool, fork_workers, listen, run_worker
+from .worker_process import run_worker
+from .workers import ForkedWorker, WorkerPool, fork_workers, listen
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -12,17 +12,17 @@ import asyncio
 import contextlib
 import heapq
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiosmtplib
 
 from . import messages
 from .config import NextHop
 from .peer_link import PeerError, PeerLink, describe
-from .queue_db import Fork, Message, new_id
 
-if TYPE_CHECKING:
-    from .node import Node
+# The node as delivery sees it (ports.py): no import of node.py, which imports this.
+from .ports import DeliveryNode
+from .queue_db import Fork, Message, new_id
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ FINAL, RETRY = "final", "retry"
 
 
 class Delivery:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: DeliveryNode) -> None:
         self.node = node
         self._ready: dict[str, asyncio.Queue[str]] = {}
         self._workers: dict[str, list[asyncio.Task[Any]]] = {}
@@ -239,7 +239,7 @@ class Delivery:
 class _Session:
     """A worker's outbound connection, kept open between messages to the same hop."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: DeliveryNode) -> None:
         self.node = node
         self.smtp: aiosmtplib.SMTP | None = None
         self.address: tuple[str, int] | None = None

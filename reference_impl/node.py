@@ -5,6 +5,13 @@ the directory, and wires the concerns that live in their own modules:
 ``shadowing`` (making and keeping shadow copies, heartbeats, promotion),
 ``delivery`` (next hops), ``safety_net`` (hold, expiry, resubmission),
 ``smtp_in`` (the SMTP server) and ``control_api`` (HTTP/JSON).
+
+The components this module builds (shadowing, delivery, safety_net, smtp_in,
+and the owner's ``workers.WorkerPool``) get the node itself but see it only
+through their own protocols in ``ports`` (``SmtpInNode``, ``ShadowingNode``,
+...), which ``Node`` satisfies structurally; none of them imports this module,
+so imports run one way only. ``control_api`` and ``cli`` sit above the node and
+use ``Node`` itself.
 """
 
 from __future__ import annotations
@@ -25,11 +32,13 @@ from .config import ClusterConfig, ConfigError, NextHop
 from .credentials import node_password
 from .delivery import Delivery
 from .directory import Directory
+from .peers import PeerState
+from .ports import Plan  # defined with the protocols; node.Plan is still used by variants
 from .queue_db import Message, QueueDB, new_id
 from .safety_net import SafetyNet
 from .settings import Settings, SettingsError
 from .shadowing import Shadowing
-from .smtp_in import NodeSMTP, PeerState
+from .smtp_in import NodeSMTP
 
 if TYPE_CHECKING:
     from .workers import WorkerPool
@@ -42,8 +51,6 @@ REPLY_NOT_REDUNDANT = "451 4.4.0 Message failed to be made redundant"
 DISCARD_PAGE = 300
 #: descriptors kept back from SMTP-in sessions for everything else the node opens
 FD_RESERVE = 128
-
-Plan = dict[str, tuple[list[str], list[str]]]
 
 
 class Node:

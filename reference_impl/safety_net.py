@@ -14,13 +14,13 @@ boundary are never resubmitted (SN-12).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .peer_link import PeerError, PeerLink
-from .queue_db import Message, new_id
 
-if TYPE_CHECKING:
-    from .node import Node
+# The node as Safety Net sees it (ports.py): no import of node.py, which imports this.
+from .ports import SafetyNetNode
+from .queue_db import Message, new_id
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ JANITOR_MAX_INTERVAL = 60.0
 
 
 class SafetyNet:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: SafetyNetNode) -> None:
         self.node = node
 
     # -- housekeeping ------------------------------------------------------------

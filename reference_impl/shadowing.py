@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import messages
 from .config import NodeConfig
 from .peer_link import PeerError, PeerLink
-from .queue_db import Message, new_id
-from .smtp_in import PeerState
-from .stall_watch import StallWatch
+from .peers import PeerState
 
-if TYPE_CHECKING:
-    from .node import Node
+# The node as shadowing sees it (ports.py): no import of node.py, which imports this.
+from .ports import ShadowingNode
+from .queue_db import Message, new_id
+from .stall_watch import StallWatch
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ REPLY_COPY_STORED = "250 2.0.0 Shadow copy stored"
 
 
 class Shadowing:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: ShadowingNode) -> None:
         self.node = node
         self._heartbeats: dict[str, asyncio.Task[Any]] = {}
         self._rotation = 0

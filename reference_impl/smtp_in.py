@@ -15,13 +15,14 @@ import inspect
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AnyStr, cast
+from typing import Any, AnyStr, cast
 
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
-if TYPE_CHECKING:
-    from .node import Node
+from .peers import PeerState
+
+# The node as this adapter sees it: only the members it uses (ports.py); never node.py.
+from .ports import SmtpInNode
 
 log = logging.getLogger(__name__)
 
@@ -67,18 +68,6 @@ _ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 _SIMPLE_PATH = re.compile(rf"<({_ATEXT}(?:\.{_ATEXT})*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)>[ \t]*")
 
 
-@dataclass
-class PeerState:
-    """What a session has said about itself beyond plain SMTP."""
-
-    peer_node: str | None = None  # authenticated node of this boundary
-    sender_keeps_shadow: bool = False  # XSHADOW handshake: the sending hop is the shadow
-    pending_copy: dict[str, Any] | None = None  # XSHADOWCOPY for the next transaction
-    shadow_link: Any = None  # this session's own session to its shadow (CR-2)
-    shadow_idle: asyncio.TimerHandle | None = None  # closes shadow_link when idle (TO-2)
-    offered_discards: list[str] = field(default_factory=list)  # XQDISCARD page, unconfirmed
-
-
 _HOOK_PREFIXES = ("smtp_", "auth_", "handle_")
 _HOOK_NAMES: dict[type, list[str]] = {}
 
@@ -111,7 +100,7 @@ class NodeSMTP(ListsOnlyHooks, SMTP):
     and refuse them exactly as an unknown verb is refused, so a stranger learns
     nothing (XS-3)."""
 
-    def __init__(self, node: Node, **kwargs: Any) -> None:
+    def __init__(self, node: SmtpInNode, **kwargs: Any) -> None:
         self.node = node
         # One protocol instance serves one connection, so per-session state lives here.
         self.peer_state = PeerState()
@@ -395,7 +384,7 @@ class _Verbs(dict[str, Any]):
 class NodeHandler(ListsOnlyHooks):
     """aiosmtpd handler hooks: per-verb decisions delegated to the node."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: SmtpInNode) -> None:
         self.node = node
 
     async def handle_EHLO(
@@ -465,7 +454,7 @@ NodeHandler.handle_EHLO.__signature__ = inspect.signature(  # type: ignore[attr-
 )
 
 
-def authenticator(node: Node) -> Callable[..., AuthResult]:
+def authenticator(node: SmtpInNode) -> Callable[..., AuthResult]:
     """aiosmtpd authenticator: AUTH PLAIN with node name and boundary secret."""
 
     def authenticate(

@@ -23,6 +23,10 @@ the kernel for SIGKILL when the owner dies (PR_SET_PDEATHSIG), so a lone
 ``kill -9`` of the node's pid takes them down too; the reference target also
 starts each node as a process-group leader and signals the group, so that a
 kill, a SIGSTOP and a SIGCONT reach every process of the node at once.
+
+This module holds the forking and the owner's side (``WorkerPool``, which sees
+the node only as ``ports.WorkerOwnerNode``); the worker's side, whose node is a
+``Node`` subclass, is ``worker_process.py``.
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ import asyncio
 import contextlib
 import ctypes
 import errno
-import gc
 import logging
 import os
 import signal
@@ -40,15 +43,13 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .clock import VirtualClock
-from .config import ClusterConfig
-from .delivery import Delivery
-from .node import Node
-from .shadowing import Shadowing
-from .worker_channel import Channel, ChannelClosed
+
+# The owner's node as its pool sees it (ports.py): no import of node.py, which imports this.
+from .ports import WorkerOwnerNode
+from .worker_channel import Channel
 
 if TYPE_CHECKING:
     from .directory import Directory
@@ -148,7 +149,7 @@ class WorkerState:
     virtual_now: float | None
 
 
-def state_of(node: Node) -> WorkerState:
+def state_of(node: WorkerOwnerNode) -> WorkerState:
     clock = node.clock
     return WorkerState(
         settings=node.settings,
@@ -164,7 +165,7 @@ class WorkerPool:
 
     def __init__(
         self,
-        node: Node,
+        node: WorkerOwnerNode,
         forked: list[ForkedWorker],
         on_lost: Callable[[], None],
         on_stop: Callable[[], None],
@@ -249,116 +250,3 @@ class WorkerPool:
             channel.close()
         for task in self._serving:
             task.cancel()
-
-
-# -- the worker's side ---------------------------------------------------------------------
-
-
-class _ForwardQueue:
-    """Stands for delivery's queue of one domain: hands the message to the owner."""
-
-    def __init__(self, channel: Channel, domain: str) -> None:
-        self.channel = channel
-        self.domain = domain
-
-    def put_nowait(self, message_id: str) -> None:
-        self.channel.note("submit", self.domain, message_id)
-
-
-class ForwardingDelivery(Delivery):
-    """A worker delivers nothing itself: a queued message goes to the owner's delivery."""
-
-    def __init__(self, node: Node, channel: Channel) -> None:
-        super().__init__(node)
-        self.channel = channel
-
-    def queue_for(self, domain: str) -> Any:
-        return _ForwardQueue(self.channel, domain)
-
-    async def wait_processed(self, message_id: str, timeout: float) -> bool:
-        return bool(await self.channel.call("wait_processed", message_id, timeout))
-
-
-class ForwardingShadowing(Shadowing):
-    """Heartbeats to the primaries this node shadows for run in the owner."""
-
-    def __init__(self, node: Node, channel: Channel) -> None:
-        super().__init__(node)
-        self.channel = channel
-
-    def ensure_heartbeat(self, primary: str) -> None:
-        self.channel.note("watch", primary)
-
-
-class WorkerNode(Node):
-    """One SMTP-in worker's node: same code, state from the owner, no timers of its own."""
-
-    def __init__(self, cluster: ClusterConfig, name: str, data_dir: Path, channel: Channel) -> None:
-        super().__init__(cluster, name, data_dir)
-        self.channel = channel
-        self.delivery = ForwardingDelivery(self, channel)
-        self.shadowing = ForwardingShadowing(self, channel)
-
-    def apply(self, state: WorkerState) -> None:
-        self.settings = state.settings
-        self.directory = state.directory
-        self.routes = state.routes
-        self.peers = state.peers
-        clock, now = self.clock, state.virtual_now
-        if now is not None and isinstance(clock, VirtualClock) and now > clock.now():
-            clock.set(now)
-
-    async def answer_resubmit(self, requester: str, words: list[str]) -> str:
-        return str(await self.channel.call("resubmit", requester, words))
-
-    def counters(self) -> tuple[dict[str, int], list[dict[str, Any]]]:
-        return dict(self.stats), list(self.shadowing.attempt_log)
-
-
-async def run_worker(
-    cluster: ClusterConfig, name: str, data: Path, listening: socket.socket, sock: socket.socket
-) -> None:
-    """A worker's life: wait for the owner's state, serve SMTP until told to stop."""
-    channel = Channel(sock, {})
-    node: WorkerNode | None = None
-
-    async def on_state(state: WorkerState) -> bool:
-        nonlocal node
-        if node is None:
-            # The owner made the queue database (schema, ID) before its first push.
-            node = WorkerNode(cluster, name, data, channel)
-            node.apply(state)
-            await node.serve_smtp(sock=listening)
-            # As the owner does (cli.run_node): what start-up made lives as long as
-            # the process, so the cyclic collector need not scan it again and again.
-            gc.freeze()
-        else:
-            node.apply(state)
-        return True
-
-    def on_stats() -> tuple[dict[str, int], list[dict[str, Any]]]:
-        return node.counters() if node is not None else ({}, [])
-
-    channel.on("state", on_state)
-    channel.on("stats", on_stats)
-    await channel.open()
-    serving = asyncio.ensure_future(channel.serve())
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    closed = asyncio.ensure_future(channel.closed.wait())
-    stopping = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    closed.cancel()
-    stopping.cancel()
-    if stop.is_set():
-        with contextlib.suppress(ChannelClosed):
-            channel.note("stopping")
-    if node is not None:
-        with contextlib.suppress(ChannelClosed):
-            await node.stop()
-    channel.close()
-    serving.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await serving
