@@ -11,9 +11,8 @@ from pathlib import Path
 
 import junitparser
 import pytest
+from harnesskit import ThreadedSink, junit_schema
 from lxml import etree
-
-from .conftest import ThreadedSink, junit_schema
 
 SCENARIOS = """\
 defaults:

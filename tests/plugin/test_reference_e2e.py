@@ -10,11 +10,10 @@ from pathlib import Path
 
 import junitparser
 import pytest
+from harnesskit import junit_schema
 from lxml import etree
 
 from pytest_shadowcheck.scenario.loader import load_behaviours, load_scenario_file
-
-from .conftest import junit_schema
 
 pytestmark = pytest.mark.slow
 

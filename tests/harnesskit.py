@@ -1,16 +1,17 @@
-"""Fixtures for the plugin tests: real pytest runs (pytester), real SMTP sockets."""
+"""Helpers the harness's tests share: a plain SMTP server on a thread of its own (an
+already-running node of the ``external`` target), and the JUnit schema to validate
+against. Importable as ``harnesskit`` (tests/conftest.py puts tests/ on the path)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from pytest_shadowcheck.history import History
 from pytest_shadowcheck.network import MailSink
+
+__all__ = ["ThreadedSink", "junit_schema"]
 
 XSD = Path("/work/shared/data/junit-10.xsd")
 BUNDLED_XSD = Path(__file__).parent / "junit-10.xsd"
@@ -37,15 +38,6 @@ class ThreadedSink:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
-
-
-@pytest.fixture
-def plain_smtp() -> Iterator[ThreadedSink]:
-    sink = ThreadedSink()
-    try:
-        yield sink
-    finally:
-        sink.close()
 
 
 def junit_schema() -> Path:

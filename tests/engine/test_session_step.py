@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from .conftest import ThreadedSink
+from harnesskit import ThreadedSink
 
 STRANGER = """\
 scenarios:

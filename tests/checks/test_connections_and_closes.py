@@ -8,8 +8,7 @@ verdicts are seen as a user would see them.
 from __future__ import annotations
 
 import pytest
-
-from .conftest import ThreadedSink
+from harnesskit import ThreadedSink
 
 COUNTS = """\
 scenarios:

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from .conftest import ThreadedSink
+from harnesskit import ThreadedSink
 
 TWO_BEHAVIOURS = """\
 defaults:

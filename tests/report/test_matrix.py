@@ -7,11 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from harnesskit import ThreadedSink
 
 from pytest_shadowcheck.report.matrix import END, START, main, short_reason
 from pytest_shadowcheck.scenario.loader import load_behaviours
-
-from .conftest import ThreadedSink
 
 ROOT = Path(__file__).resolve().parents[2]
 
