@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from pytest_shadowcheck.checks.events import find_event, matcher_text
 from pytest_shadowcheck.checks.inside import check_config_warning, check_log, check_queue
 from pytest_shadowcheck.checks.wire import (
     check_connections,
@@ -17,8 +18,6 @@ from pytest_shadowcheck.checks.wire import (
     check_order,
     check_reply,
     check_timing,
-    find_event,
-    matcher_text,
 )
 from pytest_shadowcheck.scenario.capabilities import CAPABILITY_NEED, control_call
 from pytest_shadowcheck.verdict import CheckResult, Status

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from pytest_shadowcheck.checks.wire import poll, result
+from pytest_shadowcheck.checks.events import poll, result
 from pytest_shadowcheck.errors import TargetError
 from pytest_shadowcheck.scenario.capabilities import QUEUE_PATHS
 from pytest_shadowcheck.verdict import CheckResult, Status

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_shadowcheck.checks.wire import (
+from pytest_shadowcheck.checks.events import (
     deliveries,
     describe_deliveries,
     find_event,

@@ -10,9 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from pytest_shadowcheck.checks.events import (
+    POLL,
+    await_event,
+    conns_with_content,
+    deliveries,
+    describe_deliveries,
+    find_event,
+    matcher_links,
+    matcher_text,
+    poll,
+    result,
+)
 from pytest_shadowcheck.history import Event
 from pytest_shadowcheck.network.smtp_text import header_section
 from pytest_shadowcheck.verdict import CheckResult, Status
@@ -23,7 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TOLERANCE",
-    "POLL",
     "check_connections",
     "check_delivered",
     "check_lines",
@@ -31,40 +41,9 @@ __all__ = [
     "check_order",
     "check_reply",
     "check_timing",
-    "deliveries",
-    "describe_deliveries",
-    "find_event",
-    "matcher_text",
-    "poll",
-    "result",
 ]
 
 DEFAULT_TOLERANCE = 0.5
-POLL = 0.05
-
-
-def result(
-    step: Step, name: str, ok: bool, expected: str, observed: str, excerpt: str = ""
-) -> CheckResult:
-    return CheckResult(
-        name=name,
-        status=Status.PASS if ok else Status.FAIL,
-        expected=expected,
-        observed=observed,
-        where=str(step.where),
-        excerpt=excerpt,
-    )
-
-
-async def poll(condition: Callable[[], Awaitable[bool]], within: float) -> bool:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        if await condition():
-            return True
-        if loop.time() >= deadline:
-            return False
-        await asyncio.sleep(POLL)
 
 
 # --------------------------------------------------------------------------- replies
@@ -94,32 +73,6 @@ async def check_reply(run: Run, step: Step) -> CheckResult:
 
 
 # --------------------------------------------------------------------------- delivery
-
-
-def deliveries(run: Run, ref: str, sink: str | None = None, by: str | None = None) -> list[Any]:
-    msg = run.messages[ref]
-    out = []
-    for name, s in run.sinks.items():
-        if sink and name != sink:
-            continue
-        for d in s.deliveries_for(msg.message_id):
-            if by and not _helo_is(d.helo, by):
-                continue
-            out.append((name, d))
-    return out
-
-
-def _helo_is(helo: str | None, node: str) -> bool:
-    if not helo:
-        return False
-    return helo == node or helo.split(".")[0] == node
-
-
-def describe_deliveries(found: list[Any]) -> str:
-    if not found:
-        return "not delivered"
-    parts = [f"{sink} at +{d.t:.2f}s by {d.helo} rcpt={','.join(d.rcpt_tos)}" for sink, d in found]
-    return f"delivered {len(found)}x: " + "; ".join(parts)
 
 
 async def check_delivered(run: Run, step: Step) -> CheckResult:
@@ -237,128 +190,10 @@ async def check_not_delivered(run: Run, step: Step) -> CheckResult:
 # --------------------------------------------------------------------------- events
 
 
-def find_event(run: Run, matcher: dict[str, Any]) -> tuple[float, str] | None:
-    """First history event matching ``matcher``: (t, description) or None."""
-    if "any_of" in matcher:
-        hits = [hit for each in matcher["any_of"] if (hit := find_event(run, each))]
-        return min(hits, default=None)
-    if "reply" in matcher:
-        msg = run.messages[matcher["reply"]]
-        if msg.reply_t is None:
-            return None
-        return msg.reply_t, f"the sender got {msg.code} {msg.text} for {matcher['reply']}"
-    if "delivered" in matcher:
-        found = deliveries(run, matcher["delivered"], matcher.get("to"))
-        if not found:
-            return None
-        first = min(found, key=lambda item: item[1].t)
-        return first[1].t, f"{matcher['delivered']} delivered to {first[0]} by {first[1].helo}"
-    if "step" in matcher:
-        for event in run.history.events(kind="step"):
-            if re.search(matcher["step"], str(event.data.get("text", ""))):
-                return event.t, f"step {event.data.get('text')}"
-        return None
-    link = matcher["link"]
-    if matcher.get("opened"):
-        opened = run.history.events(kind="connect", link=link)
-        return (opened[0].t, f"{link} #{opened[0].conn} opened") if opened else None
-    events = run.history.events(link=link)
-    pattern = re.compile(matcher.get("line", ".*"))
-    direction = matcher.get("direction")
-    conns: dict[Any, float] | None = None
-    if "message" in matcher:
-        conns = _conns_with_content(events, run.messages[matcher["message"]].message_id)
-    if "closed" in matcher:
-        return _find_close(events, link, matcher["closed"], conns)
-    for event in events:
-        if event.kind != "line":
-            continue
-        if direction and event.direction != direction:
-            continue
-        if conns is not None and (event.conn not in conns or event.t < conns[event.conn]):
-            continue
-        if pattern.search(str(event.data.get("text", ""))):
-            side = "C" if event.direction == "c2s" else "S"
-            return event.t, f"{link} #{event.conn} {side}: {event.data.get('text')}"
-    return None
-
-
-def _conns_with_content(events: list[Event], message_id: str) -> dict[Any, float]:
-    """Connection number -> when it carried the content of ``message_id``."""
-    conns: dict[Any, float] = {}
-    for event in events:
-        if event.kind == "data" and event.data.get("message_id") == message_id:
-            conns.setdefault(event.conn, event.t)
-    return conns
-
-
-def _find_close(
-    events: list[Event], link: str, by: str, conns: dict[Any, float] | None
-) -> tuple[float, str] | None:
-    """The first close of a proxied connection on ``link`` (by ``server``, ``client`` or
-    ``any`` side), only of the connections in ``conns`` if given."""
-    for event in events:
-        # the proxy's own record; the harness client notes its closes too (side=...)
-        if event.kind != "close" or "side" in event.data:
-            continue
-        if conns is not None and event.conn not in conns:
-            continue
-        reason = str(event.data.get("reason", ""))
-        if by == "any" or reason.startswith(by):
-            return event.t, f"{link} #{event.conn} closed ({reason})"
-    return None
-
-
-def matcher_text(matcher: dict[str, Any]) -> str:
-    if "any_of" in matcher:
-        return " or ".join(matcher_text(each) for each in matcher["any_of"])
-    if "reply" in matcher:
-        return f"the sender's reply for {matcher['reply']}"
-    if "delivered" in matcher:
-        return f"delivery of {matcher['delivered']}"
-    if "step" in matcher:
-        return f"step /{matcher['step']}/"
-    if "closed" in matcher:
-        who = "" if matcher["closed"] == "any" else f" by the {matcher['closed']}"
-        text = f"a connection on {matcher['link']} closed{who}"
-    elif matcher.get("opened"):
-        text = f"a connection opened on {matcher['link']}"
-    else:
-        text = f"/{matcher.get('line', '.*')}/ on {matcher['link']}"
-    if "message" in matcher:
-        text += f" after the content of {matcher['message']}"
-    return text
-
-
-def _matcher_links(run: Run, *matchers: dict[str, Any]) -> list[str]:
-    links: list[str] = []
-    for m in matchers:
-        if "any_of" in m:
-            links += _matcher_links(run, *m["any_of"])
-        if "link" in m:
-            links.append(m["link"])
-        for key in ("reply", "delivered", "message"):
-            if key in m:
-                links += run.messages[m[key]].links(all_nodes=key != "reply")
-    return sorted(set(links))
-
-
-async def _await_event(run: Run, matcher: dict[str, Any], within: float) -> None:
-    """Wait (up to ``within``) for an event the history may not have yet: the steps do
-    not wait for what the wire shows later, so a check must."""
-
-    async def seen() -> bool:
-        return find_event(run, matcher) is not None
-
-    if not await seen():
-        run.progress.waiting(within, f"for {matcher_text(matcher)}")
-        await poll(seen, within)
-
-
 async def check_order(run: Run, step: Step) -> CheckResult:
     first, then = step.arg["first"], step.arg["then"]
     # once 'then' happened the order is decided, whatever comes later
-    await _await_event(run, then, step.arg.get("within", run.scenario.settle))
+    await await_event(run, then, step.arg.get("within", run.scenario.settle))
     a, b = find_event(run, first), find_event(run, then)
     expected = f"{matcher_text(first)} before {matcher_text(then)}"
     if a is None and b is not None:
@@ -377,7 +212,7 @@ async def check_order(run: Run, step: Step) -> CheckResult:
         observed = f"+{a[0]:.3f}s {a[1]}  /  +{b[0]:.3f}s {b[1]}"
     around = (a or b or (run.history.now(), ""))[0]
     return result(
-        step, "order", ok, expected, observed, run.excerpt(around, _matcher_links(run, first, then))
+        step, "order", ok, expected, observed, run.excerpt(around, matcher_links(run, first, then))
     )
 
 
@@ -385,14 +220,14 @@ async def check_timing(run: Run, step: Step) -> CheckResult:
     arg = step.arg
     tolerance = arg.get("tolerance", DEFAULT_TOLERANCE)
     within = arg.get("within", run.scenario.settle)
-    await _await_event(run, arg["from"], within)
+    await await_event(run, arg["from"], within)
     a = find_event(run, arg["from"])
     if a is not None:
         # the 'to' event can only count until the upper bound has passed
         limit = within
         if "at_most" in arg:
             limit = max(0.0, a[0] + arg["at_most"] + tolerance - run.history.now()) + POLL
-        await _await_event(run, arg["to"], limit)
+        await await_event(run, arg["to"], limit)
     b = find_event(run, arg["to"])
     bounds = []
     if "at_least" in arg:
@@ -419,7 +254,7 @@ async def check_timing(run: Run, step: Step) -> CheckResult:
             False,
             expected,
             f"+{a[0]:.3f}s {a[1]}; then {matcher_text(arg['to'])} never happened",
-            run.excerpt(run.history.now(), _matcher_links(run, arg["from"], arg["to"])),
+            run.excerpt(run.history.now(), matcher_links(run, arg["from"], arg["to"])),
         )
     delta = b[0] - a[0]
     ok = True
@@ -433,7 +268,7 @@ async def check_timing(run: Run, step: Step) -> CheckResult:
         ok,
         expected,
         f"{delta:.3f}s ({a[1]} -> {b[1]})",
-        run.excerpt(b[0], _matcher_links(run, arg["from"], arg["to"]), before=delta + 1),
+        run.excerpt(b[0], matcher_links(run, arg["from"], arg["to"]), before=delta + 1),
     )
 
 
@@ -518,7 +353,7 @@ async def check_connections(run: Run, step: Step) -> CheckResult:
     expected = f"{' and '.join(wanted)} connection(s) opened on {link}"
     if "message" in arg:
         data = run.history.events(kind="data", link=link)
-        conns = _conns_with_content(data, run.messages[arg["message"]].message_id)
+        conns = conns_with_content(data, run.messages[arg["message"]].message_id)
         opened = [e for e in opened if e.conn in conns]
         expected += f" carrying the content of {arg['message']}"
     window: dict[str, tuple[float, str] | None] = {}

@@ -31,8 +31,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from pytest_shadowcheck.checks.events import find_event, matcher_text
 from pytest_shadowcheck.checks.integrity import envelope_of
-from pytest_shadowcheck.checks.wire import find_event, matcher_text
 from pytest_shadowcheck.network.client import (
     RawReply,
     RecordingClient,
