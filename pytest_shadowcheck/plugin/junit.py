@@ -8,7 +8,7 @@ description's name, whatever path was typed), ``shadowcheck.target_version``,
 adds ``shadowcheck.partial`` and ``shadowcheck.certification``.
 
 Per test case, the behaviour IDs are in the test name (``name[CR-4,CR-5]``),
-the scenario's status is the outcome (see :mod:`.statuses`), and the status of
+the scenario's status is the outcome (see :mod:`pytest_shadowcheck.statuses`), and the status of
 each behaviour is the property ``shadowcheck.verdicts``: a ``<property>`` for
 the ``xunit1``/``legacy`` families, a Jenkins ``[[PROPERTY|name=value]]`` line
 in the test case's ``system-out`` for xunit2, whose schema forbids properties

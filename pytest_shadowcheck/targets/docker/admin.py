@@ -23,7 +23,7 @@ for the active queue (what the node holds for delivery).
 the node's container (SIGTERM, as an admin would stop the daemon) and starts a
 new one on the same queue volume with the files rendered again. That is a
 restart, not a reload, and the engine records it as one: the history shows it,
-and a behaviour the scenario would PASS is not claimed (:class:`..verdict.Verdict`
+and a behaviour the scenario would PASS is not claimed (:class:`pytest_shadowcheck.verdict.Verdict`
 ``caveats``), since a restart can do what the scenario credits to the MTA.
 """
 

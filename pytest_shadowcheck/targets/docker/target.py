@@ -1,7 +1,7 @@
 """The ``docker`` target: each node of a scenario is a container of an MTA image.
 
 ``--shadowcheck-target docker:targets/postfix.yaml`` names a target
-description (:mod:`.docker_description`): the image, the files rendered per
+description (:mod:`.description`): the image, the files rendered per
 node from the scenario's topology and settings, the command, readiness, the
 version and the capabilities the MTA claims. Docker itself gives:
 
@@ -19,7 +19,7 @@ of any later run. Each container's log (its output, then the description's
 ``logs:`` files) is written to the scenario's workdir (``NODE.log``) before the
 container is removed.
 
-Without a control API, a description's admin adapters (:mod:`.docker_admin`)
+Without a control API, a description's admin adapters (:mod:`.admin`)
 run commands in the container: ``set_settings`` and route changes render the
 files again and reload the MTA (or restart it on its queue, ``reload: restart``);
 a queue listing answers GET /queues/active.
