@@ -38,7 +38,7 @@ import pluggy
 if TYPE_CHECKING:
     from pytest_shadowcheck.history import History
     from pytest_shadowcheck.scenario.model import Scenario
-    from pytest_shadowcheck import Target
+    from pytest_shadowcheck.targets.base import Target
     from pytest_shadowcheck.verdict import Verdict
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]
