@@ -12,8 +12,7 @@ system under test. Targets are plugins of the ``shadowcheck`` plugin manager:
 A plugin module implements any of the hooks below, decorated with
 ``pytest_shadowcheck.hookimpl``::
 
-    from pytest_shadowcheck import hookimpl
-    from pytest_shadowcheck import Target
+    from pytest_shadowcheck import Target, hookimpl
 
     @hookimpl
     def shadowcheck_describe_targets():
