@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "progress": 1,
     "scenario": 2,
     "network": 3,
+    "storage": 3,
     "targets": 4,
     "checks": 4,
     "engine": 5,
@@ -54,6 +55,7 @@ ONLY_IN = {
     "aiohttp": {"targets", "engine", "plugin"},
     "aiosmtplib": {"network"},
     "aiosmtpd": {"network"},
+    "mfusepy": {"storage"},
 }
 
 

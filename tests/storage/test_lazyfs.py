@@ -1,0 +1,202 @@
+"""The lazy filesystem on a real FUSE mount: what a power cut keeps and loses, names held
+until their directory is fsynced, a full and a failing disk, and SQLite on top."""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_shadowcheck.storage.mount import LazyMount, fuse_unavailable
+
+pytestmark = pytest.mark.skipif(
+    fuse_unavailable() is not None and not os.environ.get("SHADOWCHECK_REQUIRE_FUSE"),
+    reason=f"no FUSE here: {fuse_unavailable()}",
+)
+
+
+def mounted(tmp_path: Path, **options: object) -> Iterator[LazyMount]:
+    mount = LazyMount(tmp_path / "disk", tmp_path / "mnt", **options)  # type: ignore[arg-type]
+    mount.start()
+    try:
+        yield mount
+    finally:
+        mount.stop()
+
+
+@pytest.fixture
+def lazy(tmp_path: Path) -> Iterator[LazyMount]:
+    yield from mounted(tmp_path, writeback=0)
+
+
+@pytest.fixture
+def strict(tmp_path: Path) -> Iterator[LazyMount]:
+    yield from mounted(tmp_path, writeback=0, hold_names=True)
+
+
+def write(path: Path, data: bytes, *, sync: bool, mode: str = "wb") -> None:
+    with open(path, mode) as f:
+        f.write(data)
+        f.flush()
+        if sync:
+            os.fsync(f.fileno())
+
+
+def test_a_synced_write_survives_a_power_cut_and_an_unsynced_one_is_gone(lazy: LazyMount) -> None:
+    m = lazy.mountpoint
+    write(m / "kept", b"queued and fsynced", sync=True)
+    write(m / "kept", b"; appended, never fsynced", sync=False, mode="ab")
+    write(m / "lost", b"written, closed, never fsynced", sync=False)
+    assert (m / "kept").read_bytes() == b"queued and fsynced; appended, never fsynced"
+    assert (m / "lost").stat().st_size == 30
+
+    answer = lazy.power_cut()
+
+    assert (m / "kept").read_bytes() == b"queued and fsynced"
+    # names go through at once: the file is there, empty, as after a real crash
+    assert (m / "lost").read_bytes() == b""
+    assert sorted((f["file"], f["bytes"]) for f in answer["lost"]) == [("kept", 25), ("lost", 30)]
+    kinds = [(e["kind"], e.get("file"), e.get("bytes")) for e in lazy.events()]
+    assert kinds[0] == ("sync", "kept", 18)
+    assert kinds[-1][0] == "power_cut"
+
+
+def test_o_sync_writes_are_durable_when_the_write_returns(lazy: LazyMount) -> None:
+    path = lazy.mountpoint / "journal"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_DSYNC, 0o644)
+    try:
+        os.write(fd, b"record 1\n")
+    finally:
+        os.close(fd)
+    lazy.power_cut()
+    assert path.read_bytes() == b"record 1\n"
+
+
+def test_truncation_and_overwrites_read_back_and_vanish_together(lazy: LazyMount) -> None:
+    path = lazy.mountpoint / "f"
+    write(path, b"0123456789", sync=True)
+    with open(path, "r+b") as f:
+        f.truncate(4)
+        f.seek(8)
+        f.write(b"XY")
+    assert path.read_bytes() == b"0123\0\0\0\0XY"
+    lazy.power_cut()
+    assert path.read_bytes() == b"0123456789"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def test_a_rename_without_a_directory_fsync_is_undone_with_hold_names(strict: LazyMount) -> None:
+    m = strict.mountpoint
+    (m / "incoming").mkdir()
+    (m / "active").mkdir()
+    fsync_dir(m)
+    write(m / "incoming" / "q1", b"message one", sync=True)
+    write(m / "incoming" / "q2", b"message two", sync=True)
+    fsync_dir(m / "incoming")
+    os.rename(m / "incoming" / "q1", m / "active" / "q1")
+    fsync_dir(m / "incoming")
+    fsync_dir(m / "active")  # q1's move is durable
+    os.rename(m / "incoming" / "q2", m / "active" / "q2")  # q2's is not
+
+    answer = strict.power_cut()
+
+    assert os.listdir(m / "active") == ["q1"]
+    assert os.listdir(m / "incoming") == ["q2"]
+    assert (m / "incoming" / "q2").read_bytes() == b"message two"
+    assert answer["undone"] == ["incoming/q2 renamed to active/q2: back"]
+
+
+def test_a_file_never_made_durable_by_name_is_gone_with_hold_names(strict: LazyMount) -> None:
+    write(strict.mountpoint / "new", b"fsynced data, unsynced name", sync=True)
+    strict.power_cut()
+    assert os.listdir(strict.mountpoint) == []
+
+
+def test_names_go_through_at_once_without_hold_names(lazy: LazyMount) -> None:
+    m = lazy.mountpoint
+    write(m / "a", b"x", sync=True)
+    os.rename(m / "a", m / "b")
+    lazy.power_cut()
+    assert os.listdir(m) == ["b"]
+
+
+def test_a_full_disk_refuses_writes_past_its_budget_until_it_frees_up(lazy: LazyMount) -> None:
+    path = lazy.mountpoint / "q"
+    lazy.disk("full", budget=10)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        assert os.write(fd, b"0123456789") == 10
+        with pytest.raises(OSError) as refused:
+            os.write(fd, b"more")
+        assert refused.value.errno == errno.ENOSPC
+        lazy.disk(None)
+        assert os.write(fd, b"more") == 4
+    finally:
+        os.close(fd)
+
+
+def test_a_failing_disk_fails_writes_and_fsyncs_with_eio(lazy: LazyMount) -> None:
+    path = lazy.mountpoint / "q"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b"held")
+        lazy.disk("error")
+        with pytest.raises(OSError) as failed:
+            os.fsync(fd)
+        assert failed.value.errno == errno.EIO
+        with pytest.raises(OSError) as failed:
+            os.write(fd, b"x")
+        assert failed.value.errno == errno.EIO
+    finally:
+        os.close(fd)
+
+
+def test_held_data_is_written_back_after_the_writeback_delay(tmp_path: Path) -> None:
+    for mount in mounted(tmp_path, writeback=0.5):
+        write(mount.mountpoint / "f", b"late but kept", sync=False)
+        deadline = time.monotonic() + 10
+        events: list[dict[str, object]] = []
+        while time.monotonic() < deadline and not events:
+            events = [e for e in mount.events() if e["kind"] == "sync"]
+            time.sleep(0.1)
+        assert events and str(events[0]["why"]).startswith("write-back")
+        mount.power_cut()
+        assert (mount.mountpoint / "f").read_bytes() == b"late but kept"
+
+
+@pytest.mark.parametrize(("synchronous", "survives"), [("FULL", True), ("OFF", False)])
+def test_sqlite_commits_survive_only_when_sqlite_syncs(
+    lazy: LazyMount, synchronous: str, survives: bool
+) -> None:
+    """The reference MTA's queue is SQLite in WAL mode: a commit is durable when SQLite
+    fsyncs its WAL (synchronous=FULL), and lost at a power cut when it does not."""
+    db = lazy.mountpoint / "queue.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute("CREATE TABLE IF NOT EXISTS q (id TEXT)")
+    conn.execute("INSERT INTO q VALUES ('m1')")
+    conn.close() if not survives else None
+    lazy.power_cut()
+    if survives:
+        conn.close()
+    after = sqlite3.connect(db)
+    try:
+        rows = after.execute("SELECT id FROM q").fetchall()
+    except sqlite3.DatabaseError:
+        rows = []
+    finally:
+        after.close()
+    assert (rows == [("m1",)]) is survives
