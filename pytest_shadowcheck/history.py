@@ -25,6 +25,10 @@ Event kinds (``Event.kind``) and the keys their ``data`` carries:
 ``delivery``  a sink accepted a message; ``sink``, ``message_id``, ``helo``, ...
 ``step``      the engine ran a scenario step
 ``snapshot``  the engine captured control-API state
+``storage``   a node's queue filesystem (a lazy one, pytest_shadowcheck.storage):
+              ``node``, ``what`` ("sync": ``file`` and ``bytes`` made durable;
+              "power_cut": ``lost`` files with their bytes, names ``undone``;
+              "disk": ``mode`` full/error/ok), stamped when it happened there
 ``note``      anything else worth showing (free-form ``text`` recommended)
 ============  ===============================================================
 
@@ -34,6 +38,7 @@ ordering and differences are meaningful even if the wall clock jumps.
 
 from __future__ import annotations
 
+import bisect
 import json
 import threading
 import time
@@ -47,7 +52,7 @@ __all__ = ["EVENT_KINDS", "Event", "History"]
 EVENT_KINDS = frozenset(
     {
         "connect", "close", "line", "data", "fault", "reply", "attempt", "delivery", "step",
-        "snapshot", "note",
+        "snapshot", "note", "storage",
     }
 )
 
@@ -127,6 +132,17 @@ class History:
         with self._lock:
             event = Event(self.now(), kind, link, conn, direction, data)
             self._events.append(event)
+        return event
+
+    def record_at(self, monotonic: float, kind: str, **data: Any) -> Event:
+        """Append an event that happened at ``monotonic`` (a ``time.monotonic()`` reading,
+        as another process on this machine reports it), in time order among the others."""
+        if kind not in EVENT_KINDS:
+            raise ValueError(f"unknown event kind {kind!r}; expected one of {sorted(EVENT_KINDS)}")
+        with self._lock:
+            event = Event(monotonic - self._origin, kind, None, None, None, data)
+            at = bisect.bisect_right([e.t for e in self._events], event.t)
+            self._events.insert(at, event)
         return event
 
     def __len__(self) -> int:

@@ -17,11 +17,15 @@ __all__ = [
     "PROCESS_CAPABILITIES",
     "QUEUE_PATHS",
     "STEP_CAPABILITY",
+    "STORAGE_CAPABILITIES",
     "control_call",
 ]
 
 #: what whoever runs the node processes can do to them (a target's own means)
 PROCESS_CAPABILITIES = ("kill", "pause", "restart", "wipe_queue_db")
+#: what whoever holds the node's queue directory can do to its disk: the directory on a
+#: lazy filesystem (pytest_shadowcheck.storage) that loses what was not fsynced
+STORAGE_CAPABILITIES = ("power_cut", "disk_faults")
 #: what only the MTA itself can offer; a docker or external target claims them
 MTA_CAPABILITIES = (
     "control_api",
@@ -31,7 +35,7 @@ MTA_CAPABILITIES = (
     # the only outside view of SN-11's "full categorisation on resubmission"
     "categoriser_stamp",
 )
-CAPABILITIES = PROCESS_CAPABILITIES + MTA_CAPABILITIES
+CAPABILITIES = PROCESS_CAPABILITIES + STORAGE_CAPABILITIES + MTA_CAPABILITIES
 
 #: what each capability lets the harness do or see that the wire does not show; an
 #: UNTESTABLE reason quotes it so an admin knows what their MTA would have to expose
@@ -40,6 +44,9 @@ CAPABILITY_NEED = {
     "pause": "freeze and thaw a node (SIGSTOP/SIGCONT)",
     "restart": "restart a node on the same queue database",
     "wipe_queue_db": "restart a node on a new, empty queue database",
+    "power_cut": "cut a node's power: its processes die and whatever its queue directory "
+    "held that was not fsynced is lost (a queue directory on a lazy filesystem)",
+    "disk_faults": "make a node's queue disk full or failing (ENOSPC, EIO) and free it again",
     "control_api": "the MTA's internal state through a control API (queues, Safety Net "
     "contents, discard events, resubmission requests, directory, routes)",
     "virtual_clock": "a clock the harness can move by hours (hold times, expiry, the "

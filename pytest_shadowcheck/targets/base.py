@@ -65,6 +65,9 @@ class ClusterPlan:
     #: settings of single nodes, over ``settings`` (only for a target that says
     #: ``per_node_settings``)
     node_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the scenario cuts power or fills a disk: every node's queue directory must be on
+    #: a lazy filesystem (capabilities power_cut, disk_faults)
+    lazy_storage: bool = False
 
 
 class Target(abc.ABC):
@@ -175,6 +178,32 @@ class Target(abc.ABC):
     def control_headers(self, node: str) -> dict[str, str]:
         """HTTP headers for ``node``'s control API (e.g. its bearer token)."""
         return {}
+
+    # -- storage faults (capabilities power_cut and disk_faults) ------------------------
+
+    def capability_unavailable(self, capability: str) -> str | None:
+        """Why this target lacks ``capability`` on this machine although it could offer
+        it (no /dev/fuse for power_cut), quoted in the UNTESTABLE reason; None otherwise."""
+        return None
+
+    async def power_cut(self, node: str) -> dict[str, Any]:
+        """Cut ``node``'s power: its processes die at once (SIGKILL; a container's whole
+        cgroup) and whatever its queue directory held that was not fsynced is gone. The
+        node stays down until :meth:`restart`. Returns what was lost:
+        ``{"lost": [{"file": ..., "bytes": ...}], "undone": ["names undone", ...]}``."""
+        raise TargetError(f"target {self.name} cannot cut a node's power")
+
+    async def disk(self, node: str, mode: str | None, budget: int = 0) -> None:
+        """Make ``node``'s queue disk ``full`` (writes fail with ENOSPC once ``budget``
+        more bytes are written) or ``error`` (writes and fsyncs fail with EIO); None: it
+        works again."""
+        raise TargetError(f"target {self.name} cannot make a node's disk full or failing")
+
+    def storage_events(self, node: str) -> list[dict[str, Any]]:
+        """What ``node``'s queue filesystem saw since the last call: each ``sync`` (file,
+        bytes made durable, ``t`` from ``time.monotonic()``), ``power_cut`` (files and
+        bytes lost) and ``disk`` change; [] for a target without one."""
+        return []
 
     async def control(self, node: str, method: str, path: str, body: Any = None) -> Any:
         """Call the node's control API (docs/contracts.md section 2); return the JSON answer.

@@ -42,7 +42,10 @@ def missing_capability_reason(scenario: Scenario, target: Target) -> str | None:
             if capability == "virtual_clock" and scenario.topology.clock == "virtual"
             else "the scenario's requires:",
         )
-        parts.append(f"{capability} - {CAPABILITY_NEED[capability]} - for {needed_by}")
+        part = f"{capability} - {CAPABILITY_NEED[capability]} - for {needed_by}"
+        if (unavailable := target.capability_unavailable(capability)) is not None:
+            part += f" ({unavailable})"
+        parts.append(part)
     return f"target {target.label} lacks " + "; ".join(parts)
 
 

@@ -8,7 +8,9 @@ next hops' addresses: harness proxies, so every link is observed and faultable.
 kill = SIGKILL; restart = the same command with the same ``--data`` (same
 queue database ID); wipe = delete the data directory, then start; pause /
 resume = SIGSTOP / SIGCONT. Every signal goes to the node's process group (a
-node with SMTP-in workers is several processes, ``node_process``).
+node with SMTP-in workers is several processes, ``node_process``). For a scenario
+that cuts power or fills a disk, each ``--data`` directory is a lazy filesystem
+(:mod:`.lazy_storage`): power_cut = SIGKILL, then what was not fsynced is dropped.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from typing import Any
 
 import yaml
 
-from pytest_shadowcheck.scenario.loader import CAPABILITIES
+from pytest_shadowcheck.scenario.capabilities import CAPABILITIES, STORAGE_CAPABILITIES
+from pytest_shadowcheck.storage.mount import fuse_unavailable
 from pytest_shadowcheck.targets.base import ClusterPlan, NodeHandle, Target, TargetError
 from pytest_shadowcheck.targets.hookspecs import hookimpl
+from pytest_shadowcheck.targets.lazy_storage import LazyStorage
 from pytest_shadowcheck.targets.node_process import NodeProcess, start_node_process
 
 __all__ = ["ReferenceTarget", "cluster_document"]
@@ -108,6 +112,16 @@ class ReferenceTarget(Target):
         # the cluster's virtual time, as the last clock move reported it: a node
         # (re)started later starts there, so a new queue database is dated right (SN-8)
         self.virtual_now: float | None = None
+        self.storage: LazyStorage | None = None
+        #: without FUSE here, no power cut or disk fault (UNTESTABLE, with the reason)
+        self.no_fuse = fuse_unavailable()
+        if self.no_fuse:
+            self.capabilities = self.capabilities - set(STORAGE_CAPABILITIES)
+
+    def capability_unavailable(self, capability: str) -> str | None:
+        if capability in STORAGE_CAPABILITIES and self.no_fuse:
+            return f"no lazy filesystem on this machine: {self.no_fuse}"
+        return None
 
     def version(self) -> str:
         try:
@@ -130,6 +144,10 @@ class ReferenceTarget(Target):
         self.config_path.write_text(
             yaml.safe_dump(cluster_document(plan), sort_keys=False), encoding="utf-8"
         )
+        if plan.lazy_storage:
+            self.storage = LazyStorage(plan.workdir)
+            for name in plan.topology.nodes:
+                await self.storage.mount(name)
         started = await asyncio.gather(
             *(self._start_node(name) for name in plan.topology.nodes), return_exceptions=True
         )
@@ -228,6 +246,9 @@ class ReferenceTarget(Target):
             self._reap(node)
         self.procs.clear()
         self.paused.clear()
+        if self.storage is not None:
+            await self.storage.stop()
+            self.storage = None
         # one target runs many scenarios: the next start must not hand back these nodes
         self.handles.clear()
 
@@ -272,8 +293,30 @@ class ReferenceTarget(Target):
     async def wipe(self, node: str) -> NodeHandle:
         if node in self.procs:
             await self.kill(node)
-        shutil.rmtree(self._data_dir(node), ignore_errors=True)
+        if self.storage is not None:
+            await self.storage.wipe(node)
+        else:
+            shutil.rmtree(self._data_dir(node), ignore_errors=True)
         return await self._start_node(node)
+
+    # -- storage faults --------------------------------------------------------------
+
+    def _storage(self) -> LazyStorage:
+        if self.storage is None:
+            raise TargetError("the nodes' queues are not on a lazy filesystem")
+        return self.storage
+
+    async def power_cut(self, node: str) -> dict[str, Any]:
+        storage = self._storage()
+        if node in self.procs:
+            await self.kill(node)
+        return await storage.power_cut(node)
+
+    async def disk(self, node: str, mode: str | None, budget: int = 0) -> None:
+        await self._storage().disk(node, mode, budget)
+
+    def storage_events(self, node: str) -> list[dict[str, Any]]:
+        return self.storage.events(node) if self.storage is not None else []
 
 
 @hookimpl
