@@ -1,4 +1,5 @@
-"""Broken variants for durability at volume (the workload scenarios of durability.yaml)."""
+"""Broken variants for durability: at volume (the workload scenarios of durability.yaml)
+and across a power cut (power.yaml), where only what was fsynced survives."""
 
 from __future__ import annotations
 
@@ -61,7 +62,85 @@ def _gives_up_on_transient_failure() -> None:
     Delivery._retry = _retry  # type: ignore[method-assign]
 
 
+#: how long the broken variants' disk takes to flush: a power cut within it loses the write
+SLOW_DISK_S = 1.5
+
+
+def _slow_disk() -> None:
+    # Every fsync of the queue's WAL first waits SLOW_DISK_S (and the checkpoints, which
+    # also sync, come after it): what was not yet flushed is still in the page cache.
+    import time
+
+    from reference_impl.wal_sync import WalSync
+
+    original = WalSync._fsync_wal
+
+    def _fsync_wal(self: WalSync) -> None:
+        time.sleep(SLOW_DISK_S)
+        original(self)
+
+    WalSync._fsync_wal = _fsync_wal  # type: ignore[method-assign]
+
+
+def _acks_before_its_queue_is_synced() -> None:
+    # The 250 no longer waits for the queue commit to reach the disk: a slow disk later
+    # flushes it, and a power cut before that loses an acknowledged message.
+    from reference_impl.wal_sync import WalSync
+
+    _slow_disk()
+
+    async def reached(self: WalSync, ticket: int) -> None:
+        return None
+
+    WalSync.reached = reached  # type: ignore[method-assign]
+
+
+def _shadow_acks_an_unsynced_copy() -> None:
+    # The shadow answers 250 to a copy (XSHADOW) before the copy is on its disk; the
+    # primary's own queue stays durable, so only the shadow's power cut shows it.
+    import contextvars
+
+    from reference_impl.queue_db import QueueDB
+    from reference_impl.shadowing import Shadowing
+
+    _slow_disk()
+    skip = contextvars.ContextVar("skip_flush", default=False)
+    store_copy = Shadowing.store_copy
+    flushed = QueueDB.flushed
+
+    def store(self: Shadowing, *args: Any, **kwargs: Any) -> Any:
+        skip.set(True)  # the handler awaits flushed() next, in this same task
+        return store_copy(self, *args, **kwargs)
+
+    async def flushed_unless_a_copy(self: QueueDB) -> None:
+        if skip.get():
+            skip.set(False)
+            return
+        await flushed(self)
+
+    Shadowing.store_copy = store  # type: ignore[method-assign]
+    QueueDB.flushed = flushed_unless_a_copy  # type: ignore[method-assign]
+
+
 VARIANTS: list[Variant] = [
+    Variant(
+        name="acks-before-its-queue-is-synced",
+        breaks="the node answers 250 once the message is written to its queue, before the "
+        "write is on disk (which a slow disk makes it 1.5 s later): a power cut in between "
+        "loses an acknowledged message",
+        fails=(
+            "pr3_power_cut_after_the_250_keeps_the_message",
+            "durability_power_cut",
+        ),
+        apply=_acks_before_its_queue_is_synced,
+    ),
+    Variant(
+        name="shadow-acks-an-unsynced-copy",
+        breaks="the shadow answers 250 to a copy before it is on its disk: a shadow that "
+        "loses power right after has no copy to promote",
+        fails=("cr1_shadow_power_cut_after_its_250_keeps_the_copy",),
+        apply=_shadow_acks_an_unsynced_copy,
+    ),
     Variant(
         name="queue-in-memory-only",
         breaks="accepted messages are kept in memory only: a node killed and restarted on "
