@@ -138,9 +138,8 @@ class LazyFS(mfusepy.Operations):
     def open(self, path: str, flags: int) -> int:
         return self._open(path, flags, None)
 
-    def create(self, path: str, mode: int, fi: Any = None) -> int:
-        flags = os.O_CREAT | os.O_WRONLY | (getattr(fi, "flags", 0) or 0)
-        return self._open(path, flags, mode)
+    def create(self, path: str, mode: int, flags: int = os.O_WRONLY) -> int:
+        return self._open(path, os.O_CREAT | int(flags), mode)
 
     def _open(self, path: str, flags: int, mode: int | None) -> int:
         full = self._full(path)
