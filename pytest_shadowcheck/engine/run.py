@@ -38,7 +38,7 @@ from pytest_shadowcheck.network.messages import Message
 from pytest_shadowcheck.progress import Progress
 from pytest_shadowcheck.scenario.capabilities import QUEUE_PATHS
 from pytest_shadowcheck.scenario.model import Scenario, Step
-from pytest_shadowcheck.scenario.steps import ACTION_SPECS, SEND_TIMEOUT
+from pytest_shadowcheck.scenario.steps import ACTION_SPECS, SEND_TIMEOUT, settings_text
 from pytest_shadowcheck.targets.base import ClusterPlan, NodeHandle, Target, TargetError
 from pytest_shadowcheck.verdict import CheckResult, Status, Verdict
 
@@ -431,10 +431,7 @@ async def _expect_start_refused(run: Run, verdict: Verdict, reason: str) -> None
                 run.target.diagnostics(),
             )
         return
-    settings = ", ".join(
-        f"{k}={v:g}s" if isinstance(v, float) else f"{k}={v}"
-        for k, v in run.scenario.settings.items()
-    )
+    settings = settings_text(run.scenario.settings)
     verdict.add(
         CheckResult(
             "start refused",

@@ -36,6 +36,7 @@ from pytest_shadowcheck.scenario.steps import (
     SinkSpec,
     SnapshotSpec,
     WaitSpec,
+    settings_text,
 )
 from pytest_shadowcheck.scenario.workload_spec import WorkloadSpec
 from pytest_shadowcheck.verdict import CheckResult, Status, Verdict
@@ -164,7 +165,9 @@ async def set_settings(run: Run, spec: SettingsSpec, step: Step, verdict: Verdic
     for node in run.running(spec.nodes):
         try:
             answer = await run.target.set_settings(node, spec.values)
-            outcome, detail = "accepted", str(answer)
+            # the node's answer: its settings now (a control API's), or a target's account
+            shown = settings_text(answer) if isinstance(answer, dict) else str(answer)
+            outcome, detail = "accepted", shown
             run.restarted_for_change(node, answer)
         except TargetError as exc:
             if want is None:
@@ -176,7 +179,7 @@ async def set_settings(run: Run, spec: SettingsSpec, step: Step, verdict: Verdic
                 CheckResult(
                     f"settings on {node} {outcome}",
                     Status.PASS if outcome == want else Status.FAIL,
-                    f"{node} {want} {spec.values}",
+                    f"{node} {want} {settings_text(spec.values)}",
                     f"{outcome}: {detail}",
                     where=str(step.where),
                 )

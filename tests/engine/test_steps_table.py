@@ -1,18 +1,19 @@
 """The engine's ``STEPS`` table: one handler per action step kind, each typed against its
-spec; the nemesis plays typed specs through it."""
+spec; the nemesis plays typed specs through it; settings are shown by name."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_shadowcheck.engine.nemesis import Fault, run_nemesis
 from pytest_shadowcheck.engine.run import Run
-from pytest_shadowcheck.engine.steps import STEPS, step_label
-from pytest_shadowcheck.errors import SourceRef
+from pytest_shadowcheck.engine.steps import STEPS, set_settings, step_label
+from pytest_shadowcheck.errors import SourceRef, TargetError
 from pytest_shadowcheck.history import History
 from pytest_shadowcheck.progress import Progress
 from pytest_shadowcheck.scenario.loader import load_scenario_file
@@ -22,8 +23,9 @@ from pytest_shadowcheck.scenario.steps import (
     FaultSpec,
     HealSpec,
     NodeActionSpec,
+    SettingsSpec,
 )
-from pytest_shadowcheck.verdict import Verdict
+from pytest_shadowcheck.verdict import Status, Verdict
 
 WHERE = SourceRef(Path("s.yaml"), 7)
 
@@ -107,3 +109,43 @@ def test_a_step_with_raw_arguments_is_refused_by_name(tmp_path: Path) -> None:
     raw = Step("fault", {"link": "client->mbx1", "kind": "cut"}, WHERE)
     with pytest.raises(TypeError, match=r"step fault \(s.yaml:7\) has dict .*not a FaultSpec"):
         asyncio.run(run.do(raw, Verdict("s1", [])))
+
+
+class SettingsRun:
+    """Stands in for the run: nodes that take or refuse settings."""
+
+    def __init__(self, refuse: bool) -> None:
+        self.refuse = refuse
+        self.changes: list[Any] = []
+        self.target = self
+
+    def running(self, nodes: tuple[str, ...] = ()) -> list[str]:
+        return list(nodes or ("mbx1",))
+
+    async def set_settings(self, node: str, values: dict[str, Any]) -> Any:
+        if self.refuse:
+            raise TargetError("PUT /settings: HTTP 400")
+        return {"ReceiveConnectionTimeout": 0.2, "ShadowRedundancyEnabled": True}
+
+    def restarted_for_change(self, node: str, answer: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("refuse", [False, True])
+def test_settings_checks_show_settings_by_name(refuse: bool) -> None:
+    spec = SettingsSpec(values={"ReceiveConnectionTimeout": 0.2}, result="accepted")
+    verdict = Verdict("s1", [])
+    run = SettingsRun(refuse)
+    asyncio.run(set_settings(run, spec, Step("set_settings", spec, WHERE), verdict))  # type: ignore[arg-type]
+    (result,) = verdict.checks
+    assert result.expected == "mbx1 accepted ReceiveConnectionTimeout=200ms"
+    if refuse:
+        assert (result.name, result.status) == ("settings on mbx1 rejected", Status.FAIL)
+        assert result.observed == "rejected: PUT /settings: HTTP 400"
+        assert run.changes == []
+    else:
+        assert (result.name, result.status) == ("settings on mbx1 accepted", Status.PASS)
+        assert result.observed == (
+            "accepted: ReceiveConnectionTimeout=200ms, ShadowRedundancyEnabled=true"
+        )
+        assert run.changes == [(None, ("settings", spec.values))]
