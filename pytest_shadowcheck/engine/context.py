@@ -8,12 +8,12 @@ dependency runs one way.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_shadowcheck.checks.view import RunView
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from pytest_shadowcheck.checks.workload import WorkloadReport
     from pytest_shadowcheck.history import History
@@ -28,7 +28,8 @@ __all__ = ["StepContext"]
 
 class StepContext(RunView, Protocol):
     """All a check may read (:class:`~pytest_shadowcheck.checks.view.RunView`), and what
-    a step needs to act: the target itself, the proxies, the run's token."""
+    a step needs to act: the target itself, the proxies, the run's token, and the run's
+    own operations on the state it keeps (nodes down or frozen, configuration changes)."""
 
     #: the whole target, not only what a check may ask of it
     target: Target
@@ -40,6 +41,11 @@ class StepContext(RunView, Protocol):
     workload_scale: float
     workload_seed: int | None
     timeline_writer: Callable[[History, WorkloadReport, str], Path] | None
+    #: the nodes' virtual clock after the last advance (None: no advance yet)
+    virtual_now: float | None
+    #: configuration changed during the run, with the nodes it was for (None: all): a
+    #: node that comes back gets it again
+    changes: list[tuple[list[str] | None, tuple[Any, ...]]]
 
     @property
     def peer_secret(self) -> str: ...
@@ -60,3 +66,19 @@ class StepContext(RunView, Protocol):
 
     async def do(self, step: Step, verdict: Verdict) -> None:
         """Carry out one step, as the scenario would (the nemesis plays through it)."""
+
+    def running(self, nodes: Sequence[str] = ()) -> list[str]:
+        """The nodes (none named: every node) neither down nor frozen."""
+        ...
+
+    async def kill(self, node: str) -> None: ...
+
+    async def pause(self, node: str) -> None: ...
+
+    async def resume(self, node: str) -> None: ...
+
+    async def bring_back(self, node: str, how: str) -> None:
+        """Restart (``how`` restart) or wipe a node, and bring it level with the others."""
+
+    def restarted_for_change(self, node: str, answer: Any) -> None:
+        """Record that a target restarted ``node`` to apply a change, if it says so."""

@@ -17,10 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pytest_shadowcheck.errors import SourceRef
+from pytest_shadowcheck.scenario.model import Step
+from pytest_shadowcheck.scenario.steps import ActionSpec, FaultSpec, HealSpec, NodeActionSpec
 from pytest_shadowcheck.scenario.workload_spec import FAULT_KINDS, NODE_FAULTS, NemesisSpec
 
 if TYPE_CHECKING:
@@ -29,6 +32,10 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.verdict import Verdict
 
 __all__ = ["Fault", "plan_faults", "run_nemesis", "usable_kinds"]
+
+#: carries out one step of the given kind with the given spec
+Act = Callable[[str, ActionSpec], Awaitable[None]]
+
 
 @dataclass(frozen=True)
 class Fault:
@@ -89,12 +96,10 @@ async def run_nemesis(
     """Play ``faults`` until ``stop`` is set; every fault is ended (node back, link healed)
     before returning. ``run``: the engine's Run (its ``do`` carries out each action).
     Returns how many faults were played."""
-    from pytest_shadowcheck.scenario.model import Step
-
     where = SourceRef(run.scenario.where.path, run.scenario.where.line)
 
-    async def act(kind: str, arg: Any) -> None:
-        await run.do(Step(kind, arg, where), verdict)
+    async def act(kind: str, spec: ActionSpec) -> None:
+        await run.do(Step(kind, spec, where), verdict)
 
     played = 0
     for fault in faults:
@@ -119,8 +124,8 @@ async def run_nemesis(
     return played
 
 
-async def _begin(act: Any, fault: Fault, i: int) -> None:
-    node = fault.nodes[i]
+async def _begin(act: Act, fault: Fault, i: int) -> None:
+    node = NodeActionSpec(fault.nodes[i])
     if fault.kind in ("kill", "wipe"):
         await act("kill", node)
     elif fault.kind == "pause":
@@ -128,13 +133,13 @@ async def _begin(act: Any, fault: Fault, i: int) -> None:
     elif fault.kind == "restart":
         await act("restart", node)
     elif fault.kind == "delay":
-        await act("fault", {"link": fault.links[i], "kind": "delay", "seconds": fault.delay})
+        await act("fault", FaultSpec.of(fault.links[i], "delay", seconds=fault.delay))
     else:
-        await act("fault", {"link": fault.links[i], "kind": fault.kind})
+        await act("fault", FaultSpec.of(fault.links[i], fault.kind))
 
 
-async def _end(act: Any, fault: Fault, i: int) -> None:
-    node = fault.nodes[i]
+async def _end(act: Act, fault: Fault, i: int) -> None:
+    node = NodeActionSpec(fault.nodes[i])
     if fault.kind == "kill":
         await act("restart", node)
     elif fault.kind == "wipe":
@@ -142,4 +147,4 @@ async def _end(act: Any, fault: Fault, i: int) -> None:
     elif fault.kind == "pause":
         await act("resume", node)
     elif fault.kind in ("cut", "blackhole", "delay"):
-        await act("heal", fault.links[i])
+        await act("heal", HealSpec(fault.links[i]))

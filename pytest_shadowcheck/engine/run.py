@@ -3,8 +3,11 @@
 It starts the next-hop sinks and a FaultProxy for every link (client->node,
 node->node, node->sink), has the target start the nodes pointed at those
 proxies, runs the steps (send, faults, node actions, waits, clock advances,
-control calls, inline checks), then the expectations and the always-on
+control calls, inline checks: each kind by its handler in :mod:`.steps`, given the
+typed spec the loader built), then the expectations and the always-on
 no-loss invariant, and returns a :class:`~pytest_shadowcheck.verdict.Verdict`.
+The :class:`Run` owns the run's state (proxies, sinks, nodes down or frozen, the
+configuration changes a node that comes back gets again); the handlers act through it.
 Everything is recorded in one :class:`~pytest_shadowcheck.history.History`.
 Processes and sockets are released on every exit path (also Ctrl-C).
 """
@@ -17,7 +20,7 @@ import os
 import re
 import secrets
 import traceback
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,17 +30,15 @@ from pytest_shadowcheck.checks.inside import queue_entries
 from pytest_shadowcheck.checks.integrity import integrity_invariant
 from pytest_shadowcheck.checks.no_loss import no_loss_invariant, premise_missing
 from pytest_shadowcheck.checks.workload import WorkloadReport
-from pytest_shadowcheck.engine.session import run_session, session_label
-from pytest_shadowcheck.engine.workload import run_workload, workload_label
+from pytest_shadowcheck.engine.steps import STEPS, step_label
 from pytest_shadowcheck.errors import ScenarioError
 from pytest_shadowcheck.history import History
 from pytest_shadowcheck.network import FaultProxy, MailSink
-from pytest_shadowcheck.network.client import RecordingClient, SendResult, make_message
 from pytest_shadowcheck.network.messages import Message
 from pytest_shadowcheck.progress import Progress
 from pytest_shadowcheck.scenario.capabilities import QUEUE_PATHS
-from pytest_shadowcheck.scenario.durations import resolve_time
 from pytest_shadowcheck.scenario.model import Scenario, Step
+from pytest_shadowcheck.scenario.steps import ACTION_SPECS, SEND_TIMEOUT, settings_text
 from pytest_shadowcheck.targets.base import ClusterPlan, NodeHandle, Target, TargetError
 from pytest_shadowcheck.verdict import CheckResult, Status, Verdict
 
@@ -46,7 +47,6 @@ __all__ = ["Run", "TimelineWriter", "run_scenario"]
 #: (history, workload report, scenario name) -> where the timeline page was written
 TimelineWriter = Callable[[History, WorkloadReport, str], Path]
 
-SEND_TIMEOUT = 30.0
 START_TIMEOUT = 60.0
 
 
@@ -264,195 +264,65 @@ class Run:
             with contextlib.suppress(Exception):
                 await sink.stop()
 
-    # -- steps ---------------------------------------------------------------------
+    # -- steps (each kind carried out by its handler in engine/steps.py) ------------
 
-    def _running(self, nodes: list[str] | None = None) -> list[str]:
+    async def do(self, step: Step, verdict: Verdict) -> None:
+        """Carry out one action step: its event in the history, then its handler."""
+        spec = ACTION_SPECS.get(step.kind)
+        if spec is None or not isinstance(step.arg, spec):
+            raise TypeError(
+                f"step {step.kind} ({step.where}) has {type(step.arg).__name__} arguments, "
+                f"not a {spec.__name__ if spec else 'known step kind'}"
+            )
+        self.history.record("step", text=step_label(step), line=step.where.line)
+        await STEPS[step.kind](self, step.arg, step, verdict)
+
+    def running(self, nodes: Sequence[str] = ()) -> list[str]:
+        """The nodes (none named: every node) neither down nor frozen."""
         return [
             n
             for n in (nodes or list(self.scenario.topology.nodes))
             if n not in self.down and n not in self.paused
         ]
 
-    async def do(self, step: Step, verdict: Verdict) -> None:
-        kind, arg = step.kind, step.arg
-        label = (
-            f"{kind} {arg}"
-            if not isinstance(arg, dict)
-            else f"{kind} " + " ".join(f"{k}={v}" for k, v in arg.items())
+    async def kill(self, node: str) -> None:
+        await self.target.kill(node)
+        self.down.add(node)
+        self.node_actions.append((self.history.now(), node, "kill"))
+
+    async def pause(self, node: str) -> None:
+        await self.target.pause(node)
+        self.paused.add(node)
+        self.paused_at_change[node] = len(self.changes)
+        self.node_actions.append((self.history.now(), node, "pause"))
+
+    async def resume(self, node: str) -> None:
+        await self.target.resume(node)
+        self.paused.discard(node)
+        self.node_actions.append((self.history.now(), node, "resume"))
+        if self.virtual_now is not None:
+            # advances skipped the frozen node: bring its clock level with the others
+            await self.target.control(node, "POST", "/clock", {"set": self.virtual_now})
+        # so did configuration changes made while it was frozen
+        await self._replay_changes(node, since=self.paused_at_change.pop(node, 0))
+
+    async def bring_back(self, node: str, how: str) -> None:
+        """Restart ``node`` on its queue database (``how`` restart) or a new, empty one
+        (wipe): down at once, then back with the clock and configuration of the others."""
+        self.node_actions.append((self.history.now(), node, "kill"))
+        handle = await (self.target.restart(node) if how == "restart" else self.target.wipe(node))
+        self.node_actions.append((self.history.now(), node, how))
+        self.down.discard(node)
+        self.paused.discard(node)
+        self.paused_at_change.pop(node, None)
+        self._attach(node, handle)
+        # when the node is back (the step's own event marks when it went down)
+        self.history.record(
+            "step", text=f"{node} back after {how}, queue database {handle.queue_db_id or '?'}"
         )
-        if kind == "session":
-            label = session_label(arg)
-        elif kind == "workload":
-            label = workload_label(arg)
-        self.history.record("step", text=label, line=step.where.line)
-        if kind == "send":
-            await self._send(arg)
-        elif kind == "fault":
-            self._fault(arg)
-        elif kind == "heal":
-            for link, proxy in self.proxies.items():
-                if arg in ("all", link):
-                    proxy.heal()
-        elif kind == "kill":
-            await self.target.kill(arg)
-            self.down.add(arg)
-            self.node_actions.append((self.history.now(), arg, "kill"))
-        elif kind == "pause":
-            await self.target.pause(arg)
-            self.paused.add(arg)
-            self.paused_at_change[arg] = len(self.changes)
-            self.node_actions.append((self.history.now(), arg, "pause"))
-        elif kind == "resume":
-            await self.target.resume(arg)
-            self.paused.discard(arg)
-            self.node_actions.append((self.history.now(), arg, "resume"))
-            if self.virtual_now is not None:
-                # advances skipped the frozen node: bring its clock level with the others
-                await self.target.control(arg, "POST", "/clock", {"set": self.virtual_now})
-            # so did configuration changes made while it was frozen
-            await self._replay_changes(arg, since=self.paused_at_change.pop(arg, 0))
-        elif kind in ("restart", "wipe"):
-            self.node_actions.append((self.history.now(), arg, "kill"))
-            handle = await (
-                self.target.restart(arg) if kind == "restart" else self.target.wipe(arg)
-            )
-            self.node_actions.append((self.history.now(), arg, kind))
-            self.down.discard(arg)
-            self.paused.discard(arg)
-            self.paused_at_change.pop(arg, None)
-            self._attach(arg, handle)
-            # when the node is back (the step's own event marks when it went down)
-            self.history.record(
-                "step", text=f"{arg} back after {kind}, queue database {handle.queue_db_id or '?'}"
-            )
-            if self.virtual_now is not None:
-                await self.target.control(arg, "POST", "/clock", {"set": self.virtual_now})
-            await self._replay_changes(arg)
-        elif kind == "wait":
-            await self._wait(arg)
-        elif kind == "advance":
-            self.progress.note(f"advancing the virtual clock of every node by {arg:g}s")
-            for node in self._running():
-                answer = await self.target.advance_clock(node, arg)
-                if isinstance(answer, dict) and isinstance(answer.get("now"), (int, float)):
-                    self.virtual_now = float(answer["now"])
-        elif kind == "set_settings":
-            await self._set_settings(step, verdict)
-        elif kind == "resubmit":
-            await self._resubmit(arg, step)
-        elif kind == "directory":
-            calls: list[tuple[str, str, dict[str, Any]]] = []
-            if "group" in arg:
-                body = {"members": arg.get("members", [])}
-                calls.append(("PUT", f"/directory/groups/{arg['group']}", body))
-            if "recipient" in arg:
-                body = {"database": arg.get("database")}
-                calls.append(("PUT", f"/directory/recipients/{arg['recipient']}", body))
-            for call in calls:
-                self.changes.append((None, ("control", *call)))
-                for node in self._running():
-                    await self.target.control(node, *call)
-        elif kind == "route":
-            for node in arg.get("nodes") or list(self.scenario.topology.nodes):
-                if "sink" in arg:
-                    address = _hp(self.proxies[f"{node}->{arg['sink']}"].address)
-                    hop = {"address": address, "kind": arg.get("kind", "mailbox")}
-                else:
-                    hop = {"node": arg["node"]}
-                self.changes.append(([node], ("next_hop", arg["domain"], hop)))
-                if node in self._running():
-                    answer = await self.target.set_next_hop(node, arg["domain"], hop)
-                    self._restarted_for_change(node, answer)
-        elif kind == "snapshot":
-            answer = await self.target.control(arg["node"], "GET", QUEUE_PATHS[arg["queue"]])
-            self.history.record("snapshot", node=arg["node"], queue=arg["queue"], answer=answer)
-        elif kind == "sink":
-            sink = self.sinks[arg["name"]]
-            sink.clear_script()
-            if arg["reply"] != "accept":
-                sink.script("DATA", arg["reply"])
-        elif kind == "check":
-            args = {k: v for k, v in arg.items() if k != "kind"}
-            inner = Step(
-                arg["kind"], args, step.where, step.behaviours, step.given, step.precondition
-            )
-            verdict.add(await run_check(self, inner))
-        elif kind == "note":
-            self.history.record("note", text=str(arg))
-        elif kind == "session":
-            await run_session(self, step, verdict)
-        elif kind == "workload":
-            await run_workload(self, step, verdict)
-
-    async def _send(self, arg: dict[str, Any]) -> None:
-        ref, via = arg["id"], arg["via"]
-        message_id = arg.get("message_id") or f"<{ref}.{self.token}@shadowcheck.test>"
-        sender = arg.get("from", "sender@ext.test")
-        raw = make_message(
-            message_id,
-            subject=arg.get("subject", f"shadowcheck {self.scenario.name} {ref}"),
-            body=arg.get("body", default_body(self.scenario.name, ref)),
-            size=arg.get("size"),
-            mail_from=sender,
-            to=", ".join(arg["to"]),
-        )
-        proxy = self.proxies[f"client->{via}"]
-        client = RecordingClient(
-            self.history, link=f"client->{via}", numbering=proxy.connection_number
-        )
-        msg = self.register_message(ref, message_id, via, raw, sender, list(arg["to"]))
-        timeout = arg.get("timeout", SEND_TIMEOUT)
-        coro = client.send(*proxy.address, sender, list(arg["to"]), raw, timeout=timeout)
-
-        async def send() -> SendResult:
-            result = await coro
-            msg.result = result
-            return result
-
-        msg.task = asyncio.create_task(send())
-        if not arg.get("background"):
-            await msg.task
-
-    def _fault(self, arg: dict[str, Any]) -> None:
-        proxy = self.proxies[arg["link"]]
-        kind = arg["kind"]
-        direction = arg.get("direction")
-        if kind == "cut":
-            proxy.cut(True)
-        elif kind == "blackhole":
-            proxy.blackhole(True)
-        elif kind == "delay":
-            proxy.delay(direction or "both", arg["seconds"])
-        elif kind == "reset":
-            proxy.reset()
-        elif kind == "slow_accept":
-            proxy.slow_accept(arg["seconds"])
-        elif kind == "slow_greeting":
-            proxy.slow_greeting(arg["seconds"])
-        elif kind == "drop_after":
-            proxy.drop_after(arg["bytes"], direction or "c2s")
-        elif kind == "stall_after_data":
-            proxy.stall_after_data(True)
-
-    async def _wait(self, arg: Any) -> None:
-        if not isinstance(arg, dict):
-            self.progress.waiting(arg, "(wait step)")
-            await asyncio.sleep(arg)
-            return
-        timeout = arg["timeout"]
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        if "reply" in arg:
-            await self.settled_message(arg["reply"], timeout)
-            return
-        ref, sink = arg["delivered"], arg.get("to")
-        self.progress.waiting(timeout, f"for {ref} to be delivered")
-        wanted = self.messages[ref].message_id
-        while loop.time() < deadline:
-            if any(s.count(wanted) for n, s in self.sinks.items() if sink in (None, n)):
-                return
-            await asyncio.sleep(0.05)
-        self.history.record("note", text=f"wait: {ref} not delivered within {timeout:g}s")
+        if self.virtual_now is not None:
+            await self.target.control(node, "POST", "/clock", {"set": self.virtual_now})
+        await self._replay_changes(node)
 
     async def _replay_changes(self, node: str, since: int = 0) -> None:
         """Configuration changed earlier in the run (from change number ``since`` on),
@@ -462,14 +332,14 @@ class Run:
                 continue
             if change[0] == "settings":
                 answer = await self.target.set_settings(node, change[1])
-                self._restarted_for_change(node, answer)
+                self.restarted_for_change(node, answer)
             elif change[0] == "next_hop":
                 answer = await self.target.set_next_hop(node, change[1], change[2])
-                self._restarted_for_change(node, answer)
+                self.restarted_for_change(node, answer)
             else:
                 await self.target.control(node, *change[1:])
 
-    def _restarted_for_change(self, node: str, answer: Any) -> None:
+    def restarted_for_change(self, node: str, answer: Any) -> None:
         """A target without a reload restarted ``node`` to apply a change (its answer says
         so): recorded as the restart it is, and no PASS is claimed across it."""
         text = answer.get("restarted") if isinstance(answer, dict) else None
@@ -477,45 +347,6 @@ class Run:
             self.node_actions.append((self.history.now(), node, "restart"))
             self.history.record("step", text=str(text))
             self.caveats.append(str(text))
-
-    async def _set_settings(self, step: Step, verdict: Verdict) -> None:
-        arg = step.arg
-        want = arg.get("result")
-        rejected = False
-        for node in self._running(arg.get("nodes")):
-            try:
-                answer = await self.target.set_settings(node, arg["values"])
-                outcome, detail = "accepted", str(answer)
-                self._restarted_for_change(node, answer)
-            except TargetError as exc:
-                if want is None:
-                    raise
-                outcome, detail = "rejected", str(exc)
-                rejected = True
-            if want is not None:
-                verdict.add(
-                    CheckResult(
-                        f"settings on {node} {outcome}",
-                        Status.PASS if outcome == want else Status.FAIL,
-                        f"{node} {want} {arg['values']}",
-                        f"{outcome}: {detail}",
-                        where=str(step.where),
-                    )
-                )
-        if not rejected:
-            self.changes.append((arg.get("nodes"), ("settings", arg["values"])))
-
-    async def _resubmit(self, arg: dict[str, Any], step: Step) -> None:
-        node = arg["node"]
-        clock = await self.target.control(node, "GET", "/clock")
-        now = float(clock["now"])
-        body = {
-            "database": arg["database"],
-            "start": resolve_time(arg["start"], now, step.where),
-            "end": resolve_time(arg["end"], now, step.where),
-        }
-        answer = await self.target.control(node, "POST", "/safetynet/resubmit", body)
-        self.history.record("step", text=f"resubmit requested on {node}: {body} -> {answer}")
 
 
 def run_loop(main: Coroutine[Any, Any, None]) -> None:
@@ -532,21 +363,6 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
             uvloop.run(main)
             return
     asyncio.run(main)
-
-
-def default_body(scenario: str, ref: str) -> str:
-    """What a message says unless the scenario gives a body: lines that a transport
-    must carry unchanged but easily mangles - dot-stuffing, a line near the 998-byte
-    limit, 8-bit text - so that the integrity invariant catches a copy altered on its
-    way."""
-    return (
-        f"scenario {scenario}, message {ref}\n"
-        ".a line starting with a dot: the transport dot-stuffs it on every hop\n"
-        "..and one starting with two\n"
-        ".\n" + "L" * 990 + "\n"
-        "8-bit, as UTF-8 with no transfer encoding: Grüße aus Zürich, naïve café, ½ €\n"
-        "the end\n"
-    )
 
 
 def _queue_call(queue: str) -> tuple[str, tuple[str, str]]:
@@ -615,10 +431,7 @@ async def _expect_start_refused(run: Run, verdict: Verdict, reason: str) -> None
                 run.target.diagnostics(),
             )
         return
-    settings = ", ".join(
-        f"{k}={v:g}s" if isinstance(v, float) else f"{k}={v}"
-        for k, v in run.scenario.settings.items()
-    )
+    settings = settings_text(run.scenario.settings)
     verdict.add(
         CheckResult(
             "start refused",

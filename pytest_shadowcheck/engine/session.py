@@ -29,7 +29,7 @@ of unknown verbs per session.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pytest_shadowcheck.checks.events import find_event, matcher_text
 from pytest_shadowcheck.checks.integrity import envelope_of
@@ -51,10 +51,9 @@ from pytest_shadowcheck.verdict import CheckResult, Status, Verdict
 if TYPE_CHECKING:
     from pytest_shadowcheck.engine.context import StepContext as Run
     from pytest_shadowcheck.scenario.model import Step
+    from pytest_shadowcheck.scenario.steps import SayItem, SessionSpec
 
 __all__ = ["run_session", "session_label"]
-
-DEFAULT_REPLY_TIMEOUT = 5.0
 
 
 def _describe(reply: RawReply | None) -> str:
@@ -71,63 +70,63 @@ def _reply_text(reply: RawReply) -> str:
     return "\n".join(reply.lines)
 
 
-def session_label(arg: dict[str, Any]) -> str:
+def session_label(spec: SessionSpec) -> str:
     """The step as the history shows it: where to, and what is said (credentials masked)."""
-    return f"session via={arg['via']}: " + " / ".join(_shown(item) for item in arg["say"])
+    return f"session via={spec.via}: " + " / ".join(_shown(item) for item in spec.say)
 
 
-def _shown(item: dict[str, Any]) -> str:
-    if "message" in item:
-        return f"message {item['message']}"
-    if "auth_as" in item:
-        return f"AUTH PLAIN as {item['auth_as']}"
-    return mask_auth_line(item["send"])
+def _shown(item: SayItem) -> str:
+    if item.message is not None:
+        return f"message {item.message}"
+    if item.auth_as is not None:
+        return f"AUTH PLAIN as {item.auth_as}"
+    return mask_auth_line(item.send or "")
 
 
 async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
-    arg: dict[str, Any] = step.arg
-    via = arg["via"]
+    spec: SessionSpec = step.arg
+    via = spec.via
     link = f"client->{via}"
-    items: list[dict[str, Any]] = arg["say"]
+    items = spec.say
     payloads: list[bytes] = []
     for index, item in enumerate(items):
-        if "message" in item:
-            ref = item["message"]
+        if item.message is not None:
+            ref = item.message
             message_id = f"<{ref}.{run.token}@shadowcheck.test>"
             raw = make_message(
                 message_id,
                 subject=f"shadowcheck {run.scenario.name} {ref} (raw session)",
                 body=f"scenario {run.scenario.name}, message {ref}\n",
             )
-            sender, recipients = envelope_of(items, index)
+            sender, recipients = envelope_of([{"send": i.send or ""} for i in items], index)
             run.register_message(ref, message_id, via, raw, sender, recipients)
             payloads.append(dot_stuff(raw) + b".\r\n")
-        elif "auth_as" in item:
-            payloads.append(peer_auth_line(run.peer_secret, item["auth_as"]).encode() + b"\r\n")
+        elif item.auth_as is not None:
+            payloads.append(peer_auth_line(run.peer_secret, item.auth_as).encode() + b"\r\n")
         else:
-            payloads.append(item["send"].encode() + b"\r\n")
-    answers = await _converse(run, link, payloads, arg)
+            payloads.append((item.send or "").encode() + b"\r\n")
+    answers = await _converse(run, link, payloads, spec)
     # the scenario's given (e.g. "a shadow copy was made") governs these checks too
     given = run.scenario.given
     unmet = given is not None and find_event(run, given) is None
-    if "control" in arg:
+    if spec.control:
         # no control session when the given never happened: nothing would be judged
-        stand_in = _with_stand_ins(items, payloads, arg["control"])
-        controls = None if unmet else await _converse(run, link, stand_in, arg)
+        stand_in = _with_stand_ins(items, payloads, spec.control)
+        controls = None if unmet else await _converse(run, link, stand_in, spec)
         verdict.add(_compare_with_control(run, step, items, answers, controls))
     for item, answer in zip(items, answers, strict=True):
         shown = _shown(item)
-        if "message" in item:
-            _settle_message(run, item["message"], answer)
-        if "reply" not in item:
+        if item.message is not None:
+            _settle_message(run, item.message, answer)
+        if item.reply is None:
             continue
         ok = (
             answer is not None
             and answer.outcome == "reply"
-            and re.search(item["reply"], _reply_text(answer)) is not None
+            and re.search(item.reply, _reply_text(answer)) is not None
         )
         around = answer.t if answer is not None else run.history.now()
-        expected = f"{via} answers {shown} with a reply matching /{item['reply']}/"
+        expected = f"{via} answers {shown} with a reply matching /{item.reply}/"
         if unmet and given is not None:
             status, observed = (
                 Status.NOT_APPLICABLE,
@@ -144,15 +143,15 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
                 status,
                 expected,
                 observed,
-                where=item.get("where", str(step.where)),
+                where=str(item.where),
                 excerpt="" if unmet else run.excerpt(around, [link]),
-                behaviours=list(arg.get("behaviours", [])),
+                behaviours=list(spec.behaviours),
             )
         )
 
 
 async def _converse(
-    run: Run, link: str, payloads: list[bytes], arg: dict[str, Any]
+    run: Run, link: str, payloads: list[bytes], spec: SessionSpec
 ) -> list[RawReply | None]:
     """Hold one raw session; one answer per payload, None after the node hung up."""
     proxy = run.proxies[link]
@@ -162,22 +161,22 @@ async def _converse(
         host,
         port,
         payloads,
-        read_timeout=arg.get("timeout", DEFAULT_REPLY_TIMEOUT),
-        linger=arg.get("idle", 0.0),
-        keepalive=arg.get("keepalive"),
+        read_timeout=spec.timeout,
+        linger=spec.idle,
+        keepalive=spec.keepalive,
     )
     # replies[0] is the greeting; then one reply per item sent, fewer if the server hung up
     return [*replies[1:], *[None] * len(payloads)][: len(payloads)]
 
 
 def _with_stand_ins(
-    items: list[dict[str, Any]], payloads: list[bytes], control: dict[str, str]
+    items: tuple[SayItem, ...], payloads: list[bytes], control: dict[str, str]
 ) -> list[bytes]:
     """The session's payloads with each controlled verb replaced by its stand-in."""
     by_verb = {verb.upper(): stand_in for verb, stand_in in control.items()}
     replaced = []
     for item, payload in zip(items, payloads, strict=True):
-        verb, space, rest = item.get("send", "").partition(" ")
+        verb, space, rest = (item.send or "").partition(" ")
         if verb.upper() in by_verb:
             payload = f"{by_verb[verb.upper()]}{space}{rest}".encode() + b"\r\n"
         replaced.append(payload)
@@ -197,22 +196,22 @@ def _fate(answer: RawReply | None) -> str:
 def _compare_with_control(
     run: Run,
     step: Step,
-    items: list[dict[str, Any]],
+    items: tuple[SayItem, ...],
     answers: list[RawReply | None],
     controls: list[RawReply | None] | None,
 ) -> CheckResult:
     """Compare the session with its control; ``controls`` None: the scenario's given
     never happened, so there was no control session."""
-    arg: dict[str, Any] = step.arg
-    control: dict[str, str] = arg["control"]
+    spec: SessionSpec = step.arg
+    control = spec.control
     verbs = ", ".join(control)
     stand_ins = ", ".join(control.values())
     expected = (
-        f"{arg['via']} treats {verbs} as it treats the unknown {stand_ins} in the same "
+        f"{spec.via} treats {verbs} as it treats the unknown {stand_ins} in the same "
         "session: the same reply code at every line, the session ending at the same line"
     )
     name = f"{verbs} answered like unknown verbs"
-    behaviours = list(arg.get("behaviours", []))
+    behaviours = list(spec.behaviours)
     if controls is None:
         return CheckResult(
             name,
@@ -237,7 +236,7 @@ def _compare_with_control(
                 expected,
                 observed,
                 where=str(step.where),
-                excerpt=run.excerpt(around, [f"client->{arg['via']}"], before=6.0),
+                excerpt=run.excerpt(around, [f"client->{spec.via}"], before=6.0),
                 behaviours=behaviours,
             )
     fates = " / ".join(_fate(a) for a in answers)

@@ -3,5 +3,6 @@
 The loader (:mod:`.loader`) reads a file with line marks (:mod:`.marked_yaml`), checks its
 shape against the JSON Schema (:mod:`.schema`) and its meaning against the topology
 (:mod:`.validation`), and builds the model (:mod:`.model`), with durations parsed
-(:mod:`.durations`), workload steps as specs (:mod:`.workload_spec`), and the capabilities
-each step needs (:mod:`.capabilities`). Nothing here touches the network."""
+(:mod:`.durations`), each action step's arguments as a typed spec (:mod:`.steps`; a
+workload's in :mod:`.workload_spec`), and the capabilities each step needs
+(:mod:`.capabilities`). Nothing here touches the network."""

@@ -85,9 +85,11 @@ QUEUE_PATHS = {
 def control_call(kind: str, arg: Any) -> tuple[str, str] | None:
     """The control API call (method, path) a step or check of ``kind`` makes, when it
     makes one call a target could answer without the whole control API (an admin
-    adapter: a queue listing, a re-rendered route); None for anything else."""
-    if kind in ("queue", "snapshot") and isinstance(arg, dict):
-        path = QUEUE_PATHS.get(str(arg.get("queue")))
+    adapter: a queue listing, a re-rendered route); None for anything else. ``arg``: a
+    check's arguments (a mapping), or a step's spec (scenario/steps.py)."""
+    if kind in ("queue", "snapshot"):
+        queue = arg.get("queue") if isinstance(arg, dict) else getattr(arg, "queue", None)
+        path = QUEUE_PATHS.get(str(queue))
         return ("GET", path) if path else None
     if kind == "route":
         return ("PUT", "/topology/next_hops")

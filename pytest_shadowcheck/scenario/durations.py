@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_shadowcheck.errors import ScenarioError, SourceRef
 
-__all__ = ["parse_duration", "resolve_time"]
+__all__ = ["Moment", "format_duration", "moment", "parse_duration", "resolve_time"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
@@ -60,23 +61,64 @@ def parse_duration(value: Any, where: SourceRef, timers: dict[str, Any] | None =
     return total
 
 
-def resolve_time(value: Any, now: float, where: SourceRef) -> float:
-    """A moment on a node's clock: epoch seconds, ``now``, ``-2h`` / ``+5m`` from
-    ``now``, or ISO 8601 (UTC when it has no offset)."""
+@dataclass(frozen=True)
+class Moment:
+    """A moment on a node's clock as a step gives it: fixed (``at``, epoch seconds), or
+    ``offset`` seconds from the node's ``now`` when the step runs."""
+
+    #: as the scenario wrote it
+    written: str
+    at: float | None = None
+    offset: float = 0.0
+
+    def on(self, now: float) -> float:
+        """The moment on a clock that reads ``now``."""
+        return self.at if self.at is not None else now + self.offset
+
+    def __str__(self) -> str:
+        return self.written
+
+
+def moment(value: Any, where: SourceRef) -> Moment:
+    """A moment from epoch seconds, ``now``, ``-2h`` / ``+5m`` from ``now``, or ISO 8601
+    (UTC when it has no offset)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        return Moment(str(value), at=float(value))
     text = str(value).strip()
     if text == "now":
-        return now
+        return Moment(str(value))
     if text[:1] in ("+", "-"):
         seconds = parse_duration(text[1:], where)
-        return now + seconds if text[0] == "+" else now - seconds
+        return Moment(str(value), offset=seconds if text[0] == "+" else -seconds)
     try:
-        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise ScenarioError(
             f"bad time {text!r}", where, "now, -2h, +5m, epoch seconds or ISO 8601"
         ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    return moment.timestamp()
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    return Moment(str(value), at=parsed.timestamp())
+
+
+def resolve_time(value: Any, now: float, where: SourceRef) -> float:
+    """A moment on a node's clock: epoch seconds, ``now``, ``-2h`` / ``+5m`` from
+    ``now``, or ISO 8601 (UTC when it has no offset)."""
+    return moment(value, where).on(now)
+
+
+#: units a duration is shown in when it is a whole number of them, largest first
+_WHOLE_UNITS = (("d", 86400.0), ("h", 3600.0), ("m", 60.0))
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as a scenario would write it: ``3d``, ``2h``, ``5m``, ``90s``,
+    ``1.5s``, ``300ms``."""
+    for unit, size in _WHOLE_UNITS:
+        count = seconds / size
+        if count >= 1 and abs(count - round(count)) < 1e-9:
+            return f"{round(count)}{unit}"
+    millis = seconds * 1000
+    if 0 < seconds < 1 and abs(millis - round(millis)) < 1e-6:
+        return f"{round(millis)}ms"
+    return f"{seconds:g}s"

@@ -215,7 +215,9 @@ def load_scenario_file(path: Path) -> list[Scenario]:
                 else value
                 for key, value in values.items()
             }
-        context = StepChecker(path, doc, topology, settings, list(merged["behaviours"]))
+        context = StepChecker(
+            path, doc, topology, settings, list(merged["behaviours"]), scenario=name
+        )
         steps = [
             context.step(step, [*base, "steps", i]) for i, step in enumerate(raw.get("steps", []))
         ]

@@ -101,6 +101,8 @@ class Topology:
 @dataclass
 class Step:
     kind: str
+    #: an action step's arguments as its typed spec (scenario/steps.py: ACTION_SPECS); an
+    #: expectation's as a mapping, durations parsed (the checks read it)
     arg: Any
     where: SourceRef
     #: for a check: the behaviour IDs it evidences (empty: all the scenario's)

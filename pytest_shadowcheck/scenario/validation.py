@@ -3,20 +3,45 @@
 The JSON Schema has already checked each step's shape; what it cannot know is
 whether a node, link, sink or message a step names exists at that point, and
 whether the values fit together. Every problem is one ScenarioError at the
-file and line of the offending value.
+file and line of the offending value. An action step comes out with its arguments as
+a typed spec (:mod:`.steps`), defaults applied; an expectation with its arguments as a
+mapping, durations parsed.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pytest_shadowcheck.errors import ScenarioError, SourceRef
-from pytest_shadowcheck.scenario.durations import parse_duration, resolve_time
+from pytest_shadowcheck.scenario.durations import moment, parse_duration
 from pytest_shadowcheck.scenario.marked_yaml import locate
 from pytest_shadowcheck.scenario.model import DURATION_SETTINGS, Step, Topology, plain
-from pytest_shadowcheck.scenario.workload_spec import load_workload
+from pytest_shadowcheck.scenario.steps import (
+    DEFAULT_SENDER,
+    REPLY_TIMEOUT,
+    SEND_TIMEOUT,
+    AdvanceSpec,
+    CheckSpec,
+    DirectorySpec,
+    FaultSpec,
+    HealSpec,
+    NodeActionSpec,
+    NoteSpec,
+    ResubmitSpec,
+    RouteSpec,
+    SayItem,
+    SendSpec,
+    SessionSpec,
+    SettingsSpec,
+    SinkSpec,
+    SnapshotSpec,
+    WaitSpec,
+    default_body,
+)
+from pytest_shadowcheck.scenario.workload_spec import WorkloadSpec, load_workload
 
 __all__ = ["StepChecker"]
 
@@ -31,8 +56,12 @@ class StepChecker:
         topology: Topology,
         settings: dict[str, Any],
         behaviours: list[str],
+        *,
+        scenario: str,
     ):
         self.path = path
+        #: the scenario's name (a send step's subject and body name it)
+        self.scenario = scenario
         self.doc = doc
         self.topology = topology
         self.settings = settings
@@ -97,91 +126,108 @@ class StepChecker:
         )
 
     def step(self, raw: Any, doc_path: list[Any]) -> Step:
+        """An action step, checked, with its arguments as a spec (scenario/steps.py)."""
         kind = next(iter(raw))
-        arg = plain(raw[kind])
-        p = [*doc_path, kind]
-        if kind == "send":
-            if arg["id"] in self.sent:
-                raise ScenarioError(
-                    f"duplicate message id {arg['id']!r}", self.at([*p, "id"]), "unique ids"
-                )
-            self.node(arg["via"], [*p, "via"])
-            if "timeout" in arg:
-                arg["timeout"] = self.duration(arg["timeout"], [*p, "timeout"])
-            self.sent.append(arg["id"])
-        elif kind == "fault":
-            self.link(arg["link"], [*p, "link"])
-            if "seconds" in arg:
-                arg["seconds"] = self.duration(arg["seconds"], [*p, "seconds"])
-            needs = {
-                "delay": "seconds",
-                "slow_accept": "seconds",
-                "slow_greeting": "seconds",
-                "drop_after": "bytes",
-            }.get(arg["kind"])
-            if needs and needs not in arg:
-                raise ScenarioError(
-                    f"fault {arg['kind']!r} needs {needs!r}", self.at(p), f"{needs}: ..."
-                )
-        elif kind == "heal":
-            if arg != "all":
-                self.link(arg, p)
-        elif kind in ("kill", "pause", "resume", "restart", "wipe"):
-            self.node(arg, p)
-        elif kind == "wait":
-            if isinstance(arg, dict):
-                arg["timeout"] = self.duration(arg["timeout"], [*p, "timeout"], timers=True)
-                for ref in ("delivered", "reply"):
-                    if ref in arg:
-                        self.message(arg[ref], [*p, ref])
-                if "to" in arg:
-                    self.sink(arg["to"], [*p, "to"])
-            else:
-                arg = self.duration(arg, p, timers=True)
-        elif kind == "advance":
-            arg = self.duration(arg, p, timers=True)
-        elif kind == "set_settings":
-            for i, node in enumerate(arg.get("nodes", [])):
-                self.node(node, [*p, "nodes", i])
-            for key, value in list(arg["values"].items()):
-                if key in DURATION_SETTINGS:
-                    arg["values"][key] = self.duration(value, [*p, "values", key])
-        elif kind in ("resubmit", "snapshot"):
-            self.node(arg["node"], [*p, "node"])
-            for key in ("start", "end") if kind == "resubmit" else ():
-                resolve_time(arg[key], 0.0, self.at([*p, key]))
-        elif kind == "directory":
-            group, recipient = "group" in arg, "recipient" in arg
-            if (
-                group == recipient
-                or ("members" in arg and not group)
-                or ("database" in arg and not recipient)
-            ):
-                raise ScenarioError(
-                    "a directory step changes one group or one recipient",
-                    self.at(p),
-                    "{group, members} or {recipient, database}",
-                )
-        elif kind == "route":
-            self.route(arg, p)
-        elif kind == "sink":
-            self.sink(arg["name"], [*p, "name"])
-        elif kind == "session":
-            self.session(arg, p)
-        elif kind == "workload":
-            arg = load_workload(
-                arg,
-                self.topology,
-                lambda sub: self.at([*p, *sub]),
-                self.evidenced(arg.get("behaviours", []), p) or self.behaviours,
+        if kind == "check":
+            check = self.check(raw[kind], [*doc_path, kind])
+            where = self.at(doc_path)
+            tags = (check.behaviours, check.given, check.precondition)
+            inner = Step(check.kind, check.arg, where, *tags)
+            return Step(kind, CheckSpec(inner), where, *tags)
+        spec = _BUILDERS[kind](self, plain(raw[kind]), [*doc_path, kind])
+        return Step(kind, spec, self.at(doc_path))
+
+    def send(self, arg: dict[str, Any], p: list[Any]) -> SendSpec:
+        ref = arg["id"]
+        if ref in self.sent:
+            raise ScenarioError(f"duplicate message id {ref!r}", self.at([*p, "id"]), "unique ids")
+        via = self.node(arg["via"], [*p, "via"])
+        timeout = SEND_TIMEOUT
+        if "timeout" in arg:
+            timeout = self.duration(arg["timeout"], [*p, "timeout"])
+        self.sent.append(ref)
+        return SendSpec(
+            id=ref,
+            via=via,
+            sender=arg.get("from", DEFAULT_SENDER),
+            to=tuple(arg["to"]),
+            message_id=arg.get("message_id") or None,
+            subject=arg.get("subject", f"shadowcheck {self.scenario} {ref}"),
+            body=arg.get("body", default_body(self.scenario, ref)),
+            size=arg.get("size"),
+            timeout=timeout,
+            background=bool(arg.get("background", False)),
+        )
+
+    def fault(self, arg: dict[str, Any], p: list[Any]) -> FaultSpec:
+        link = self.link(arg["link"], [*p, "link"])
+        seconds = 0.0
+        if "seconds" in arg:
+            seconds = self.duration(arg["seconds"], [*p, "seconds"])
+        needs = {
+            "delay": "seconds",
+            "slow_accept": "seconds",
+            "slow_greeting": "seconds",
+            "drop_after": "bytes",
+        }.get(arg["kind"])
+        if needs and needs not in arg:
+            raise ScenarioError(
+                f"fault {arg['kind']!r} needs {needs!r}", self.at(p), f"{needs}: ..."
             )
-        elif kind == "check":
-            check = self.check(raw[kind], p)
-            arg = {"kind": check.kind, **check.arg}
-            return Step(
-                kind, arg, self.at(doc_path), check.behaviours, check.given, check.precondition
+        return FaultSpec.of(
+            link, arg["kind"], seconds, arg.get("direction"), int(arg.get("bytes", 0))
+        )
+
+    def wait(self, arg: Any, p: list[Any]) -> WaitSpec:
+        if not isinstance(arg, dict):
+            return WaitSpec(timeout=self.duration(arg, p, timers=True))
+        timeout = self.duration(arg["timeout"], [*p, "timeout"], timers=True)
+        for ref in ("delivered", "reply"):
+            if ref in arg:
+                self.message(arg[ref], [*p, ref])
+        if "to" in arg:
+            self.sink(arg["to"], [*p, "to"])
+        if "delivered" not in arg and "reply" not in arg:
+            raise ScenarioError(
+                "a wait with a timeout waits for a message: it needs delivered or reply",
+                self.at(p),
+                "{delivered: M, timeout: 10s}, {reply: M, timeout: 10s}, or wait: 10s",
             )
-        return Step(kind, arg, self.at(doc_path))
+        refs = {key: arg.get(key) for key in ("delivered", "reply", "to")}
+        return WaitSpec(**refs, timeout=timeout)
+
+    def set_settings(self, arg: dict[str, Any], p: list[Any]) -> SettingsSpec:
+        nodes = [self.node(node, [*p, "nodes", i]) for i, node in enumerate(arg.get("nodes", []))]
+        values = {
+            key: self.duration(value, [*p, "values", key]) if key in DURATION_SETTINGS else value
+            for key, value in arg["values"].items()
+        }
+        return SettingsSpec(values=values, nodes=tuple(nodes), result=arg.get("result"))
+
+    def resubmit(self, arg: dict[str, Any], p: list[Any]) -> ResubmitSpec:
+        node = self.node(arg["node"], [*p, "node"])
+        start = moment(arg["start"], self.at([*p, "start"]))
+        end = moment(arg["end"], self.at([*p, "end"]))
+        return ResubmitSpec(node=node, database=arg["database"], start=start, end=end)
+
+    def directory(self, arg: dict[str, Any], p: list[Any]) -> DirectorySpec:
+        group, recipient = "group" in arg, "recipient" in arg
+        if (
+            group == recipient
+            or ("members" in arg and not group)
+            or ("database" in arg and not recipient)
+        ):
+            raise ScenarioError(
+                "a directory step changes one group or one recipient",
+                self.at(p),
+                "{group, members} or {recipient, database}",
+            )
+        return DirectorySpec(
+            group=arg.get("group"),
+            members=tuple(arg.get("members", [])),
+            recipient=arg.get("recipient"),
+            database=arg.get("database"),
+        )
 
     def evidenced(self, behaviours: list[str], doc_path: list[Any]) -> list[str]:
         """The behaviour IDs a check says it evidences: each must be one the scenario names."""
@@ -195,13 +241,15 @@ class StepChecker:
                 )
         return list(behaviours)
 
-    def session(self, arg: dict[str, Any], doc_path: list[Any]) -> None:
-        """Check a session step and normalise its items to {send|message, reply?}."""
-        self.node(arg["via"], [*doc_path, "via"])
-        self.evidenced(arg.get("behaviours", []), doc_path)
-        for key in ("timeout", "idle", "keepalive"):
-            if key in arg:
-                arg[key] = self.duration(arg[key], [*doc_path, key], timers=True)
+    def session(self, arg: dict[str, Any], doc_path: list[Any]) -> SessionSpec:
+        """Check a session step; its items each one of send, auth_as or message."""
+        via = self.node(arg["via"], [*doc_path, "via"])
+        behaviours = self.evidenced(arg.get("behaviours", []), doc_path)
+        durations = {
+            key: self.duration(arg[key], [*doc_path, key], timers=True)
+            for key in ("timeout", "idle", "keepalive")
+            if key in arg
+        }
         if "keepalive" in arg and "idle" not in arg:
             raise ScenarioError(
                 "keepalive needs idle: how long to keep the session open",
@@ -229,24 +277,30 @@ class StepChecker:
                     raise ScenarioError(
                         f"bad regular expression: {exc}", self.at([*at, "reply"]), "a Python regex"
                     ) from None
-            items.append({**item, "where": str(self.at(at))})
-        arg["say"] = items
+            items.append(SayItem(**item, where=self.at(at)))
         if "control" in arg:
             self.control(arg["control"], items, [*doc_path, "control"])
+        return SessionSpec(
+            via=via,
+            say=tuple(items),
+            timeout=durations.get("timeout", REPLY_TIMEOUT),
+            idle=durations.get("idle", 0.0),
+            keepalive=durations.get("keepalive"),
+            control=dict(arg.get("control", {})),
+            behaviours=tuple(behaviours),
+        )
 
-    def control(
-        self, control: dict[str, str], items: list[dict[str, Any]], doc_path: list[Any]
-    ) -> None:
+    def control(self, control: dict[str, str], items: list[SayItem], doc_path: list[Any]) -> None:
         """A control session replays the lines with stand-in verbs, so it must not
         send messages, and each verb must be said and replaced by a different one."""
-        if any("message" in item for item in items):
+        if any(item.message is not None for item in items):
             raise ScenarioError(
                 "a session with control cannot send a message: the control session "
                 "would send it a second time",
                 self.at(doc_path),
                 "put the message in a session of its own",
             )
-        said = {item["send"].partition(" ")[0].upper() for item in items if "send" in item}
+        said = {item.send.partition(" ")[0].upper() for item in items if item.send is not None}
         for verb, stand_in in control.items():
             if verb.upper() not in said or stand_in.upper() in said | {verb.upper()}:
                 raise ScenarioError(
@@ -256,7 +310,7 @@ class StepChecker:
                     "e.g. control: {XQDISCARD: XQNOSUCH}",
                 )
 
-    def route(self, arg: dict[str, Any], doc_path: list[Any]) -> None:
+    def route(self, arg: dict[str, Any], doc_path: list[Any]) -> RouteSpec:
         if ("sink" in arg) == ("node" in arg):
             raise ScenarioError(
                 "a route step needs exactly one of sink and node",
@@ -271,8 +325,14 @@ class StepChecker:
                 raise ScenarioError(
                     "kind applies to a route to a sink only", self.at([*doc_path, "kind"])
                 )
-        for i, node in enumerate(arg.get("nodes", [])):
-            self.node(node, [*doc_path, "nodes", i])
+        nodes = [self.node(n, [*doc_path, "nodes", i]) for i, n in enumerate(arg.get("nodes", []))]
+        return RouteSpec(
+            domain=arg["domain"],
+            sink=arg.get("sink"),
+            kind=arg.get("kind", "mailbox"),
+            node=arg.get("node"),
+            nodes=tuple(nodes),
+        )
 
     def matcher(self, arg: dict[str, Any], doc_path: list[Any]) -> None:
         if "any_of" in arg:
@@ -370,3 +430,44 @@ class StepChecker:
             self.matcher(arg[first], [*p, first])
             self.matcher(arg[then], [*p, then])
         return Step(kind, arg, self.at(doc_path), behaviours, given, precondition)
+
+
+def _node_action(checker: StepChecker, arg: Any, p: list[Any]) -> NodeActionSpec:
+    return NodeActionSpec(checker.node(arg, p))
+
+
+def _snapshot(checker: StepChecker, arg: dict[str, Any], p: list[Any]) -> SnapshotSpec:
+    return SnapshotSpec(node=checker.node(arg["node"], [*p, "node"]), queue=arg["queue"])
+
+
+def _sink(checker: StepChecker, arg: dict[str, Any], p: list[Any]) -> SinkSpec:
+    return SinkSpec(name=checker.sink(arg["name"], [*p, "name"]), reply=arg["reply"])
+
+
+def _workload(checker: StepChecker, arg: dict[str, Any], p: list[Any]) -> WorkloadSpec:
+    behaviours = checker.evidenced(arg.get("behaviours", []), p) or checker.behaviours
+    return load_workload(arg, checker.topology, lambda sub: checker.at([*p, *sub]), behaviours)
+
+
+#: kind -> what checks an action step and builds its spec (``check`` is StepChecker.step's)
+_BUILDERS: dict[str, Callable[[StepChecker, Any, list[Any]], Any]] = {
+    "send": StepChecker.send,
+    "fault": StepChecker.fault,
+    "heal": lambda c, arg, p: HealSpec(None if arg == "all" else c.link(arg, p)),
+    "kill": _node_action,
+    "pause": _node_action,
+    "resume": _node_action,
+    "restart": _node_action,
+    "wipe": _node_action,
+    "wait": StepChecker.wait,
+    "advance": lambda c, arg, p: AdvanceSpec(c.duration(arg, p, timers=True)),
+    "set_settings": StepChecker.set_settings,
+    "resubmit": StepChecker.resubmit,
+    "directory": StepChecker.directory,
+    "route": StepChecker.route,
+    "snapshot": _snapshot,
+    "sink": _sink,
+    "note": lambda c, arg, p: NoteSpec(str(arg)),
+    "session": StepChecker.session,
+    "workload": _workload,
+}

@@ -25,6 +25,7 @@ import yaml
 from pytest_shadowcheck.errors import SourceRef, format_snippet
 from pytest_shadowcheck.scenario.durations import parse_duration
 from pytest_shadowcheck.scenario.loader import MTA_CAPABILITIES, PROCESS_CAPABILITIES
+from pytest_shadowcheck.scenario.steps import SettingsSpec
 from pytest_shadowcheck.targets.base import ClusterPlan, TargetError
 from pytest_shadowcheck.targets.docker.admin import AdminAdapters, AdminError, parse_admin
 
@@ -139,7 +140,7 @@ class Description:
         if nodes > desc.max_nodes:
             return f"{desc.name} runs at most {desc.max_nodes} nodes, the scenario has {nodes}"
         given = set(scenario.settings).union(*scenario.node_settings.values())
-        changed = [s.arg["values"] for s in scenario.steps if s.kind == "set_settings"]
+        changed = [s.arg.values for s in scenario.steps if isinstance(s.arg, SettingsSpec)]
         unsupported = sorted(given.union(*changed) & desc.unsupported_settings)
         if unsupported:
             return (
@@ -156,10 +157,10 @@ class Description:
                     f"template of {desc.path.name} renders {', '.join(unrendered)}"
                 )
         for step in scenario.steps:
-            if step.kind != "set_settings" or step.arg.get("result") != "rejected":
+            if not isinstance(step.arg, SettingsSpec) or step.arg.result != "rejected":
                 continue
             # a change the MTA must reject proves nothing unless the MTA is given all of it
-            unrendered = sorted(s for s in step.arg["values"] if not desc.renders(s))
+            unrendered = sorted(s for s in step.arg.values if not desc.renders(s))
             if unrendered:
                 return (
                     f"the change it must reject (line {step.where.line}) cannot be given to "
