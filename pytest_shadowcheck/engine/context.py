@@ -77,6 +77,12 @@ class StepContext(RunView, Protocol):
 
     async def resume(self, node: str) -> None: ...
 
+    async def power_cut(self, node: str) -> None:
+        """The node loses power (its disk keeps only what was fsynced)."""
+
+    async def disk(self, node: str, mode: str | None, budget: int = 0) -> None:
+        """The node's queue disk full (ENOSPC), failing (EIO) or (None) working again."""
+
     async def bring_back(self, node: str, how: str) -> None:
         """Restart (``how`` restart) or wipe a node, and bring it level with the others."""
 

@@ -132,6 +132,8 @@ async def _begin(act: Act, fault: Fault, i: int) -> None:
         await act("pause", node)
     elif fault.kind == "restart":
         await act("restart", node)
+    elif fault.kind == "power_cut":
+        await act("power_cut", node)
     elif fault.kind == "delay":
         await act("fault", FaultSpec.of(fault.links[i], "delay", seconds=fault.delay))
     else:
@@ -140,7 +142,7 @@ async def _begin(act: Act, fault: Fault, i: int) -> None:
 
 async def _end(act: Act, fault: Fault, i: int) -> None:
     node = NodeActionSpec(fault.nodes[i])
-    if fault.kind == "kill":
+    if fault.kind in ("kill", "power_cut"):
         await act("restart", node)
     elif fault.kind == "wipe":
         await act("wipe", node)

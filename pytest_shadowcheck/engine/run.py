@@ -37,7 +37,7 @@ from pytest_shadowcheck.network import FaultProxy, MailSink
 from pytest_shadowcheck.network.messages import Message
 from pytest_shadowcheck.progress import Progress
 from pytest_shadowcheck.scenario.capabilities import QUEUE_PATHS
-from pytest_shadowcheck.scenario.model import Scenario, Step
+from pytest_shadowcheck.scenario.model import Scenario, Step, needs_lazy_storage
 from pytest_shadowcheck.scenario.steps import ACTION_SPECS, SEND_TIMEOUT, settings_text
 from pytest_shadowcheck.targets.base import ClusterPlan, NodeHandle, Target, TargetError
 from pytest_shadowcheck.verdict import CheckResult, Status, Verdict
@@ -157,6 +157,8 @@ class Run:
                 return "had its queue database wiped"
             if action == "kill":
                 state = "was killed and not restarted"
+            elif action == "power_cut":
+                state = "lost power and was not restarted"
             elif action in ("restart",):
                 state = None
         return state
@@ -233,6 +235,7 @@ class Run:
             workdir=self.workdir,
             secret=self.peer_secret,
             node_settings={n: dict(v) for n, v in self.scenario.node_settings.items()},
+            lazy_storage=needs_lazy_storage(self.scenario),
         )
         self.history.record(
             "step", text=f"start nodes {', '.join(topo.nodes)} ({self.target.name})"
@@ -255,6 +258,9 @@ class Run:
         for msg in self.messages.values():
             if msg.task is not None and not msg.task.done():
                 msg.task.cancel()
+        for node in self.scenario.topology.nodes:
+            with contextlib.suppress(Exception):
+                self.record_storage(node)
         with contextlib.suppress(Exception):
             await self.target.stop()
         for proxy in self.proxies.values():
@@ -305,6 +311,25 @@ class Run:
             await self.target.control(node, "POST", "/clock", {"set": self.virtual_now})
         # so did configuration changes made while it was frozen
         await self._replay_changes(node, since=self.paused_at_change.pop(node, 0))
+
+    async def power_cut(self, node: str) -> None:
+        """The node loses power: dead at once, and what its disk had not made durable
+        gone. Every sync its disk saw before, and what was lost, go into the history."""
+        await self.target.power_cut(node)
+        self.down.add(node)
+        self.node_actions.append((self.history.now(), node, "power_cut"))
+        self.record_storage(node)
+
+    async def disk(self, node: str, mode: str | None, budget: int = 0) -> None:
+        await self.target.disk(node, mode, budget)
+
+    def record_storage(self, node: str) -> None:
+        """What ``node``'s queue filesystem saw since the last look, into the history at
+        the moments it happened there."""
+        for event in self.target.storage_events(node):
+            data = {k: v for k, v in event.items() if k not in ("kind", "t")}
+            when, what = float(event["t"]), str(event["kind"])
+            self.history.record_at(when, "storage", node=node, what=what, **data)
 
     async def bring_back(self, node: str, how: str) -> None:
         """Restart ``node`` on its queue database (``how`` restart) or a new, empty one

@@ -24,6 +24,7 @@ from pytest_shadowcheck.scenario.steps import (
     AdvanceSpec,
     CheckSpec,
     DirectorySpec,
+    DiskFullSpec,
     FaultSpec,
     HealSpec,
     NodeActionSpec,
@@ -128,6 +129,22 @@ async def restart(run: Run, spec: NodeActionSpec, step: Step, verdict: Verdict) 
 
 async def wipe(run: Run, spec: NodeActionSpec, step: Step, verdict: Verdict) -> None:
     await run.bring_back(spec.node, "wipe")
+
+
+async def power_cut(run: Run, spec: NodeActionSpec, step: Step, verdict: Verdict) -> None:
+    await run.power_cut(spec.node)
+
+
+async def disk_full(run: Run, spec: DiskFullSpec, step: Step, verdict: Verdict) -> None:
+    await run.disk(spec.node, "full", spec.after)
+
+
+async def disk_error(run: Run, spec: NodeActionSpec, step: Step, verdict: Verdict) -> None:
+    await run.disk(spec.node, "error")
+
+
+async def disk_ok(run: Run, spec: NodeActionSpec, step: Step, verdict: Verdict) -> None:
+    await run.disk(spec.node, None)
 
 
 async def wait(run: Run, spec: WaitSpec, step: Step, verdict: Verdict) -> None:
@@ -260,6 +277,10 @@ STEPS: dict[str, StepHandler] = {
     "resume": resume,
     "restart": restart,
     "wipe": wipe,
+    "power_cut": power_cut,
+    "disk_full": disk_full,
+    "disk_error": disk_error,
+    "disk_ok": disk_ok,
     "wait": wait,
     "advance": advance,
     "set_settings": set_settings,

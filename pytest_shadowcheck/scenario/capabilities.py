@@ -13,11 +13,14 @@ __all__ = [
     "CAPABILITIES",
     "CAPABILITY_NEED",
     "CHECK_CAPABILITY",
+    "DEFAULT_FAULTS",
+    "FAULT_KINDS",
     "MTA_CAPABILITIES",
     "PROCESS_CAPABILITIES",
     "QUEUE_PATHS",
     "STEP_CAPABILITY",
     "STORAGE_CAPABILITIES",
+    "STORAGE_STEPS",
     "control_call",
 ]
 
@@ -69,8 +72,29 @@ STEP_CAPABILITY = {
     "directory": "control_api",
     "route": "control_api",
     "snapshot": "control_api",
+    "power_cut": "power_cut",
+    "disk_full": "disk_faults",
+    "disk_error": "disk_faults",
+    "disk_ok": "disk_faults",
 }
+#: steps that need every node's queue directory on a lazy filesystem
+STORAGE_STEPS = frozenset({"power_cut", "disk_full", "disk_error", "disk_ok"})
 CHECK_CAPABILITY = {"queue": "control_api", "config_warning": "control_api"}
+
+#: fault kind -> the target capabilities it needs (link faults need only the proxies)
+FAULT_KINDS: dict[str, tuple[str, ...]] = {
+    "kill": ("kill", "restart"),
+    "pause": ("pause",),
+    "restart": ("restart",),
+    "wipe": ("kill", "wipe_queue_db"),
+    "cut": (),
+    "blackhole": (),
+    "delay": (),
+    # only when named: a nemesis without a list of faults plays the ones above
+    "power_cut": ("power_cut", "restart"),
+}
+#: what a nemesis that names no faults plays
+DEFAULT_FAULTS = ("kill", "pause", "restart", "wipe", "cut", "blackhole", "delay")
 
 #: control API paths of the queues a ``queue`` check or ``snapshot`` step reads
 QUEUE_PATHS = {

@@ -14,9 +14,11 @@ from pytest_shadowcheck.scenario.capabilities import (
     CAPABILITIES,
     CAPABILITY_NEED,
     CHECK_CAPABILITY,
+    FAULT_KINDS,
     MTA_CAPABILITIES,
     PROCESS_CAPABILITIES,
     STEP_CAPABILITY,
+    STORAGE_STEPS,
 )
 from pytest_shadowcheck.scenario.schema import scenario_schema
 
@@ -34,6 +36,7 @@ __all__ = [
     "Scenario",
     "Step",
     "Topology",
+    "needs_lazy_storage",
     "plain",
 ]
 
@@ -148,6 +151,11 @@ class Scenario:
     #: that required the event is judged in scenarios of its own
     given: dict[str, Any] | None = None
 
+    @staticmethod
+    def _nemesis_faults(step: Step) -> list[str]:
+        nemesis = getattr(step.arg, "nemesis", None) if step.kind == "workload" else None
+        return list(nemesis.get("faults") or []) if isinstance(nemesis, dict) else []
+
     def required_capabilities(self) -> list[str]:
         """Declared capabilities plus those the steps imply: without them the scenario
         cannot run. A check that needs a capability to look (a queue through the control
@@ -157,9 +165,22 @@ class Scenario:
         for step in self.steps:
             if step.kind in STEP_CAPABILITY:
                 needed.add(STEP_CAPABILITY[step.kind])
+            # a nemesis that names its faults needs what they need: one that cannot cut
+            # power is no power-cut test (a nemesis naming none plays what the target can)
+            for fault in self._nemesis_faults(step):
+                needed.update(FAULT_KINDS.get(fault, ()))
         if self.topology.clock == "virtual":
             needed.add("virtual_clock")
         return [c for c in CAPABILITIES if c in needed]
+
+
+def needs_lazy_storage(scenario: Scenario) -> bool:
+    """Whether the nodes' queue directories must be on a lazy filesystem: the scenario
+    cuts power or fails a disk, in a step or through a workload's nemesis."""
+    return any(
+        step.kind in STORAGE_STEPS or "power_cut" in Scenario._nemesis_faults(step)
+        for step in scenario.steps
+    )
 
 
 def plain(value: Any) -> Any:

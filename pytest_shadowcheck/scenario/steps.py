@@ -33,6 +33,7 @@ __all__ = [
     "AdvanceSpec",
     "CheckSpec",
     "DirectorySpec",
+    "DiskFullSpec",
     "FaultSpec",
     "HealSpec",
     "NodeActionSpec",
@@ -182,6 +183,18 @@ class NodeActionSpec:
 
     def describe(self) -> str:
         return self.node
+
+
+@dataclass(frozen=True)
+class DiskFullSpec:
+    """``disk_full``: the node's queue disk refuses writes with ENOSPC once ``after``
+    more bytes are written (0: at once)."""
+
+    node: str
+    after: int = 0
+
+    def describe(self) -> str:
+        return f"{self.node} after={self.after}" if self.after else self.node
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -364,6 +377,7 @@ ActionSpec = (
     | FaultSpec
     | HealSpec
     | NodeActionSpec
+    | DiskFullSpec
     | WaitSpec
     | AdvanceSpec
     | SettingsSpec
@@ -388,6 +402,10 @@ ACTION_SPECS: dict[str, type] = {
     "resume": NodeActionSpec,
     "restart": NodeActionSpec,
     "wipe": NodeActionSpec,
+    "power_cut": NodeActionSpec,
+    "disk_full": DiskFullSpec,
+    "disk_error": NodeActionSpec,
+    "disk_ok": NodeActionSpec,
     "wait": WaitSpec,
     "advance": AdvanceSpec,
     "set_settings": SettingsSpec,

@@ -26,6 +26,7 @@ from pytest_shadowcheck.scenario.steps import (
     AdvanceSpec,
     CheckSpec,
     DirectorySpec,
+    DiskFullSpec,
     FaultSpec,
     HealSpec,
     NodeActionSpec,
@@ -436,6 +437,12 @@ def _node_action(checker: StepChecker, arg: Any, p: list[Any]) -> NodeActionSpec
     return NodeActionSpec(checker.node(arg, p))
 
 
+def _disk_full(checker: StepChecker, arg: Any, p: list[Any]) -> DiskFullSpec:
+    if isinstance(arg, dict):
+        return DiskFullSpec(checker.node(arg["node"], [*p, "node"]), int(arg.get("after", 0)))
+    return DiskFullSpec(checker.node(arg, p))
+
+
 def _snapshot(checker: StepChecker, arg: dict[str, Any], p: list[Any]) -> SnapshotSpec:
     return SnapshotSpec(node=checker.node(arg["node"], [*p, "node"]), queue=arg["queue"])
 
@@ -459,6 +466,10 @@ _BUILDERS: dict[str, Callable[[StepChecker, Any, list[Any]], Any]] = {
     "resume": _node_action,
     "restart": _node_action,
     "wipe": _node_action,
+    "power_cut": _node_action,
+    "disk_full": _disk_full,
+    "disk_error": _node_action,
+    "disk_ok": _node_action,
     "wait": StepChecker.wait,
     "advance": lambda c, arg, p: AdvanceSpec(c.duration(arg, p, timers=True)),
     "set_settings": StepChecker.set_settings,

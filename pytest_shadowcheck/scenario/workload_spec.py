@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_shadowcheck.errors import ScenarioError, SourceRef
+from pytest_shadowcheck.scenario.capabilities import DEFAULT_FAULTS, FAULT_KINDS
 from pytest_shadowcheck.scenario.durations import parse_duration
 
 if TYPE_CHECKING:
     from pytest_shadowcheck.scenario.model import Topology
 
 __all__ = [
+    "DEFAULT_FAULTS",
     "FAULT_KINDS",
     "NODE_FAULTS",
     "NemesisSpec",
@@ -23,18 +25,8 @@ __all__ = [
     "nemesis_spec",
 ]
 
-#: fault kind -> the target capabilities it needs (link faults need only the proxies)
-FAULT_KINDS: dict[str, tuple[str, ...]] = {
-    "kill": ("kill", "restart"),
-    "pause": ("pause",),
-    "restart": ("restart",),
-    "wipe": ("kill", "wipe_queue_db"),
-    "cut": (),
-    "blackhole": (),
-    "delay": (),
-}
 #: faults that take a node down (its copies are at risk); the others break a link
-NODE_FAULTS = frozenset({"kill", "pause", "restart", "wipe"})
+NODE_FAULTS = frozenset({"kill", "pause", "restart", "wipe", "power_cut"})
 
 
 @dataclass(frozen=True)
@@ -95,7 +87,7 @@ def nemesis_spec(
             "overlap: true needs two nodes to fail together", where, "nodes: [A, B, ...]"
         )
     return NemesisSpec(
-        faults=tuple(raw.get("faults") or FAULT_KINDS),
+        faults=tuple(raw.get("faults") or DEFAULT_FAULTS),
         nodes=nodes,
         interval=float(raw.get("interval", 2.0)),
         duration=float(raw.get("duration", 1.0)),

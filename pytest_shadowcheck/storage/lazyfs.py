@@ -67,6 +67,8 @@ class Handle:
     key: int
     sync: bool
     append: bool
+    #: opened for writing: its backing descriptor can take the held writes at a sync
+    writable: bool = True
 
 
 class LazyFS(mfusepy.Operations):
@@ -184,7 +186,9 @@ class LazyFS(mfusepy.Operations):
                 self.paths[key] = full
             fh = self.next_fh
             self.next_fh += 1
-            self.handles[fh] = Handle(fd, key, bool(flags & _SYNC_FLAGS), bool(flags & os.O_APPEND))
+            self.handles[fh] = Handle(
+                fd, key, bool(flags & _SYNC_FLAGS), bool(flags & os.O_APPEND), bool(writing)
+            )
             if self.held.held(key) is not None:
                 self.paths[key] = full
             return fh
@@ -231,7 +235,9 @@ class LazyFS(mfusepy.Operations):
                 raise mfusepy.FuseOSError(errno.EIO)
             handle = self.handles.get(fh)
             if handle is not None:
-                self._sync(handle.key, handle.fd, "fdatasync" if datasync else "fsync")
+                # a read-only descriptor may fsync the file too (SQLite's WAL syncer does)
+                fd = handle.fd if handle.writable else None
+                self._sync(handle.key, fd, "fdatasync" if datasync else "fsync")
             return 0
 
     def flush(self, path: str, fh: int) -> int:

@@ -92,6 +92,11 @@ EVERY_STEP = """\
           behaviours: [XS-3]
       - session: {via: mbx2, say: [EHLO x.test, MAIL FROM:<a@x.test>, {message: m3}]}
       - workload: {messages: 10}
+      - power_cut: mbx1
+      - disk_full: mbx2
+      - disk_full: {node: mbx1, after: 4096}
+      - disk_error: mbx1
+      - disk_ok: mbx1
 """
 
 
