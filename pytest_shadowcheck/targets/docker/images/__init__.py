@@ -100,7 +100,7 @@ def _stderr(text: str) -> None:
 
 def source_root() -> Path:
     """The project's source tree (an editable install or a clone)."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[4]
     if not (root / "pyproject.toml").is_file() or not (root / "reference_impl").is_dir():
         raise RecipeError(
             f"no source tree at {root}: the reference image is built from a clone "
