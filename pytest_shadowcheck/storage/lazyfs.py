@@ -14,6 +14,10 @@ Semantics (docs/targets.md, "Power cut and disk full"):
   as in LazyFS. With ``--hold-names`` they are journalled per directory instead and
   undone at a power cut unless the directory was fsynced since (what POSIX promises,
   and what ext4 may do with a rename that no directory fsync followed).
+* **Owners and times** are the backing directory's: an entry a process creates is
+  that process's (uid, gid; a set-group-ID directory's group), as on a disk, though the
+  filesystem runs as root; programs that check their spool's owners (Postfix) or
+  schedule by mtime (Postfix's deferred queue) see what they would on a disk.
 * **Disk full and a failing disk**: on command, writes fail with ``ENOSPC`` (at once,
   or once a byte budget is used up) or ``EIO`` (writes and fsyncs), until lifted.
 
@@ -31,6 +35,7 @@ import errno
 import json
 import os
 import socket
+import stat
 import sys
 import threading
 import time
@@ -47,9 +52,13 @@ __all__ = ["LazyFS", "main"]
 
 _SYNC_FLAGS = os.O_SYNC | os.O_DSYNC
 _STAT_KEYS = (
-    "st_atime_ns", "st_ctime_ns", "st_gid", "st_mode", "st_mtime_ns", "st_nlink", "st_size",
-    "st_uid", "st_ino", "st_blocks",
+    "st_gid", "st_mode", "st_nlink", "st_size", "st_uid", "st_ino", "st_blocks", "st_rdev",
 )  # fmt: skip
+#: with ``use_ns`` mfusepy reads the times as nanoseconds under their plain names
+_TIME_KEYS = {"st_atime": "st_atime_ns", "st_mtime": "st_mtime_ns", "st_ctime": "st_ctime_ns"}
+#: utimensat's "now" and "leave it", as libfuse passes them (tv_sec 0, tv_nsec the flag)
+_UTIME_NOW = (1 << 30) - 1
+_UTIME_OMIT = (1 << 30) - 2
 
 
 @dataclass
@@ -92,6 +101,18 @@ class LazyFS(mfusepy.Operations):
     def _event(self, kind: str, **data: Any) -> None:
         self.events.append({"kind": kind, "t": time.monotonic(), **data})
 
+    def _own(self, full: str) -> None:
+        """Give a new entry to the process that made it, as a disk would: this process
+        (root) created it in the backing directory. A set-group-ID directory's group
+        stays, as the kernel gave it."""
+        if os.geteuid() != 0:
+            return  # a user's mount: everything is the user's anyway
+        uid, gid, _ = mfusepy.fuse_get_context()
+        with contextlib.suppress(OSError):
+            if os.stat(os.path.dirname(full)).st_mode & stat.S_ISGID:
+                gid = -1
+            os.lchown(full, uid, gid)
+
     def _check_disk(self, size: int) -> None:
         if self.disk == "error":
             raise mfusepy.FuseOSError(errno.EIO)
@@ -129,6 +150,7 @@ class LazyFS(mfusepy.Operations):
         except OSError as exc:
             raise mfusepy.FuseOSError(exc.errno) from None
         attrs = {key: getattr(st, key) for key in _STAT_KEYS}
+        attrs.update({key: getattr(st, ns) for key, ns in _TIME_KEYS.items()})
         with self.mutex:
             entry = self.held.held(st.st_ino)
             if entry is not None:
@@ -153,8 +175,10 @@ class LazyFS(mfusepy.Operations):
             except OSError as exc:
                 raise mfusepy.FuseOSError(exc.errno) from None
             key = os.fstat(fd).st_ino
-            if not existed and self.names is not None:
-                self.names.created(full)
+            if not existed:
+                self._own(full)
+                if self.names is not None:
+                    self.names.created(full)
             if flags & os.O_TRUNC and writing:
                 self.held.truncate(key, 0, time.monotonic())
                 self.paths[key] = full
@@ -271,6 +295,7 @@ class LazyFS(mfusepy.Operations):
                 os.mkdir(self._full(path), mode)
             except OSError as exc:
                 raise mfusepy.FuseOSError(exc.errno) from None
+            self._own(self._full(path))
             if self.names is not None:
                 self.names.created(self._full(path))
             return 0
@@ -308,8 +333,14 @@ class LazyFS(mfusepy.Operations):
         full = self._full(path)
         if times is None:
             self._call(lambda: os.utime(full, follow_symlinks=False))
-        else:
-            self._call(lambda: os.utime(full, ns=times, follow_symlinks=False))
+            return 0
+        st = self._call(os.lstat, full)
+        now = time.time_ns()
+        atime, mtime = (
+            now if t == _UTIME_NOW else old if t == _UTIME_OMIT else t
+            for t, old in zip(times, (st.st_atime_ns, st.st_mtime_ns), strict=True)
+        )
+        self._call(lambda: os.utime(full, ns=(atime, mtime), follow_symlinks=False))
         return 0
 
     def readlink(self, path: str) -> str:
@@ -317,10 +348,12 @@ class LazyFS(mfusepy.Operations):
 
     def symlink(self, target: str, source: str) -> int:
         self._call(os.symlink, source, self._full(target))
+        self._own(self._full(target))
         return 0
 
     def mknod(self, path: str, mode: int, dev: int) -> int:
         self._call(os.mknod, self._full(path), mode, dev)
+        self._own(self._full(path))
         return 0
 
     def rmdir(self, path: str) -> int:
@@ -417,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--writeback", type=float, default=30.0, help="seconds (0: never)")
     parser.add_argument("--hold-names", action="store_true", help="names wait for fsyncdir")
     args = parser.parse_args(argv)
+    # modes arrive with the caller's umask applied: ours must not take more away
+    os.umask(0)
     fs = LazyFS(args.backing.resolve(), args.writeback, args.hold_names)
     threading.Thread(target=_serve, args=(fs, args.control), daemon=True).start()
     threading.Thread(target=_write_back_loop, args=(fs,), daemon=True).start()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -200,3 +202,34 @@ def test_sqlite_commits_survive_only_when_sqlite_syncs(
     finally:
         after.close()
     assert (rows == [("m1",)]) is survives
+
+
+def test_times_and_owners_are_the_disks_own(lazy: LazyMount, tmp_path: Path) -> None:
+    """Postfix schedules a deferred message by its queue file's mtime and checks who owns
+    the queue: the mount shows the real times, and what a process creates is its own."""
+    m = lazy.mountpoint
+    before = time.time()
+    write(m / "q", b"x", sync=True)
+    assert before - 5 < (m / "q").stat().st_mtime < time.time() + 5
+    os.utime(m / "q", (1_000_000_000, 2_000_000_000))
+    assert (m / "q").stat().st_atime == 1_000_000_000
+    assert (m / "q").stat().st_mtime == 2_000_000_000
+    if os.geteuid() != 0:
+        return  # a user's mount cannot give files away
+    (m / "spool").mkdir(mode=0o777)
+    maker = (
+        "import os; os.setgid(65534); os.setuid(65534); "
+        "os.mkdir('spool/d', 0o700); open('spool/f', 'w').close(); os.mkfifo('spool/p', 0o622)"
+    )
+    subprocess.run([sys.executable, "-c", maker], cwd=m, check=True)
+    for name, mode in (("d", 0o700), ("f", 0o644 & ~_umask()), ("p", 0o622 & ~_umask())):
+        st = (m / "spool" / name).stat()
+        assert (st.st_uid, st.st_gid) == (65534, 65534), name
+        assert st.st_mode & 0o7777 == mode, (name, oct(st.st_mode))
+        assert (lazy.backing / "spool" / name).stat().st_uid == 65534
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
