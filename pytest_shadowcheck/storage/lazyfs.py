@@ -46,6 +46,7 @@ from typing import Any
 import mfusepy
 
 from pytest_shadowcheck.storage.held import HeldWrites, apply
+from pytest_shadowcheck.storage.mount import FSNAME
 from pytest_shadowcheck.storage.names import NameJournal
 
 __all__ = ["LazyFS", "main"]
@@ -464,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         attr_timeout=0,
         entry_timeout=0,
         negative_timeout=0,
-        fsname="shadowcheck-lazyfs",
+        fsname=FSNAME,
     )
     return 0
 

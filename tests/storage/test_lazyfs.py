@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_shadowcheck.storage.mount import LazyMount, fuse_unavailable
+from pytest_shadowcheck.storage.mount import LazyMount, fuse_unavailable, lazy_mounts, mounted_at
 
 pytestmark = pytest.mark.skipif(
     fuse_unavailable() is not None and not os.environ.get("SHADOWCHECK_REQUIRE_FUSE"),
@@ -233,3 +233,27 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_a_mount_left_by_a_crashed_run_neither_blocks_the_next_nor_outlives_its_stop(
+    tmp_path: Path,
+) -> None:
+    crashed = LazyMount(tmp_path / "disk", tmp_path / "mnt", writeback=0)
+    crashed.start()
+    assert crashed.process is not None
+    crashed.process.kill()  # the filesystem's process dies; the kernel keeps the mount
+    crashed.process.wait(5)
+    assert mounted_at(crashed.mountpoint) == ("fuse", "shadowcheck-lazyfs")
+    with pytest.raises(OSError):
+        os.listdir(crashed.mountpoint)  # "Transport endpoint is not connected"
+
+    for mount in mounted(tmp_path, writeback=0):  # the same place: the leftover goes first
+        write(mount.mountpoint / "f", b"x", sync=True)
+        assert os.listdir(mount.mountpoint) == ["f"]
+        assert mount.mountpoint in lazy_mounts()
+        assert mount.process is not None
+        mount.process.kill()
+        mount.process.wait(5)
+    # stop() unmounted what its dead process left
+    assert mounted_at(tmp_path / "mnt") is None
+    assert os.listdir(tmp_path / "mnt") == []
