@@ -21,7 +21,16 @@ from typing import Any
 
 from pytest_shadowcheck.errors import TargetError
 
-__all__ = ["FSNAME", "LazyMount", "fuse_unavailable", "lazy_mounts", "mounted_at", "unmount"]
+__all__ = [
+    "FSNAME",
+    "LazyMount",
+    "fuse_unavailable",
+    "is_lazy",
+    "lazy_mounts",
+    "mount_table",
+    "mounted_at",
+    "unmount",
+]
 
 START_TIMEOUT = 15.0
 #: the source column of every lazy filesystem in the mount table
@@ -52,9 +61,13 @@ def _unescape(field: str) -> str:
 def _mount_table(mountinfo: Path = MOUNTINFO) -> list[tuple[Path, str, str]]:
     """(mount point, type, source) of every mount this process sees."""
     try:
-        text = mountinfo.read_text()
+        return mount_table(mountinfo.read_text())
     except OSError:
         return []
+
+
+def mount_table(text: str) -> list[tuple[Path, str, str]]:
+    """(mount point, type, source) of each line of a ``/proc/PID/mountinfo``."""
     table = []
     for line in text.splitlines():
         head, _, tail = line.partition(" - ")
@@ -75,10 +88,11 @@ def mounted_at(path: Path) -> tuple[str, str] | None:
 
 def lazy_mounts() -> list[Path]:
     """Mount points of every lazy filesystem this process sees, live or dead."""
-    return [point for point, kind, source in _mount_table() if _is_lazy(kind, source)]
+    return [point for point, kind, source in _mount_table() if is_lazy(kind, source)]
 
 
-def _is_lazy(kind: str, source: str) -> bool:
+def is_lazy(kind: str, source: str) -> bool:
+    """Whether a mount of this type and source is a lazy filesystem."""
     return kind.split(".")[0] in ("fuse", "fuseblk") and source == FSNAME
 
 
@@ -143,7 +157,7 @@ class LazyMount:
         found = mounted_at(self.mountpoint)
         if found is None:
             return
-        if not _is_lazy(*found) or not unmount(self.mountpoint):
+        if not is_lazy(*found) or not unmount(self.mountpoint):
             raise TargetError(
                 f"{self.mountpoint} is already a mount point ({found[0]} {found[1]}): "
                 "cannot mount a lazy filesystem there"
