@@ -204,9 +204,10 @@ def test_sqlite_commits_survive_only_when_sqlite_syncs(
     assert (rows == [("m1",)]) is survives
 
 
-def test_times_and_owners_are_the_disks_own(lazy: LazyMount, tmp_path: Path) -> None:
-    """Postfix schedules a deferred message by its queue file's mtime and checks who owns
-    the queue: the mount shows the real times, and what a process creates is its own."""
+def test_times_inodes_and_owners_are_the_disks_own(lazy: LazyMount, tmp_path: Path) -> None:
+    """Postfix schedules a deferred message by its queue file's mtime, names a queue file
+    after its inode and checks who owns the queue: the mount shows the real times and
+    inode numbers, and what a process creates is its own."""
     m = lazy.mountpoint
     before = time.time()
     write(m / "q", b"x", sync=True)
@@ -214,6 +215,8 @@ def test_times_and_owners_are_the_disks_own(lazy: LazyMount, tmp_path: Path) -> 
     os.utime(m / "q", (1_000_000_000, 2_000_000_000))
     assert (m / "q").stat().st_atime == 1_000_000_000
     assert (m / "q").stat().st_mtime == 2_000_000_000
+    # the disk's inode numbers (libfuse's own node ids change when the kernel forgets)
+    assert (m / "q").stat().st_ino == (lazy.backing / "q").stat().st_ino
     if os.geteuid() != 0:
         return  # a user's mount cannot give files away
     (m / "spool").mkdir(mode=0o777)
