@@ -14,7 +14,7 @@ import os
 import re
 import smtplib
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,6 @@ from pytest_shadowcheck.targets.base import ClusterPlan, TargetError
 from pytest_shadowcheck.targets.docker.admin import run_in
 from pytest_shadowcheck.targets.docker.description import load_description
 from pytest_shadowcheck.targets.docker.queue_disk import owner_file, reap_mounts
-from pytest_shadowcheck.targets.docker.support import free_ports
 from pytest_shadowcheck.targets.docker.target import DockerTarget, _owner_alive
 
 pytestmark = [
@@ -57,11 +56,19 @@ def postfix_images(engine: Any) -> dict[str, str]:
     return build(["postfix", "postfix-eatmydata"], client=engine, log=lambda _: None)
 
 
-def lazy_plan(tmp_path: Path) -> ClusterPlan:
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A port bound but never listening: every connection is refused, and no node can
+    be given it while the test runs."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+def lazy_plan(tmp_path: Path, closed: int) -> ClusterPlan:
     """One node whose only next hop refuses every connection: what it accepts stays
     queued (deferred), on a lazy filesystem."""
     (scenario,) = load_scenarios(tmp_path, ONE_NODE, "one.yaml")
-    (closed,) = free_ports(1)  # nobody listens there
     return ClusterPlan(
         topology=scenario.topology,
         settings={"TransientFailureRetryInterval": 3600},
@@ -84,8 +91,17 @@ def send(address: tuple[str, int]) -> tuple[int, str]:
     return code, text.decode()
 
 
-def queued(listing: Any) -> list[str]:
-    return [str(entry["message_id"]) for entry in listing]
+async def queued(target: DockerTarget) -> list[str]:
+    """Message-IDs queued on mbx1 (the description's queue listing), once each message
+    has been tried and deferred: postqueue reads one queue directory after the other,
+    and lists twice a message that qmgr moves from active to deferred meanwhile."""
+    listing: Any = []
+    for _ in range(100):
+        listing = await target.control("mbx1", "GET", "/queues/active")
+        if all(entry["state"] == "deferred" for entry in listing):
+            return [str(entry["message_id"]) for entry in listing]
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"not all deferred: {listing}")
 
 
 def on_one_node(
@@ -116,18 +132,18 @@ def accept_then_cut_power(target: DockerTarget, plan: ClusterPlan) -> dict[str, 
         assert code == 250, reply
         queue_id = re.search(r"queued as (\w+)", reply)
         assert queue_id, reply
-        before = await target.control("mbx1", "GET", "/queues/active")
+        before = await queued(target)
         cut = await target.power_cut("mbx1")
         events = target.storage_events("mbx1")
         await target.restart("mbx1")
-        after = await target.control("mbx1", "GET", "/queues/active")
+        after = await queued(target)
         return {
             "id": queue_id.group(1),
             "mounts": mounts,
-            "before": queued(before),
+            "before": before,
             "cut": cut,
             "events": events,
-            "after": queued(after),
+            "after": after,
         }
 
     return on_one_node(target, plan, body)
@@ -135,11 +151,11 @@ def accept_then_cut_power(target: DockerTarget, plan: ClusterPlan) -> dict[str, 
 
 @pytest.mark.usefixtures("postfix_images")
 def test_postfix_keeps_a_message_it_acknowledged_across_a_power_cut(
-    engine: Any, tmp_path: Path, tidy: list[str]
+    engine: Any, tmp_path: Path, tidy: list[str], closed_port: int
 ) -> None:
     target = new_target("postfix.yaml", tidy)
     assert {"power_cut", "disk_faults"} <= target.capabilities
-    plan = lazy_plan(tmp_path)
+    plan = lazy_plan(tmp_path, closed_port)
     seen = accept_then_cut_power(target, plan)
 
     # inside the container the spool is the host's lazy filesystem
@@ -159,11 +175,11 @@ def test_postfix_keeps_a_message_it_acknowledged_across_a_power_cut(
 
 @pytest.mark.usefixtures("postfix_images")
 def test_postfix_without_fsync_loses_the_message_at_a_power_cut(
-    engine: Any, tmp_path: Path, tidy: list[str]
+    engine: Any, tmp_path: Path, tidy: list[str], closed_port: int
 ) -> None:
     """The negative control: eatmydata makes Postfix's fsync a no-op."""
     target = new_target("postfix-eatmydata.yaml", tidy)
-    plan = lazy_plan(tmp_path)
+    plan = lazy_plan(tmp_path, closed_port)
     seen = accept_then_cut_power(target, plan)
 
     assert " /var/spool/postfix " in seen["mounts"] and "shadowcheck-lazyfs" in seen["mounts"]
@@ -180,7 +196,7 @@ def test_postfix_without_fsync_loses_the_message_at_a_power_cut(
 
 @pytest.mark.usefixtures("postfix_images")
 def test_a_full_disk_makes_postfix_refuse_mail_and_a_wipe_leaves_a_working_spool(
-    engine: Any, tmp_path: Path, tidy: list[str]
+    engine: Any, tmp_path: Path, tidy: list[str], closed_port: int
 ) -> None:
     target = new_target("postfix.yaml", tidy)
 
@@ -190,10 +206,10 @@ def test_a_full_disk_makes_postfix_refuse_mail_and_a_wipe_leaves_a_working_spool
         refused = await asyncio.to_thread(send, address)
         await target.disk("mbx1", None)
         code, _ = await asyncio.to_thread(send, address)
-        kept = queued(await target.control("mbx1", "GET", "/queues/active"))
+        kept = await queued(target)
         await target.wipe("mbx1")
         check = run_in(target.containers["mbx1"], ("postfix", "check"))
-        wiped = queued(await target.control("mbx1", "GET", "/queues/active"))
+        wiped = await queued(target)
         code_after, _ = await asyncio.to_thread(send, address)
         return {
             "refused": refused,
@@ -204,7 +220,7 @@ def test_a_full_disk_makes_postfix_refuse_mail_and_a_wipe_leaves_a_working_spool
             "events": [e["kind"] for e in target.storage_events("mbx1")],
         }
 
-    seen = on_one_node(target, lazy_plan(tmp_path), body)
+    seen = on_one_node(target, lazy_plan(tmp_path, closed_port), body)
     # Postfix looks at the free space before it takes a message (queue_minfree)
     assert seen["refused"][0] == 452 and "Insufficient system storage" in seen["refused"][1]
     assert seen["accepted"] == (250, 250)
@@ -241,14 +257,14 @@ def test_the_eatmydata_description_is_postfix_but_for_eatmydata() -> None:
 
 @pytest.mark.usefixtures("postfix_images")
 def test_a_description_without_queue_dir_says_why_it_cannot_cut_power(
-    engine: Any, tmp_path: Path
+    engine: Any, tmp_path: Path, closed_port: int
 ) -> None:
     path = write_description(tmp_path, "name: noqueue\nimage: shadowcheck/postfix:3.7\n")
     target = DockerTarget(str(path))
     assert "power_cut" not in target.capabilities
     why = target.capability_unavailable("power_cut")
     assert why is not None and "names no queue_dir" in why
-    plan = lazy_plan(tmp_path)
+    plan = lazy_plan(tmp_path, closed_port)
     with pytest.raises(TargetError, match="cannot cut power"):
         asyncio.run(target.start(plan))
     assert mounted_at(plan.workdir / "mbx1-queue") is None
