@@ -211,6 +211,12 @@ def test_a_full_disk_makes_postfix_refuse_mail_and_a_wipe_leaves_a_working_spool
         check = run_in(target.containers["mbx1"], ("postfix", "check"))
         wiped = await queued(target)
         code_after, _ = await asyncio.to_thread(send, address)
+        # a frozen node loses power too, and comes back
+        await target.pause("mbx1")
+        await target.power_cut("mbx1")
+        target.containers["mbx1"].reload()
+        frozen = target.containers["mbx1"].attrs["State"]
+        await target.restart("mbx1")
         return {
             "refused": refused,
             "accepted": (code, code_after),
@@ -218,6 +224,8 @@ def test_a_full_disk_makes_postfix_refuse_mail_and_a_wipe_leaves_a_working_spool
             "check": check,
             "wiped": wiped,
             "events": [e["kind"] for e in target.storage_events("mbx1")],
+            "frozen": (frozen["Status"], frozen["ExitCode"]),
+            "back": await queued(target),
         }
 
     seen = on_one_node(target, lazy_plan(tmp_path, closed_port), body)
@@ -227,6 +235,7 @@ def test_a_full_disk_makes_postfix_refuse_mail_and_a_wipe_leaves_a_working_spool
     assert seen["kept"] == ["<power-1@test>"] and seen["wiped"] == []
     assert seen["check"] == (0, ""), seen["check"]  # owners and modes as the image has them
     assert "disk" in seen["events"]
+    assert seen["frozen"] == ("exited", 137) and seen["back"] == ["<power-1@test>"]
     assert leftovers(engine, tidy[-1]) == []
 
 

@@ -795,12 +795,30 @@ class DockerTarget(Target):
             raise TargetError("the nodes' queues are not on a lazy filesystem (lazy_storage)")
         return self.storage
 
+    def _cut(self, node: str) -> None:
+        """SIGKILL, at once: the container's other processes die with its init, and
+        docker reports it exited only when they are all gone. A paused container is
+        killed frozen (``kill`` thaws it first: its processes would run a moment)."""
+        from docker.errors import APIError
+
+        container = self._container(node)
+        container.reload()
+        if container.status in ("running", "paused"):
+            try:
+                container.kill()
+            except APIError as exc:
+                if container.status != "paused":
+                    raise TargetError(f"power cut of {node}: {exc}") from None
+                container.unpause()  # an engine that does not kill a frozen container
+                container.kill()
+        container.wait(timeout=KILL_TIMEOUT)
+        self.paused.discard(node)
+
     async def power_cut(self, node: str) -> dict[str, Any]:
         storage = self._storage()
         if node in self.containers:
-            # SIGKILL; the container's other processes die with its init, and docker
-            # reports it exited only when they are all gone: nothing writes any more
-            await asyncio.to_thread(self._kill, node)
+            await asyncio.to_thread(self._cut, node)
+        # the container is dead: nothing writes to its disk any more
         return await storage.power_cut(node)
 
     async def disk(self, node: str, mode: str | None, budget: int = 0) -> None:
