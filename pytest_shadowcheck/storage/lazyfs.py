@@ -14,7 +14,7 @@ Semantics (docs/targets.md, "Power cut and disk full"):
   as in LazyFS. With ``--hold-names`` they are journalled per directory instead and
   undone at a power cut unless the directory was fsynced since (what POSIX promises,
   and what ext4 may do with a rename that no directory fsync followed).
-* **Owners and times** are the backing directory's: an entry a process creates is
+* **Owners, times and inode numbers** are the backing directory's: an entry a process creates is
   that process's (uid, gid; a set-group-ID directory's group), as on a disk, though the
   filesystem runs as root; programs that check their spool's owners (Postfix) or
   schedule by mtime (Postfix's deferred queue) see what they would on a disk.
@@ -46,6 +46,7 @@ from typing import Any
 import mfusepy
 
 from pytest_shadowcheck.storage.held import HeldWrites, apply
+from pytest_shadowcheck.storage.mount import FSNAME
 from pytest_shadowcheck.storage.names import NameJournal
 
 __all__ = ["LazyFS", "main"]
@@ -366,10 +367,25 @@ class LazyFS(mfusepy.Operations):
         self._call(os.rmdir, self._full(path))
         return 0
 
-    def readdir(self, path: str, fh: int) -> list[str]:
+    def readdir(self, path: str, fh: int) -> list[tuple[str, dict[str, int], int]]:
+        """Each entry with its inode number (with ``use_ino`` an entry without one reads as
+        inode 0, which readdir(3) skips) and its type."""
         hidden = self.names.hidden() if self.names is not None else set()
-        entries = self._call(os.listdir, self._full(path))
-        return [".", "..", *(e for e in entries if os.path.join(self._full(path), e) not in hidden)]
+        full = self._full(path).rstrip("/") or "/"
+        entries = []
+        for name, where in ((".", full), ("..", os.path.dirname(full))):
+            st = self._call(os.lstat, where)
+            entries.append((name, {"st_ino": st.st_ino, "st_mode": st.st_mode}, 0))
+        with self._call(os.scandir, full) as found:
+            for entry in found:
+                if entry.path in hidden:
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # gone since the listing
+                entries.append((entry.name, {"st_ino": st.st_ino, "st_mode": st.st_mode}, 0))
+        return entries
 
     def statfs(self, path: str) -> dict[str, int]:
         st = os.statvfs(self._full(path))
@@ -470,7 +486,11 @@ def main(argv: list[str] | None = None) -> int:
         attr_timeout=0,
         entry_timeout=0,
         negative_timeout=0,
-        fsname="shadowcheck-lazyfs",
+        # the disk's inode numbers, not libfuse's node ids (new ones whenever the kernel
+        # forgets an inode): Postfix names each queue file after its inode and renames
+        # any whose number changed when it starts
+        use_ino=True,
+        fsname=FSNAME,
     )
     return 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -20,9 +21,21 @@ from typing import Any
 
 from pytest_shadowcheck.errors import TargetError
 
-__all__ = ["LazyMount", "fuse_unavailable"]
+__all__ = [
+    "FSNAME",
+    "LazyMount",
+    "fuse_unavailable",
+    "is_lazy",
+    "lazy_mounts",
+    "mount_table",
+    "mounted_at",
+    "unmount",
+]
 
 START_TIMEOUT = 15.0
+#: the source column of every lazy filesystem in the mount table
+FSNAME = "shadowcheck-lazyfs"
+MOUNTINFO = Path("/proc/self/mountinfo")
 
 
 def fuse_unavailable() -> str | None:
@@ -38,6 +51,59 @@ def fuse_unavailable() -> str | None:
     except (ImportError, OSError) as exc:
         return f"the FUSE binding does not load (pip install mfusepy; libfuse3): {exc}"
     return None
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: space, tab, newline and backslash come as octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _mount_table(mountinfo: Path = MOUNTINFO) -> list[tuple[Path, str, str]]:
+    """(mount point, type, source) of every mount this process sees."""
+    try:
+        return mount_table(mountinfo.read_text())
+    except OSError:
+        return []
+
+
+def mount_table(text: str) -> list[tuple[Path, str, str]]:
+    """(mount point, type, source) of each line of a ``/proc/PID/mountinfo``."""
+    table = []
+    for line in text.splitlines():
+        head, _, tail = line.partition(" - ")
+        fields, rest = head.split(), tail.split()
+        if len(fields) >= 5 and len(rest) >= 2:
+            table.append((Path(_unescape(fields[4])), rest[0], _unescape(rest[1])))
+    return table
+
+
+def mounted_at(path: Path) -> tuple[str, str] | None:
+    """(type, source) of the topmost mount at ``path``, or None. Unlike
+    ``os.path.ismount`` this sees a FUSE mount whose process is gone ("Transport
+    endpoint is not connected"), which a crashed run leaves behind."""
+    where = Path(os.path.abspath(path))
+    found = [(kind, source) for point, kind, source in _mount_table() if point == where]
+    return found[-1] if found else None
+
+
+def lazy_mounts() -> list[Path]:
+    """Mount points of every lazy filesystem this process sees, live or dead."""
+    return [point for point, kind, source in _mount_table() if is_lazy(kind, source)]
+
+
+def is_lazy(kind: str, source: str) -> bool:
+    """Whether a mount of this type and source is a lazy filesystem."""
+    return kind.split(".")[0] in ("fuse", "fuseblk") and source == FSNAME
+
+
+def unmount(path: Path) -> bool:
+    """Detach the lazy filesystem at ``path`` at once (``fusermount3 -u -z``: also when
+    its process is gone or a file on it is still open); its process, if alive, then
+    exits. False when ``fusermount3`` refused."""
+    result = subprocess.run(
+        ["fusermount3", "-u", "-z", str(path)], capture_output=True, check=False
+    )
+    return result.returncode == 0
 
 
 class LazyMount:
@@ -63,6 +129,7 @@ class LazyMount:
         why = fuse_unavailable()
         if why:
             raise TargetError(f"no lazy filesystem: {why}")
+        self._clear_leftover()
         self.backing.mkdir(parents=True, exist_ok=True)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         command = [
@@ -82,6 +149,19 @@ class LazyMount:
             time.sleep(0.05)
         self.stop()
         raise TargetError(f"the lazy filesystem did not mount within {START_TIMEOUT:g}s")
+
+    def _clear_leftover(self) -> None:
+        """A lazy filesystem still mounted here (a run that crashed or was killed before
+        it unmounted, its process perhaps gone) is detached first; anything else mounted
+        here is not ours to remove."""
+        found = mounted_at(self.mountpoint)
+        if found is None:
+            return
+        if not is_lazy(*found) or not unmount(self.mountpoint):
+            raise TargetError(
+                f"{self.mountpoint} is already a mount point ({found[0]} {found[1]}): "
+                "cannot mount a lazy filesystem there"
+            )
 
     def _answers(self) -> bool:
         try:
@@ -121,12 +201,9 @@ class LazyMount:
         self.call({"cmd": "disk", "mode": mode, "budget": budget})
 
     def stop(self) -> None:
-        if os.path.ismount(self.mountpoint):
-            subprocess.run(
-                ["fusermount3", "-u", "-z", str(self.mountpoint)],
-                capture_output=True,
-                check=False,
-            )
+        """Unmount (also when the filesystem's process died) and end the process."""
+        if mounted_at(self.mountpoint) is not None:
+            unmount(self.mountpoint)
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:

@@ -1,9 +1,11 @@
 """The nodes' queue directories on lazy filesystems: one mount per node, for a target
 that offers the ``power_cut`` and ``disk_faults`` capabilities.
 
-A node's directory is ``WORKDIR/NODE`` as ever, now a mount of the lazy filesystem over
-``WORKDIR/.disk/NODE`` (what a reboot finds). The target kills the node's processes;
-this cuts the power of its disk and reports what was lost.
+A node's directory is ``WORKDIR/NODE`` as ever (``WORKDIR/NODE-queue`` with
+``suffix="-queue"``: the docker target, whose ``WORKDIR/NODE`` holds rendered files),
+now a mount of the lazy filesystem over ``WORKDIR/.disk/NODE`` (what a reboot finds).
+The target kills the node's processes; this cuts the power of its disk and reports what
+was lost.
 """
 
 from __future__ import annotations
@@ -22,20 +24,33 @@ __all__ = ["LazyStorage"]
 
 
 class LazyStorage:
-    def __init__(self, workdir: Path, *, writeback: float = 30.0, hold_names: bool = False):
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        writeback: float = 30.0,
+        hold_names: bool = False,
+        suffix: str = "",
+    ) -> None:
         self.workdir = workdir
         self.writeback = writeback
         self.hold_names = hold_names
+        self.suffix = suffix
         self.mounts: dict[str, LazyMount] = {}
 
     def directory(self, node: str) -> Path:
-        return self.workdir / node
+        """Where ``node``'s queue directory is mounted."""
+        return self.workdir / f"{node}{self.suffix}"
+
+    def backing(self, node: str) -> Path:
+        """The real directory under it: what the disk keeps."""
+        return self.workdir / ".disk" / node
 
     async def mount(self, node: str) -> Path:
         """``node``'s queue directory, mounted (once)."""
         if node not in self.mounts:
             mount = LazyMount(
-                self.workdir / ".disk" / node,
+                self.backing(node),
                 self.directory(node),
                 writeback=self.writeback,
                 hold_names=self.hold_names,
@@ -79,6 +94,13 @@ class LazyStorage:
                     path.unlink()
 
     async def stop(self) -> None:
-        for mount in self.mounts.values():
-            await asyncio.to_thread(mount.stop)
+        """Unmount every node's filesystem, each even when another one failed to."""
+        failures: list[Exception] = []
+        for mount in list(self.mounts.values()):
+            try:
+                await asyncio.to_thread(mount.stop)
+            except Exception as exc:
+                failures.append(exc)
         self.mounts.clear()
+        if failures:
+            raise failures[0]

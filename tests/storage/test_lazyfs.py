@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_shadowcheck.storage.mount import LazyMount, fuse_unavailable
+from pytest_shadowcheck.storage.mount import LazyMount, fuse_unavailable, lazy_mounts, mounted_at
 
 pytestmark = pytest.mark.skipif(
     fuse_unavailable() is not None and not os.environ.get("SHADOWCHECK_REQUIRE_FUSE"),
@@ -204,9 +204,10 @@ def test_sqlite_commits_survive_only_when_sqlite_syncs(
     assert (rows == [("m1",)]) is survives
 
 
-def test_times_and_owners_are_the_disks_own(lazy: LazyMount, tmp_path: Path) -> None:
-    """Postfix schedules a deferred message by its queue file's mtime and checks who owns
-    the queue: the mount shows the real times, and what a process creates is its own."""
+def test_times_inodes_and_owners_are_the_disks_own(lazy: LazyMount, tmp_path: Path) -> None:
+    """Postfix schedules a deferred message by its queue file's mtime, names a queue file
+    after its inode and checks who owns the queue: the mount shows the real times and
+    inode numbers, and what a process creates is its own."""
     m = lazy.mountpoint
     before = time.time()
     write(m / "q", b"x", sync=True)
@@ -214,6 +215,8 @@ def test_times_and_owners_are_the_disks_own(lazy: LazyMount, tmp_path: Path) -> 
     os.utime(m / "q", (1_000_000_000, 2_000_000_000))
     assert (m / "q").stat().st_atime == 1_000_000_000
     assert (m / "q").stat().st_mtime == 2_000_000_000
+    # the disk's inode numbers (libfuse's own node ids change when the kernel forgets)
+    assert (m / "q").stat().st_ino == (lazy.backing / "q").stat().st_ino
     if os.geteuid() != 0:
         return  # a user's mount cannot give files away
     (m / "spool").mkdir(mode=0o777)
@@ -233,3 +236,41 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_a_mount_left_by_a_crashed_run_neither_blocks_the_next_nor_outlives_its_stop(
+    tmp_path: Path,
+) -> None:
+    crashed = LazyMount(tmp_path / "disk", tmp_path / "mnt", writeback=0)
+    crashed.start()
+    assert crashed.process is not None
+    crashed.process.kill()  # the filesystem's process dies; the kernel keeps the mount
+    crashed.process.wait(5)
+    assert mounted_at(crashed.mountpoint) == ("fuse", "shadowcheck-lazyfs")
+    with pytest.raises(OSError):
+        os.listdir(crashed.mountpoint)  # "Transport endpoint is not connected"
+
+    for mount in mounted(tmp_path, writeback=0):  # the same place: the leftover goes first
+        write(mount.mountpoint / "f", b"x", sync=True)
+        assert os.listdir(mount.mountpoint) == ["f"]
+        assert mount.mountpoint in lazy_mounts()
+        assert mount.process is not None
+        mount.process.kill()
+        mount.process.wait(5)
+    # stop() unmounted what its dead process left
+    assert mounted_at(tmp_path / "mnt") is None
+    assert os.listdir(tmp_path / "mnt") == []
+
+
+def test_an_fsync_through_a_read_only_descriptor_makes_the_file_durable(lazy: LazyMount) -> None:
+    """fsync acts on the file, not the descriptor: SQLite's WAL syncer in the reference
+    flushes what another descriptor wrote through one opened read-only."""
+    path = lazy.mountpoint / "wal"
+    write(path, b"frames", sync=False)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    lazy.power_cut()
+    assert path.read_bytes() == b"frames"

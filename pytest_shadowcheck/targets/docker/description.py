@@ -55,7 +55,8 @@ _KEYS = {
     "image": "the image to run (required)",
     "recipe": "the recipe that builds the image: a bundled one or your directory (images build)",
     "max_nodes": "how many nodes the target can run at once",
-    "queue_dir": "directory of the durable queue: a named volume per node",
+    "queue_dir": "directory of the durable queue: a named volume per node (a lazy filesystem "
+    "for power cuts and full disks)",
     "files": "path in the container -> template (or {template, mode})",
     "command": "the command, a list of templates",
     "environment": "NAME -> template",

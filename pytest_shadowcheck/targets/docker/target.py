@@ -8,16 +8,22 @@ version and the capabilities the MTA claims. Docker itself gives:
 * kill = SIGKILL to the container; restart = start the same container again
   (same files, same queue volume); pause / resume = the cgroup freezer;
 * wipe_queue_db = remove the container and its queue volume (``queue_dir``),
-  then create both afresh from the image.
+  then create both afresh from the image;
+* power_cut and disk_faults (a description with a ``queue_dir``, where FUSE works):
+  for a scenario that needs them (``ClusterPlan.lazy_storage``) each node's
+  ``queue_dir`` is a bind mount of a lazy filesystem on the host instead of the
+  volume (:mod:`.queue_disk`); power_cut = SIGKILL to the container, then what the
+  filesystem held that was not fsynced is dropped; restart binds the same mount
+  into a new container, wipe empties it and copies the image's directory in again.
 
 Containers use host networking and the templates bind them to loopback ports
 the target allocates, so every link goes through the harness proxies and no
 traffic leaves the machine. Every container and volume carries labels naming
-the run and the owning process; they are removed on stop, at interpreter exit,
-and - after a crash or SIGKILL - by the reaper that runs before the first start
-of any later run. Each container's log (its output, then the description's
-``logs:`` files) is written to the scenario's workdir (``NODE.log``) before the
-container is removed.
+the run and the owning process (a lazy filesystem: a file beside its mount point);
+they are removed on stop, at interpreter exit, and - after a crash or SIGKILL - by
+the reaper that runs before the first start of any later run. Each container's log
+(its output, then the description's ``logs:`` files) is written to the scenario's
+workdir (``NODE.log``) before the container is removed.
 
 Without a control API, a description's admin adapters (:mod:`.admin`)
 run commands in the container: ``set_settings`` and route changes render the
@@ -32,12 +38,15 @@ import atexit
 import contextlib
 import os
 import secrets
+import shutil
 import socket
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pytest_shadowcheck.scenario.capabilities import STORAGE_CAPABILITIES
 from pytest_shadowcheck.scenario.loader import Scenario
+from pytest_shadowcheck.storage.mount import fuse_unavailable
 from pytest_shadowcheck.targets.base import ClusterPlan, NodeHandle, Target, TargetError
 from pytest_shadowcheck.targets.docker.admin import (
     ACTIVE_QUEUE,
@@ -56,6 +65,13 @@ from pytest_shadowcheck.targets.docker.description import (
     render_node,
 )
 from pytest_shadowcheck.targets.docker.images import RECIPE_HASH_LABEL
+from pytest_shadowcheck.targets.docker.queue_disk import (
+    image_directory,
+    owner_file,
+    queue_mount_problem,
+    reap_mounts,
+    unpack,
+)
 from pytest_shadowcheck.targets.docker.support import (
     docker_client,
     free_ports,
@@ -64,6 +80,7 @@ from pytest_shadowcheck.targets.docker.support import (
     tar_files,
 )
 from pytest_shadowcheck.targets.hookspecs import hookimpl
+from pytest_shadowcheck.targets.lazy_storage import LazyStorage
 
 __all__ = ["DockerTarget", "docker_client", "owner_label", "reap_leftovers"]
 
@@ -78,9 +95,11 @@ PAUSE_ATTEMPTS = 5
 #: reload by restart: how long the MTA may take to stop on SIGTERM before SIGKILL
 STOP_GRACE = 10
 
-#: (container ids, volume names) this process created and has not removed yet
+#: (container ids, volume names, lazy filesystems) this process created and has not
+#: removed yet
 _LIVE_CONTAINERS: set[str] = set()
 _LIVE_VOLUMES: set[str] = set()
+_LIVE_STORAGE: set[LazyStorage] = set()
 _REAPED = False
 
 
@@ -120,7 +139,8 @@ def _owner_alive(label: str) -> bool:
 
 def reap_leftovers(client: Any) -> list[str]:
     """Remove containers and volumes labelled by a process of this host that is gone
-    (a crashed or SIGKILLed run); return their names. Live owners are left alone."""
+    (a crashed or SIGKILLed run), and detach the lazy filesystems such a process left
+    mounted; return their names. Live owners are left alone."""
     from docker.errors import APIError, NotFound
 
     removed = []
@@ -137,12 +157,14 @@ def reap_leftovers(client: Any) -> list[str]:
         with contextlib.suppress(NotFound, APIError):
             volume.remove(force=True)
             removed.append(volume.name)
+    # after the containers: none of them holds a bind mount of these any more
+    removed += reap_mounts(_owner_alive)
     return removed
 
 
 def _remove_live() -> None:
     """atexit: remove whatever this process still owns (a run that did not stop)."""
-    if not (_LIVE_CONTAINERS or _LIVE_VOLUMES):
+    if not (_LIVE_CONTAINERS or _LIVE_VOLUMES or _LIVE_STORAGE):
         return
     with contextlib.suppress(Exception):
         client = docker_client()
@@ -152,8 +174,13 @@ def _remove_live() -> None:
         for name in list(_LIVE_VOLUMES):
             with contextlib.suppress(Exception):
                 client.volumes.get(name).remove(force=True)
+    for storage in list(_LIVE_STORAGE):
+        for mount in storage.mounts.values():
+            with contextlib.suppress(Exception):
+                mount.stop()
     _LIVE_CONTAINERS.clear()
     _LIVE_VOLUMES.clear()
+    _LIVE_STORAGE.clear()
 
 
 atexit.register(_remove_live)
@@ -177,6 +204,13 @@ class DockerTarget(Target):
         self.run_id = run_id or secrets.token_hex(8)
         self.client = docker_client()
         self.image = self._find_image()
+        #: why no node's queue can be on a lazy filesystem here (None: it can)
+        self.no_lazy_queue = self._why_no_lazy_queue()
+        if self.no_lazy_queue is None:
+            self.capabilities = self.capabilities | set(STORAGE_CAPABILITIES)
+        #: the nodes' queue directories on lazy filesystems (plan.lazy_storage)
+        self.storage: LazyStorage | None = None
+        self._image_queue: bytes | None = None
         self._version: str | None = None
         self.plan: ClusterPlan | None = None
         self.token = ""
@@ -246,6 +280,27 @@ class DockerTarget(Target):
                 )
         return image
 
+    def _why_no_lazy_queue(self) -> str | None:
+        if not self.description.queue_dir:
+            return (
+                f"the description {self.description.path.name} names no queue_dir "
+                "(the directory whose disk would lose power)"
+            )
+        if (why := fuse_unavailable()) is not None:
+            return f"no lazy filesystem on this machine: {why}"
+        url = str(getattr(self.client.api, "base_url", ""))
+        if url != "http+docker://localhost":  # what docker-py calls a unix socket
+            return (
+                f"the Docker engine is reached at {url}: a filesystem mounted here cannot "
+                "be bind-mounted into its containers"
+            )
+        return None
+
+    def capability_unavailable(self, capability: str) -> str | None:
+        if capability in STORAGE_CAPABILITIES:
+            return self.no_lazy_queue
+        return None
+
     def version(self) -> str:
         if self._version is None:
             self._version = self._read_version()
@@ -301,6 +356,12 @@ class DockerTarget(Target):
             )
         for node in nodes:
             self._render(node)
+        try:
+            if plan.lazy_storage:
+                await self._mount_queues(plan, nodes)
+        except BaseException:
+            await self.stop()
+            raise
         results = await asyncio.gather(
             *(self._launch(node) for node in nodes), return_exceptions=True
         )
@@ -309,6 +370,33 @@ class DockerTarget(Target):
             await self.stop()  # nothing of a failed start survives it
             raise failure
         return dict(self.handles)
+
+    async def _mount_queues(self, plan: ClusterPlan, nodes: list[str]) -> None:
+        """Each node's queue directory: a lazy filesystem over a disk that starts with
+        what the image has at ``queue_dir`` (fresh, as a new named volume would be)."""
+        if self.no_lazy_queue is not None:
+            raise TargetError(f"{self.name} cannot cut power or fill disks: {self.no_lazy_queue}")
+        storage = LazyStorage(plan.workdir, suffix="-queue")
+        self.storage = storage
+        _LIVE_STORAGE.add(storage)
+        archive = await asyncio.to_thread(self._image_queue_archive)
+        for node in nodes:
+            backing = storage.backing(node)
+            # the owner first: a crash from here on leaves a mount the reaper can judge
+            owner_file(storage.directory(node)).write_text(owner_label() + "\n")
+            await asyncio.to_thread(shutil.rmtree, backing, True)
+            await asyncio.to_thread(unpack, archive, backing)
+            await storage.mount(node)
+
+    def _image_queue_archive(self) -> bytes:
+        """What the image has at ``queue_dir`` (a tar archive; read once per target)."""
+        if self._image_queue is None:
+            assert self.description.queue_dir is not None
+            labels = {LABEL_OWNER: owner_label(), LABEL_RUN: self.run_id}
+            self._image_queue = image_directory(
+                self.client, self.description.image, self.description.queue_dir, labels
+            )
+        return self._image_queue
 
     def _render(self, node: str) -> None:
         """Fill the node's templates; keep the result in the workdir as evidence."""
@@ -343,11 +431,14 @@ class DockerTarget(Target):
         }
 
     def _create(self, node: str) -> Any:
-        """Create (not start) the node's container and, with a queue_dir, its volume."""
+        """Create (not start) the node's container and, with a queue_dir, its volume (or
+        the bind mount of its lazy filesystem)."""
         desc = self.description
         rendered = self.rendered[node]
         mounts = {}
-        if desc.queue_dir:
+        if desc.queue_dir and self.storage is not None:
+            mounts[str(self.storage.directory(node))] = {"bind": desc.queue_dir, "mode": "rw"}
+        elif desc.queue_dir:
             name = self.volumes.get(node) or f"shadowcheck-{self.token}-{node}-queue"
             self.client.volumes.create(name=name, labels=self._labels(node))
             _LIVE_VOLUMES.add(name)
@@ -374,6 +465,12 @@ class DockerTarget(Target):
             container = await asyncio.to_thread(self._create, node)
         await asyncio.to_thread(container.start)
         await self._wait_ready(node)
+        if self.storage is not None and self.description.queue_dir:
+            problem = await asyncio.to_thread(
+                queue_mount_problem, container, self.description.queue_dir
+            )
+            if problem is not None:
+                raise TargetError(f"node {node}: {problem}")
         ports = self.ports[node]
         handle = NodeHandle(
             name=node,
@@ -498,11 +595,20 @@ class DockerTarget(Target):
 
     async def stop(self) -> None:
         nodes = sorted(set(self.containers) | set(self.volumes))
-        await asyncio.gather(
-            *(asyncio.to_thread(self._remove, node, "stopped", True) for node in nodes),
-            return_exceptions=True,
-        )
-        self.handles.clear()
+        try:
+            await asyncio.gather(
+                *(asyncio.to_thread(self._remove, node, "stopped", True) for node in nodes),
+                return_exceptions=True,
+            )
+            self.handles.clear()
+        finally:
+            # unmounted whatever happened to the containers (the mounts would outlive us)
+            storage, self.storage = self.storage, None
+            if storage is not None:
+                try:
+                    await storage.stop()
+                finally:
+                    _LIVE_STORAGE.discard(storage)
 
     # -- node actions ------------------------------------------------------------------
 
@@ -673,8 +779,53 @@ class DockerTarget(Target):
     async def wipe(self, node: str) -> NodeHandle:
         await asyncio.to_thread(self._kill, node)
         await asyncio.to_thread(self._remove, node, "queue wiped", True)
+        if self.storage is not None:
+            # the same disk emptied (through the filesystem: what it held goes too), then
+            # the image's directory, made durable as an installed one is
+            await self.storage.wipe(node)
+            archive = await asyncio.to_thread(self._image_queue_archive)
+            await asyncio.to_thread(unpack, archive, self.storage.directory(node), sync=True)
         self._render(node)
         return await self._launch(node)
+
+    # -- storage faults (power_cut, disk_faults) ---------------------------------------
+
+    def _storage(self) -> LazyStorage:
+        if self.storage is None:
+            raise TargetError("the nodes' queues are not on a lazy filesystem (lazy_storage)")
+        return self.storage
+
+    def _cut(self, node: str) -> None:
+        """SIGKILL, at once: the container's other processes die with its init, and
+        docker reports it exited only when they are all gone. A paused container is
+        killed frozen (``kill`` thaws it first: its processes would run a moment)."""
+        from docker.errors import APIError
+
+        container = self._container(node)
+        container.reload()
+        if container.status in ("running", "paused"):
+            try:
+                container.kill()
+            except APIError as exc:
+                if container.status != "paused":
+                    raise TargetError(f"power cut of {node}: {exc}") from None
+                container.unpause()  # an engine that does not kill a frozen container
+                container.kill()
+        container.wait(timeout=KILL_TIMEOUT)
+        self.paused.discard(node)
+
+    async def power_cut(self, node: str) -> dict[str, Any]:
+        storage = self._storage()
+        if node in self.containers:
+            await asyncio.to_thread(self._cut, node)
+        # the container is dead: nothing writes to its disk any more
+        return await storage.power_cut(node)
+
+    async def disk(self, node: str, mode: str | None, budget: int = 0) -> None:
+        await self._storage().disk(node, mode, budget)
+
+    def storage_events(self, node: str) -> list[dict[str, Any]]:
+        return self.storage.events(node) if self.storage is not None else []
 
 
 @hookimpl

@@ -6,6 +6,8 @@
   from the Debian mirror the host's apt already uses, turned into an image by
   ``docker import`` (tag ``shadowcheck/debian-base:HASH``);
 * ``postfix``: Debian's Postfix 3.7 on that base (``recipes/postfix``);
+* ``postfix-eatmydata``: the same with Debian's ``eatmydata`` (fsync a no-op), a
+  negative control for power cuts (``recipes/postfix-eatmydata``);
 * ``opensmtpd``: Debian's OpenSMTPD 6.8 on that base (``recipes/opensmtpd``);
 * ``reference``: the reference MTA in a virtualenv on that base, installed
   from wheels built on the host (``pip wheel``; PyPI or the pip cache), so the
@@ -73,6 +75,12 @@ class Recipe:
 
 RECIPES = {
     "postfix": Recipe("postfix", "shadowcheck/postfix:3.7", "Debian's Postfix 3.7"),
+    # a negative control: Postfix whose fsyncs do nothing (power cuts must lose mail)
+    "postfix-eatmydata": Recipe(
+        "postfix-eatmydata",
+        "shadowcheck/postfix-eatmydata:3.7",
+        "Debian's Postfix 3.7 with eatmydata (fsync a no-op): a negative control",
+    ),
     "exim": Recipe("exim", "shadowcheck/exim:4.96", "Debian's Exim 4.96 (exim4-daemon-light)"),
     "opensmtpd": Recipe("opensmtpd", "shadowcheck/opensmtpd:6.8", "Debian's OpenSMTPD 6.8"),
     "reference": Recipe(
