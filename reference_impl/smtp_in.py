@@ -11,9 +11,11 @@ translates.
 from __future__ import annotations
 
 import asyncio
+import errno
 import inspect
 import logging
 import re
+import sqlite3
 from collections.abc import Callable
 from typing import Any, AnyStr, cast
 
@@ -37,6 +39,10 @@ REPLY_TOO_MANY_CONNECTIONS = "421 4.3.2 Too many connections, try again later"
 REPLY_RESERVED = "421 4.3.2 Too many connections; the rest are kept for peers of the boundary"
 REPLY_TOO_MANY_UNKNOWN = "502 5.5.1 Too many unrecognized commands, goodbye."
 REPLY_AUTH_TOO_MANY = "421 4.7.0 Too many authentication failures, closing connection"
+# A message the queue could not store is refused for now, never acknowledged: the
+# sender keeps it and retries (RFC 5321 452; RFC 3463 4.3.1 mail system full).
+REPLY_NO_STORAGE = "452 4.3.1 Insufficient system storage"
+REPLY_STORAGE_ERROR = "451 4.3.0 Queue write failed, try again later"
 
 #: failed AUTH attempts a session may make; the next failure closes it
 AUTH_FAILURES_PER_SESSION = 3
@@ -416,6 +422,14 @@ class NodeHandler(ListsOnlyHooks):
         return "250 2.1.5 Recipient OK"
 
     async def handle_DATA(self, server: NodeSMTP, session: Session, envelope: Envelope) -> str:
+        try:
+            return await self._data(server, session, envelope)
+        except (sqlite3.Error, OSError) as exc:
+            # the queue could not store the message (or its copy): nothing was committed
+            log.warning("refusing a message the queue could not store: %s", exc)
+            return REPLY_NO_STORAGE if _disk_full(exc) else REPLY_STORAGE_ERROR
+
+    async def _data(self, server: NodeSMTP, session: Session, envelope: Envelope) -> str:
         content = envelope.original_content or b""
         if _BARE_LF.search(content):
             return REPLY_BARE_LF
@@ -446,6 +460,12 @@ class NodeHandler(ListsOnlyHooks):
             )
         )
         return await asyncio.shield(work)
+
+
+def _disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return "full" in str(exc)  # SQLITE_FULL: "database or disk is full"
 
 
 # aiosmtpd checks the EHLO hook's signature on every connection; work it out once.

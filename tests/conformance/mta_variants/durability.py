@@ -136,7 +136,35 @@ def _shadow_acks_an_unsynced_copy() -> None:
     QueueDB.flushed = flushed_unless_a_copy  # type: ignore[method-assign]
 
 
+def _acknowledges_what_it_could_not_store() -> None:
+    # A write the queue refuses (disk full, I/O error) is swallowed and the message (or
+    # the shadow copy) acknowledged with 250 all the same.
+    import sqlite3
+
+    from reference_impl.smtp_in import NodeHandler
+
+    data = NodeHandler._data
+
+    async def handle_DATA(self: NodeHandler, *args: Any) -> str:
+        try:
+            return await data(self, *args)
+        except (sqlite3.Error, OSError):
+            return "250 2.0.0 Ok: queued"
+
+    NodeHandler.handle_DATA = handle_DATA  # type: ignore[method-assign]
+
+
 VARIANTS: list[Variant] = [
+    Variant(
+        name="acknowledges-what-it-could-not-store",
+        breaks="a message (or shadow copy) the queue could not store because the disk is "
+        "full is acknowledged with 250 all the same",
+        fails=(
+            "pr3_full_disk_refuses_and_keeps_what_it_acknowledged",
+            "cr4_shadow_with_a_full_disk_makes_no_copy",
+        ),
+        apply=_acknowledges_what_it_could_not_store,
+    ),
     Variant(
         name="acks-before-its-queue-is-synced",
         breaks="the node answers 250 once the message is written to its queue, before the "
