@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pytest_shadowcheck.checks.events import node_of
 from pytest_shadowcheck.network.smtp_text import header_section
 from pytest_shadowcheck.verdict import CheckResult, Status
 
@@ -171,7 +172,8 @@ def integrity_invariant(run: RunView) -> list[CheckResult]:
         for sink, delivery in copies:
             found = [compare_copy(m, delivery, permitted) for m in same_id[message.message_id]]
             if all(found):
-                copy = f"the copy {delivery.helo or '?'} delivered to {sink} at +{delivery.t:.2f}s"
+                by = node_of(delivery.helo)
+                copy = f"the copy {by} delivered to {sink} at +{delivery.t:.2f}s"
                 mine = found[same_id[message.message_id].index(message)]
                 problems += [f"{copy}: {p}" for p in mine]
         problems += _recipient_problems(message, copies, groups)
