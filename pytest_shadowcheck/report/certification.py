@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from pytest_shadowcheck.errors import ScenarioError
-from pytest_shadowcheck.report.rules import rule_sentence
+from pytest_shadowcheck.report.rules import rule_sentence, rule_sentences
 from pytest_shadowcheck.scenario.loader import load_behaviours, load_scenario_file
 from pytest_shadowcheck.statuses import LEGEND, Status, strongest
+from pytest_shadowcheck.verdict import Verdict
 from pytest_shadowcheck.version import __version__
 
 __all__ = [
@@ -423,6 +424,11 @@ def reproduce_command(report: dict[str, Any], nodeid: str) -> str:
 def _scenario_section(report: dict[str, Any], s: dict[str, Any]) -> str:
     checks = [c for c in s.get("checks", []) if c.get("status") != "PASS"]
     rendered = "".join(f"<pre>{html.escape(c.get('rendered', ''))}</pre>" for c in checks)
+    if s.get("history"):
+        rendered += (
+            "<p>history around it (once for the scenario):</p>"
+            f"<pre>{html.escape(s['history'])}</pre>"
+        )
     per_behaviour = " ".join(
         _badge(v["status"], f"{bid} {v['status']}", v.get("reason", ""), f"#behaviour-{bid}")
         for bid, v in s["by_behaviour"].items()
@@ -626,18 +632,15 @@ def write_report(directory: Path, report: dict[str, Any]) -> tuple[Path, Path]:
 
 def scenario_entry(nodeid: str, data: dict[str, Any], duration_s: float) -> dict[str, Any]:
     """One scenario's row of the report, from the verdict a test report carries
-    (``Verdict.to_dict()`` plus its file) and how long the scenario took."""
+    (``Verdict.to_dict()`` plus its file) and how long the scenario took. Each check
+    that is not a pass is ``rendered`` as pytest shows it (the rule it tested, expected,
+    observed); the history around them is the scenario's ``history``, once."""
+    verdict = Verdict.from_dict(data)
+    texts = {id(check): text for check, text in verdict.check_texts(rule_sentences())}
     checks = []
-    for check in data.get("checks", []):
-        rendered = "\n".join(
-            [
-                f"[{check['status']}] {check['name']}  ({check.get('where', '')})",
-                f"expected: {check['expected']}",
-                f"observed: {check['observed']}",
-                check.get("excerpt", ""),
-            ]
-        )
-        checks.append({**check, "rendered": rendered})
+    for check, raw in zip(verdict.checks, data.get("checks", []), strict=True):
+        rendered = texts.get(id(check)) or check.render(excerpt=False)
+        checks.append({**raw, "rendered": rendered})
     return {
         "nodeid": nodeid,
         "scenario": data["scenario"],
@@ -650,6 +653,7 @@ def scenario_entry(nodeid: str, data: dict[str, Any], duration_s: float) -> dict
         "diagnostics": data.get("diagnostics", ""),
         "duration_s": round(duration_s, 3),
         "checks": checks,
+        "history": verdict.history_excerpt(),
         "workloads": data.get("workloads", []),
         "caveats": data.get("caveats", []),
     }

@@ -111,7 +111,10 @@ def test_a_behaviour_is_judged_only_by_its_own_checks(
         [
             "*CR-4: FAIL - reply to m1: mbx1 answered `250 *`",
             "*CR-5: PASS",
+            # the failed check states the rule it tested first, in the catalogue's words
             "[[]FAIL[]] reply to m1  (*s.yaml:*)  evidence for CR-4",
+            "    rule tested: CR-4 - RejectMessageOnShadowFailure=true and no copy can be made"
+            " (*): reply `451 4.4.0 Message failed to be made redundant`; nothing is queued;*",
             "    expected: mbx1 answers the content of m1 with 451",
             "    observed: mbx1 answered `250 *`",
         ]
@@ -230,7 +233,7 @@ def test_a_node_that_never_starts_is_inconclusive_not_a_failure(
     result.assert_outcomes(errors=1)
     assert result.ret != 0
     out = result.stdout.str()
-    assert "INCONCLUSIVE: scenario 'node_cannot_start'" in out
+    assert "INCONCLUSIVE: scenario node_cannot_start (CR-1)" in out
     assert "the nodes did not start" in out
     # the node's own words, and its log tail once in the error report (pytest repeats the
     # report in its short summary when it runs under CI=true, which does not truncate it)

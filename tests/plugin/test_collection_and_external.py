@@ -186,12 +186,13 @@ def test_failure_shows_expected_observed_and_history(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "FAIL: scenario 'expects_a_rejection' (CR-4) - wrongly expects a 451 4.4.0",
+            "FAIL: scenario expects_a_rejection (CR-4) - wrongly expects a 451 4.4.0",
             "*defined at *f.yaml:2",
             "*[[]FAIL[]] reply to m1*",
+            "*rule tested: CR-4 - RejectMessageOnShadowFailure=true and no copy can be made*",
             "*expected: mbx1 answers the content of m1 with 451 4.4.0",
             "*observed: mbx1 answered `250 *`",
-            "*history around it:",
+            "history around it (once for the scenario):",
             "*client->mbx1 #1 C: MAIL FROM:<sender@ext.test>",
         ]
     )

@@ -109,7 +109,7 @@ def test_the_summary_says_what_is_kept_broken_idle_and_untestable() -> None:
     json.dumps(report)  # all of it goes into certification.json
 
 
-def test_the_page_opens_with_the_summary() -> None:
+def test_the_page_opens_with_the_summary_and_shows_the_history_once() -> None:
     report = _report()
     page = render_html(report)
     short = page.index("<h2>In short</h2>")
@@ -117,3 +117,9 @@ def test_the_page_opens_with_the_summary() -> None:
     assert short < page.index("<h2>Behaviours and scenarios</h2>")
     assert "Postfix 3.7.11 keeps 1 of the 45 behaviours" in page[short:]
     assert "mbx1 told the sender `250 2.0.0 Ok: queued as CF2F51664D6`" in page
+    own = next(s for s in report["scenarios"] if s["scenario"].startswith("cr3"))
+    rendered = [c["rendered"] for c in own["checks"]]
+    assert rendered[0].splitlines()[1] == f"    rule tested: CR-3 - {rule_sentences()['CR-3']}"
+    assert all("history around it" not in r for r in rendered)
+    assert own["history"] == "  +1.486s client->mbx1 #1 S: 250 2.0.0 Ok: queued"
+    assert page.count("history around it (once for the scenario)") == 1
