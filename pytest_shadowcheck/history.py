@@ -272,7 +272,7 @@ def plain_value(value: Any) -> str:
     if isinstance(value, dict):
         return "(" + ", ".join(f"{k}={plain_value(v)}" for k, v in value.items()) + ")"
     if isinstance(value, list | tuple | set | frozenset):
-        return ",".join(plain_value(v) for v in value)
+        return ",".join(plain_value(v) for v in value) if value else "(none)"
     return str(value)
 
 

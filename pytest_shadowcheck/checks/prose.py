@@ -309,7 +309,7 @@ def _line_phrase(
                 act = {"2": "accepted", "4": "deferred", "5": "refused"}[p.code[0]]
                 return Phrase.active(server, f"{act} {ref} from {client} ({p.code} to its content)")
             if p.code == _GREETING:
-                return Phrase.active(server, f"greeted {client} (220)")
+                return Phrase.active(server, f"greeted {client} with 220")
             return Phrase.active(server, f"answered {client} with {code}")
         keyword = re.fullmatch(r"[A-Z][A-Z0-9-]*", p.rest or "")
         if p.code == "250" and p.separator == "[- ]" and keyword:
@@ -425,6 +425,8 @@ def describe_event(run: Run, event: Event) -> str:
     if event.kind == "line":
         if event.direction == "c2s":
             return f"{client} sent `{text}` to {server}"
+        if text.startswith(_GREETING):
+            return f"{server} greeted {client} with `{text}`"
         return f"{server} answered {client} `{text}`"
     if event.kind == "connect":
         return f"{client} opened SMTP session #{event.conn} to {server}"

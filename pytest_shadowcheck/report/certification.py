@@ -222,7 +222,7 @@ def admin_summary(report: dict[str, Any]) -> list[dict[str, Any]]:
             Status.FAIL,
             f"{mta} breaks {_count(len(broken), total)}; for each, what its most telling "
             "failed check saw:",
-            {b["id"]: f"{_rule(b)} Seen: {_strongest_failure(report, b['id'])}" for b in broken},
+            {b["id"]: f"{_rule(b)} Seen: {_strongest(report, b['id'])}" for b in broken},
         )
     outside = by_status.get(Status.OUTSIDE_GUARANTEE, [])
     if outside:
@@ -230,7 +230,10 @@ def admin_summary(report: dict[str, Any]) -> list[dict[str, Any]]:
             Status.OUTSIDE_GUARANTEE,
             f"{_count(len(outside), total, 'behaviour')} lost mail only when every node holding "
             "a copy failed together, which no MTA promises to survive (PR-4):",
-            {b["id"]: f"{_rule(b)} {_reason(b)}" for b in outside},
+            {
+                b["id"]: f"{_rule(b)} Seen: {_strongest(report, b['id'], Status.OUTSIDE_GUARANTEE)}"
+                for b in outside
+            },
         )
     broke = by_status.get(Status.INCONCLUSIVE, [])
     if broke:
@@ -350,13 +353,15 @@ def _checks_of(report: dict[str, Any], bid: str, status: Status) -> list[tuple[A
     return [(s, c) for _, s, c in sorted(found, key=lambda item: item[0])]
 
 
-def _strongest_failure(report: dict[str, Any], bid: str) -> str:
-    checks = _checks_of(report, bid, Status.FAIL)
+def _strongest(report: dict[str, Any], bid: str, status: Status = Status.FAIL) -> str:
+    """The first sentence the most telling check with ``status`` observed, and where."""
+    checks = _checks_of(report, bid, status)
     if not checks:
         entry = next(b for b in report["behaviours"] if b["id"] == bid)
         return _reason(entry)
     scenario, check = checks[0]
-    return f"{first_sentence(check['observed'])} ({scenario['scenario']}, {check['name']})"
+    seen = first_sentence(check["observed"]).rstrip(".")
+    return f"{seen} ({scenario['scenario']}, {check['name']})"
 
 
 def _premise(report: dict[str, Any], bid: str) -> str:
@@ -372,6 +377,7 @@ def _premise(report: dict[str, Any], bid: str) -> str:
 def _why_untestable(entry: dict[str, Any]) -> str:
     """The reason a behaviour could not be tested, without its scenario and step."""
     reason = re.sub(r"^[a-z0-9_]+: ", "", _reason(entry))
+    reason = re.sub(r"^target \S+: ", "", reason)
     lacks = re.search(r"target (\S+) lacks (\w+)(?: - |: )([^;]*?)(?: - for |;|$)", reason)
     if lacks:
         return f"{lacks[1]} lacks {lacks[2]} - {lacks[3].strip()}"

@@ -158,7 +158,7 @@ def _no_machine_text(result: CheckResult) -> None:
         ),
         (
             {"link": "client->mbx1", "line": "^220", "direction": "s2c"},
-            "mbx1 greeted the sender (220)",
+            "mbx1 greeted the sender with 220",
         ),
         (
             {"link": "mbx2->mailbox", "line": "^MAIL FROM: ?<>", "direction": "c2s"},

@@ -47,7 +47,13 @@ def _verdicts() -> list[Verdict]:
     )  # fmt: skip
     blind = Verdict("sn5_resubmission", ["SN-5", "SN-7"])
     blind.add(CheckResult("safetynet_primary queue of mbx1", Status.UNTESTABLE, "e", LACKS))
-    return [accepts, own, idle, blind]
+    together = Verdict("pr4_primary_and_shadow_fail_together", ["PR-4"])
+    together.add(
+        CheckResult("no loss of m1", Status.OUTSIDE_GUARANTEE, "m1 delivered",
+                    "m1 lost, but every node holding a copy failed (mbx1 was killed and not "
+                    "restarted): primary and shadow failing together is outside the guarantee")
+    )  # fmt: skip
+    return [accepts, own, idle, blind, together]
 
 
 def _report() -> dict[str, Any]:
@@ -70,10 +76,18 @@ def test_the_summary_says_what_is_kept_broken_idle_and_untestable() -> None:
     assert report["summary"]["FAIL"] == 2 and report["summary"]["PASS"] == 1
     rules = rule_sentences()
     summary = {entry["status"]: entry for entry in report["admin_summary"]}
-    assert list(summary) == ["PASS", "FAIL", "NOT-APPLICABLE", "UNTESTABLE", "UNTESTED"]
+    assert list(summary) == [
+        "PASS", "FAIL", "OUTSIDE-GUARANTEE", "NOT-APPLICABLE", "UNTESTABLE", "UNTESTED"
+    ]  # fmt: skip
     assert summary["UNTESTED"]["text"].startswith(
-        "38 of the 45 behaviours were not tested at all: no scenario for them ran (CR-2, "
+        "37 of the 45 behaviours were not tested at all: no scenario for them ran (CR-2, "
     )
+    (outside,) = summary["OUTSIDE-GUARANTEE"]["groups"]
+    assert outside["items"] == [
+        f"PR-4: {rules['PR-4']} Seen: m1 lost, but every node holding a copy failed (mbx1 was "
+        "killed and not restarted): primary and shadow failing together is outside the "
+        "guarantee (pr4_primary_and_shadow_fail_together, no loss of m1)"
+    ]
 
     kept = summary["PASS"]
     assert kept["text"] == (
@@ -95,7 +109,7 @@ def test_the_summary_says_what_is_kept_broken_idle_and_untestable() -> None:
         "(cr3_shadow_ack_before_sender_ack, order)"
     )
     cr1 = next(i for i in items if i.startswith("CR-1: "))
-    assert cr1.endswith("Seen: a lesser observation. (cr3_shadow_ack_before_sender_ack, order)")
+    assert cr1.endswith("Seen: a lesser observation (cr3_shadow_ack_before_sender_ack, order)")
 
     assert summary["NOT-APPLICABLE"]["text"] == (
         "2 of the 45 behaviours never came into play, because what they presuppose never "
