@@ -38,8 +38,10 @@ ordering and differences are meaningful even if the wall clock jumps.
 
 from __future__ import annotations
 
+import ast
 import bisect
 import json
+import re
 import threading
 import time
 from collections.abc import Iterable
@@ -47,12 +49,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EVENT_KINDS", "Event", "History"]
+__all__ = ["EVENT_KINDS", "Event", "History", "plain_text", "plain_value"]
 
 EVENT_KINDS = frozenset(
     {
-        "connect", "close", "line", "data", "fault", "reply", "attempt", "delivery", "step",
-        "snapshot", "note", "storage",
+        "connect",
+        "close",
+        "line",
+        "data",
+        "fault",
+        "reply",
+        "attempt",
+        "delivery",
+        "step",
+        "snapshot",
+        "note",
+        "storage",
     }
 )
 
@@ -240,27 +252,62 @@ def _describe_body(event: Event) -> str:
         return f"FAULT {data.get('fault')} {state}{params}"
     if kind == "attempt":
         outcome = data.get("error") or f"{data.get('code')} {data.get('text', '')}".strip()
+        sent = data.get("sent")
+        when = f" sent +{sent:.3f}s" if isinstance(sent, float | int) else ""
         return (
-            f"ATTEMPT {data.get('ref')} {data.get('message_id')} rcpt={data.get('rcpt_tos')}"
-            f" sent +{data.get('sent')}s: {outcome} (to {data.get('command')})"
+            f"ATTEMPT {data.get('ref')} {data.get('message_id')} "
+            f"rcpt={plain_value(data.get('rcpt_tos'))}{when}: {outcome} "
+            f"(to {data.get('command')})"
         )
     if kind == "delivery":
         return (
             f"DELIVERED to {data.get('sink')} {data.get('message_id') or '(no Message-ID)'}"
-            f" from helo={data.get('helo')} rcpt={data.get('rcpt_tos')}"
+            f" from helo={data.get('helo')} rcpt={plain_value(data.get('rcpt_tos'))}"
         )
     if kind == "close":
         return f"closed ({data.get('reason', 'unknown')})"
     if kind == "connect":
         return f"connected{_params(data)}"
     if kind in ("step", "note") and "text" in data:
-        return f"{kind.upper()} {data['text']}{_params(data, skip=('text',))}"
+        return f"{kind.upper()} {plain_text(str(data['text']))}{_params(data, skip=('text',))}"
     return f"{kind.upper()}{_params(data)}"
 
 
 def _params(data: dict[str, Any], skip: Iterable[str] = ()) -> str:
-    shown = [f"{k}={v}" for k, v in data.items() if k not in skip]
+    shown = [f"{k}={plain_value(v)}" for k, v in data.items() if k not in skip]
     return (" " + " ".join(shown)) if shown else ""
+
+
+def plain_value(value: Any) -> str:
+    """A value as a mail admin writes it, never a Python repr: a list comma-separated, a
+    mapping as ``Name=value, ...`` in parentheses, a boolean true/false, a float (the
+    scenario format's only floats are seconds) with ``s``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}s"
+    if isinstance(value, dict):
+        return "(" + ", ".join(f"{k}={plain_value(v)}" for k, v in value.items()) + ")"
+    if isinstance(value, list | tuple | set | frozenset):
+        return ",".join(plain_value(v) for v in value) if value else "(none)"
+    return str(value)
+
+
+_LITERAL = re.compile(r"\[[^\[\]]*\]|\{[^{}]*\}")
+
+
+def plain_text(text: str) -> str:
+    """``text`` with every Python list or mapping literal in it (labels built from a
+    step's arguments carry them) written as :func:`plain_value` does."""
+
+    def plain_literal(match: re.Match[str]) -> str:
+        try:
+            value = ast.literal_eval(match[0])
+        except (ValueError, SyntaxError):
+            return match[0]
+        return plain_value(value) if isinstance(value, list | dict) else match[0]
+
+    return _LITERAL.sub(plain_literal, text)
 
 
 def _jsonable(value: Any) -> Any:

@@ -13,12 +13,14 @@ are defined in :mod:`.statuses`.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pytest_shadowcheck.statuses import Status, strongest
 
-__all__ = ["CheckResult", "Status", "Verdict"]
+__all__ = ["CheckResult", "Status", "Verdict", "is_history_excerpt", "merge_excerpts"]
 
 
 @dataclass
@@ -34,16 +36,55 @@ class CheckResult:
     #: behaviour IDs this check evidences; empty: every behaviour of the scenario
     behaviours: list[str] = field(default_factory=list)
 
-    def render(self, excerpt: bool = True) -> str:
+    def render(self, excerpt: bool = True, rule: str = "") -> str:
+        """The check as a mail admin reads it: the rule it tested (``rule``, the
+        catalogue's sentence, given by the caller), what was expected and what was
+        observed, then (``excerpt``, not for a pass) the history around it."""
         lines = [f"[{self.status}] {self.name}" + (f"  ({self.where})" if self.where else "")]
         if self.behaviours:
             lines[0] += f"  evidence for {', '.join(self.behaviours)}"
+        if rule:
+            lines.append(f"    rule tested: {rule}")
         lines.append(f"    expected: {self.expected}")
         lines.append(f"    observed: {self.observed}")
         if excerpt and self.excerpt and self.status != Status.PASS:
-            lines.append("    history around it:")
+            if is_history_excerpt(self.excerpt):
+                lines.append("    history around it:")
+            # other evidence (a node's log tail) says what it is in its first line
             lines.extend("    " + line for line in self.excerpt.splitlines())
         return "\n".join(lines)
+
+
+#: a line of :meth:`History.excerpt`: "  +1.234s link #1 ..."
+_TIMED = re.compile(r"^\s*\+(\d+(?:\.\d+)?)s ")
+_OMITTED = re.compile(r"^\s*\.\.\. \d+ more event")
+
+
+def is_history_excerpt(text: str) -> bool:
+    """Whether ``text`` is a history excerpt (timed event lines), which one scenario's
+    checks share, rather than evidence of its own (a node's log tail)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return bool(lines) and all(
+        _TIMED.match(line) or _OMITTED.match(line) or line.strip() == "(no events)"
+        for line in lines
+    )
+
+
+def merge_excerpts(texts: list[str]) -> str:
+    """Several history excerpts as one: every event line once, in time order."""
+    seen: dict[str, float] = {}
+    omitted = False
+    for text in texts:
+        for line in text.splitlines():
+            timed = _TIMED.match(line)
+            if timed:
+                seen.setdefault(line, float(timed[1]))
+            elif _OMITTED.match(line):
+                omitted = True
+    merged = sorted(seen, key=seen.__getitem__)
+    if omitted:
+        merged.append("  ... more events in these windows not shown")
+    return "\n".join(merged)
 
 
 @dataclass
@@ -133,9 +174,46 @@ class Verdict:
             text += f" [{'; '.join(others)}]"
         return text
 
-    def render(self) -> str:
-        """The text a mail admin reads: per behaviour, expected, observed, the history once."""
-        head = f"{self.status}: scenario {self.scenario!r} ({', '.join(self.behaviours)})" + (
+    def rule_tested(self, check: CheckResult, rules: Mapping[str, str], stated: set[str]) -> str:
+        """The rule(s) ``check`` tested, in the catalogue's words (``rules``: behaviour ID
+        -> sentence); a rule already in ``stated`` is only named, and is added to it."""
+        ids = [b for b in (check.behaviours or self.behaviours) if b in rules]
+        fresh = [b for b in ids if b not in stated]
+        parts = [f"{b} - {rules[b]}" for b in fresh]
+        if len(fresh) < len(ids):
+            parts.append(", ".join(b for b in ids if b not in fresh) + " (stated above)")
+        stated.update(fresh)
+        return "\n                 ".join(parts)
+
+    def check_texts(self, rules: Mapping[str, str] | None = None) -> list[tuple[CheckResult, str]]:
+        """Every check that is not a pass, rendered: the rule it tested, expected and
+        observed, and its own evidence (a log tail); the history excerpts, which the
+        checks of one scenario share, are left for :meth:`history_excerpt`."""
+        stated: set[str] = set()
+        out = []
+        for check in self.checks:
+            if check.status == Status.PASS:
+                continue
+            rule = self.rule_tested(check, rules or {}, stated)
+            own = bool(check.excerpt) and not is_history_excerpt(check.excerpt)
+            out.append((check, check.render(excerpt=own, rule=rule)))
+        return out
+
+    def history_excerpt(self) -> str:
+        """The history around the checks that are not a pass, once for the scenario."""
+        return merge_excerpts(
+            [
+                c.excerpt
+                for c in self.checks
+                if c.status != Status.PASS and c.excerpt and is_history_excerpt(c.excerpt)
+            ]
+        )
+
+    def render(self, rules: Mapping[str, str] | None = None) -> str:
+        """The text a mail admin reads: per behaviour its status; per check that is not a
+        pass the rule it tested (the catalogue's sentence, ``rules``: behaviour ID ->
+        sentence, supplied by the caller), expected, observed; then the history once."""
+        head = f"{self.status}: scenario {self.scenario} ({', '.join(self.behaviours)})" + (
             f" - {self.title}" if self.title and self.title != self.scenario else ""
         )
         lines = [head]
@@ -148,11 +226,11 @@ class Verdict:
             lines.append(f"  {bid}: {status}" + (f" - {why}" if why and status != "PASS" else ""))
         if self.overall is not None:
             lines.append(f"{self.overall}: {self.reason}")
-        shown = [c for c in self.checks if c.status != Status.PASS]
-        # the history excerpt once, with the first check that is not a pass (the
-        # checks of one scenario look at the same links)
-        for i, check in enumerate(shown):
-            lines.append(check.render(excerpt=i == 0))
+        lines.extend(text for _, text in self.check_texts(rules))
+        history = self.history_excerpt()
+        if history:
+            lines.append("history around it (once for the scenario):")
+            lines.extend("    " + line for line in history.splitlines())
         passed = [c for c in self.checks if c.status == Status.PASS]
         if passed:
             lines.append(f"({len(passed)} check(s) passed: {', '.join(c.name for c in passed)})")

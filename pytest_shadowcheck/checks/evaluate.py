@@ -8,8 +8,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from pytest_shadowcheck.checks.events import find_event, matcher_text
-from pytest_shadowcheck.checks.inside import check_config_warning, check_log, check_queue
+from pytest_shadowcheck.checks.events import find_event, matcher_phrase, why_not
+from pytest_shadowcheck.checks.inside import (
+    check_config_warning,
+    check_log,
+    check_queue,
+    log_expected,
+    queue_expected,
+    queue_name,
+    warning_expected,
+)
+from pytest_shadowcheck.checks.prose import plain
 from pytest_shadowcheck.checks.wire import (
     check_connections,
     check_delivered,
@@ -51,20 +60,22 @@ async def run_check(run: Run, step: Step) -> CheckResult:
     ``given`` event never happened is NOT-APPLICABLE."""
     needed = step.capability()
     if needed is not None and not run.target.can(needed, control_call(step.kind, step.arg)):
-        what = ", ".join(f"{k}={v}" for k, v in step.arg.items() if not isinstance(v, dict))
+        name, expected = _untried(step)
         result = CheckResult(
-            f"{step.kind} ({what})",
+            name,
             Status.UNTESTABLE,
-            f"a look at {needed}",
+            expected,
             f"target {run.target.name} lacks {needed}: {CAPABILITY_NEED[needed]}",
             where=str(step.where),
         )
     elif (given := step.given or run.scenario.given) and find_event(run, given) is None:
+        said = matcher_phrase(given, run)
+        fact = why_not(run, given)
         result = CheckResult(
             step.kind,
             Status.NOT_APPLICABLE,
-            f"applies once {matcher_text(given)} has happened",
-            f"{matcher_text(given)} never happened, so there was nothing to check",
+            f"only applies if {said.text}",
+            said.never + (f": {fact}" if fact else "") + ", so there was nothing to check",
             where=str(step.where),
         )
     else:
@@ -77,3 +88,17 @@ async def run_check(run: Run, step: Step) -> CheckResult:
             result.status = Status.NOT_APPLICABLE
             result.observed = f"the scenario's premise did not hold: {result.observed}"
     return result
+
+
+def _untried(step: Step) -> tuple[str, str]:
+    """The name and expectation of a check the target cannot look at, as the check
+    would have said them."""
+    arg = step.arg
+    if step.kind == "queue":
+        return queue_name(arg), queue_expected(arg)
+    if step.kind == "config_warning":
+        return f"config warnings of {arg['node']}", warning_expected(arg)
+    if step.kind == "log":
+        return f"log of {arg['node']}", log_expected(arg)
+    what = ", ".join(f"{k}={plain(v)}" for k, v in arg.items() if not isinstance(v, dict))
+    return f"{step.kind} ({what})", f"a look at what {step.kind} needs"

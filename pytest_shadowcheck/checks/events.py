@@ -1,5 +1,5 @@
 """Finding things in a run's history, shared by the checks: the first event a matcher
-names, how a matcher reads in prose, the copies a sink received, waiting for an event,
+names (said in words, :mod:`.prose`), the copies a sink received, waiting for an event,
 and a check's result with the SMTP lines around it.
 """
 
@@ -10,6 +10,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from pytest_shadowcheck.checks.prose import Phrase, describe_event, describe_matcher, session_fact
 from pytest_shadowcheck.history import Event
 from pytest_shadowcheck.verdict import CheckResult, Status
 
@@ -26,9 +27,13 @@ __all__ = [
     "find_event",
     "helo_is",
     "matcher_links",
+    "matcher_phrase",
     "matcher_text",
+    "node_of",
     "poll",
     "result",
+    "times",
+    "why_not",
 ]
 
 POLL = 0.05
@@ -78,37 +83,53 @@ def helo_is(helo: str | None, node: str) -> bool:
 
 
 def describe_deliveries(found: list[Any]) -> str:
+    """The copies a sink received, in words: "delivered once: mbx1 delivered it to
+    mailbox for alice@corp.test at +1.44s"."""
     if not found:
         return "not delivered"
-    parts = [f"{sink} at +{d.t:.2f}s by {d.helo} rcpt={','.join(d.rcpt_tos)}" for sink, d in found]
-    return f"delivered {len(found)}x: " + "; ".join(parts)
+    parts = [
+        f"{node_of(d.helo)} delivered it to {sink} for {', '.join(d.rcpt_tos)} at +{d.t:.2f}s"
+        for sink, d in found
+    ]
+    return f"delivered {times(len(found))}: " + "; ".join(parts)
+
+
+def node_of(helo: str | None) -> str:
+    """The node a delivering MTA named itself in EHLO (its first label)."""
+    return (helo or "an unnamed client").split(".")[0]
+
+
+def times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
 
 
 def find_event(run: Run, matcher: dict[str, Any]) -> tuple[float, str] | None:
-    """First history event matching ``matcher``: (t, description) or None."""
+    """First history event matching ``matcher``: (t, what happened in words) or None."""
     if "any_of" in matcher:
         hits = [hit for each in matcher["any_of"] if (hit := find_event(run, each))]
         return min(hits, default=None)
     if "reply" in matcher:
-        msg = run.messages[matcher["reply"]]
+        ref = matcher["reply"]
+        msg = run.messages[ref]
         if msg.reply_t is None:
             return None
-        return msg.reply_t, f"the sender got {msg.code} {msg.text} for {matcher['reply']}"
+        said = f"{msg.code} {msg.text}".strip().replace("\n", " | ")
+        return msg.reply_t, f"{msg.via} told the sender `{said}` for {ref}"
     if "delivered" in matcher:
         found = deliveries(run, matcher["delivered"], matcher.get("to"))
         if not found:
             return None
-        first = min(found, key=lambda item: item[1].t)
-        return first[1].t, f"{matcher['delivered']} delivered to {first[0]} by {first[1].helo}"
+        sink, first = min(found, key=lambda item: item[1].t)
+        return first.t, f"{node_of(first.helo)} delivered {matcher['delivered']} to {sink}"
     if "step" in matcher:
         for event in run.history.events(kind="step"):
             if re.search(matcher["step"], str(event.data.get("text", ""))):
-                return event.t, f"step {event.data.get('text')}"
+                return event.t, describe_event(run, event)
         return None
     link = matcher["link"]
     if matcher.get("opened"):
         opened = run.history.events(kind="connect", link=link)
-        return (opened[0].t, f"{link} #{opened[0].conn} opened") if opened else None
+        return (opened[0].t, describe_event(run, opened[0])) if opened else None
     events = run.history.events(link=link)
     pattern = re.compile(matcher.get("line", ".*"))
     direction = matcher.get("direction")
@@ -116,7 +137,7 @@ def find_event(run: Run, matcher: dict[str, Any]) -> tuple[float, str] | None:
     if "message" in matcher:
         conns = conns_with_content(events, run.messages[matcher["message"]].message_id)
     if "closed" in matcher:
-        return _find_close(events, link, matcher["closed"], conns)
+        return _find_close(run, events, matcher["closed"], conns)
     for event in events:
         if event.kind != "line":
             continue
@@ -125,8 +146,7 @@ def find_event(run: Run, matcher: dict[str, Any]) -> tuple[float, str] | None:
         if conns is not None and (event.conn not in conns or event.t < conns[event.conn]):
             continue
         if pattern.search(str(event.data.get("text", ""))):
-            side = "C" if event.direction == "c2s" else "S"
-            return event.t, f"{link} #{event.conn} {side}: {event.data.get('text')}"
+            return event.t, describe_event(run, event)
     return None
 
 
@@ -140,10 +160,10 @@ def conns_with_content(events: list[Event], message_id: str) -> dict[Any, float]
 
 
 def _find_close(
-    events: list[Event], link: str, by: str, conns: dict[Any, float] | None
+    run: Run, events: list[Event], by: str, conns: dict[Any, float] | None
 ) -> tuple[float, str] | None:
-    """The first close of a proxied connection on ``link`` (by ``server``, ``client`` or
-    ``any`` side), only of the connections in ``conns`` if given."""
+    """The first close of a proxied connection on the events' link (by ``server``,
+    ``client`` or ``any`` side), only of the connections in ``conns`` if given."""
     for event in events:
         # the proxy's own record; the harness client notes its closes too (side=...)
         if event.kind != "close" or "side" in event.data:
@@ -152,29 +172,35 @@ def _find_close(
             continue
         reason = str(event.data.get("reason", ""))
         if by == "any" or reason.startswith(by):
-            return event.t, f"{link} #{event.conn} closed ({reason})"
+            return event.t, describe_event(run, event)
     return None
 
 
-def matcher_text(matcher: dict[str, Any]) -> str:
-    if "any_of" in matcher:
-        return " or ".join(matcher_text(each) for each in matcher["any_of"])
-    if "reply" in matcher:
-        return f"the sender's reply for {matcher['reply']}"
-    if "delivered" in matcher:
-        return f"delivery of {matcher['delivered']}"
-    if "step" in matcher:
-        return f"step /{matcher['step']}/"
-    if "closed" in matcher:
-        who = "" if matcher["closed"] == "any" else f" by the {matcher['closed']}"
-        text = f"a connection on {matcher['link']} closed{who}"
-    elif matcher.get("opened"):
-        text = f"a connection opened on {matcher['link']}"
-    else:
-        text = f"/{matcher.get('line', '.*')}/ on {matcher['link']}"
-    if "message" in matcher:
-        text += f" after the content of {matcher['message']}"
-    return text
+def matcher_text(matcher: dict[str, Any], run: Run | None = None) -> str:
+    """The event a matcher names, in words ("mbx1 sent XSHADOW to mbx2")."""
+    return describe_matcher(matcher, run).text
+
+
+def matcher_phrase(matcher: dict[str, Any], run: Run | None = None) -> Phrase:
+    """The event a matcher names: that it happened, never happened, had not yet."""
+    return describe_matcher(matcher, run)
+
+
+def why_not(run: Run, *matchers: dict[str, Any]) -> str:
+    """What the links of matchers that never matched did see, once per link: "mbx1
+    never opened an SMTP session to mbx2" (empty when no link is involved)."""
+    facts: list[str] = []
+    for matcher in matchers:
+        if "any_of" in matcher:
+            fact = why_not(run, *matcher["any_of"])
+        elif "link" in matcher and not matcher.get("opened") and find_event(run, matcher) is None:
+            direction = matcher.get("direction") if "line" in matcher else None
+            fact = session_fact(run, matcher["link"], direction)
+        else:
+            fact = ""
+        if fact and fact not in facts:
+            facts.append(fact)
+    return "; ".join(facts)
 
 
 def matcher_links(run: Run, *matchers: dict[str, Any]) -> list[str]:
@@ -198,5 +224,5 @@ async def await_event(run: Run, matcher: dict[str, Any], within: float) -> None:
         return find_event(run, matcher) is not None
 
     if not await seen():
-        run.progress.waiting(within, f"for {matcher_text(matcher)}")
+        run.progress.waiting(within, f"until {matcher_text(matcher, run)}")
         await poll(seen, within)

@@ -11,6 +11,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from pytest_shadowcheck.checks.events import poll, result
+from pytest_shadowcheck.checks.prose import no, parse_pattern, pattern_tail, pattern_words, quoted
 from pytest_shadowcheck.errors import TargetError
 from pytest_shadowcheck.scenario.capabilities import QUEUE_PATHS
 from pytest_shadowcheck.verdict import CheckResult, Status
@@ -19,7 +20,18 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.checks.view import RunView as Run
     from pytest_shadowcheck.scenario.model import Step
 
-__all__ = ["QUEUE_PATHS", "check_config_warning", "check_log", "check_queue", "queue_entries"]
+__all__ = [
+    "QUEUE_PATHS",
+    "check_config_warning",
+    "check_log",
+    "check_queue",
+    "log_expected",
+    "queue_entries",
+    "queue_expected",
+    "queue_name",
+    "warning_expected",
+]
+
 
 def queue_entries(answer: Any) -> list[dict[str, Any]]:
     if isinstance(answer, dict):
@@ -60,45 +72,81 @@ async def check_queue(run: Run, step: Step) -> CheckResult:
     ok = await poll(satisfied, within)
     by_id = {m.message_id: ref for ref, m in run.messages.items()}
     held = [by_id.get(e.get("message_id"), e.get("message_id")) for e in state["entries"]]
-    expected = []
-    if contains:
-        expected.append(f"holds {', '.join(contains)}")
-    if absent:
-        expected.append(f"does not hold {', '.join(absent)}")
-    if "count" in arg:
-        expected.append(f"holds exactly {arg['count']} message(s)")
-    observed = state["error"] or f"holds {len(held)}: {', '.join(map(str, held)) or '(empty)'}"
+    observed = state["error"] or (
+        f"it holds {len(held)}: {', '.join(map(str, held))}" if held else "it is empty"
+    )
     run.history.record("snapshot", node=node, queue=queue, entries=held)
     return result(
         step,
-        f"{queue} queue of {node}",
+        queue_name(arg),
         ok,
-        f"the {queue} queue of {node} "
-        + " and ".join(expected or ["answers"])
-        + (f" within {within:g}s" if within else ""),
+        queue_expected(arg),
         observed,
         run.excerpt(run.history.now(), [], before=3.0, after=0.0),
     )
 
 
+def queue_name(arg: dict[str, Any]) -> str:
+    return f"{arg['queue']} queue of {arg['node']}"
+
+
+def queue_expected(arg: dict[str, Any]) -> str:
+    """What a ``queue`` check expects, in words (also when the target cannot look)."""
+    expected = []
+    if arg.get("contains"):
+        expected.append(f"holds {', '.join(arg['contains'])}")
+    if arg.get("absent"):
+        expected.append(f"does not hold {', '.join(arg['absent'])}")
+    if "count" in arg:
+        count = arg["count"]
+        expected.append(f"holds exactly {count} message{'s' if count != 1 else ''}")
+    within = arg.get("within", 0.0)
+    return (
+        f"the {arg['queue']} queue of {arg['node']} "
+        + " and ".join(expected or ["answers"])
+        + (f" within {within:g}s" if within else "")
+    )
+
+
+def warning_expected(arg: dict[str, Any]) -> str:
+    """What a ``config_warning`` check expects, in words."""
+    node, present = arg["node"], arg.get("present", True)
+    if "code" not in arg:
+        return f"{node} flags {'a' if present else 'no'} configuration warning"
+    p = parse_pattern(arg["code"])
+    code = quoted(p.literal) if p.literal is not None else f"matching the pattern `{arg['code']}`"
+    return f"{node} {'flags' if present else 'does not flag'} the configuration warning {code}"
+
+
 async def check_config_warning(run: Run, step: Step) -> CheckResult:
     arg = step.arg
     node, present = arg["node"], arg.get("present", True)
+    name = f"config warnings of {node}"
     try:
         warnings = queue_entries(await run.target.control(node, "GET", "/config/warnings"))
     except TargetError as exc:
-        return result(step, f"config warnings of {node}", False, "an answer", str(exc))
+        return result(step, name, False, f"{node} answers for its configuration", str(exc))
     pattern = arg.get("code", ".*")
     hits = [w for w in warnings if re.search(pattern, str(w.get("code", "")))]
     ok = bool(hits) == present
-    observed = "; ".join(f"{w.get('code')}: {w.get('message')}" for w in warnings) or "no warnings"
+    observed = "; ".join(f"{w.get('code')}: {w.get('message')}" for w in warnings)
     return result(
         step,
-        f"config warnings of {node}",
+        name,
         ok,
-        f"{node} {'flags' if present else 'does not flag'} a warning /{pattern}/",
-        observed,
+        warning_expected(arg),
+        f"{node} flags {observed}" if observed else f"{node} flags no configuration warning",
     )
+
+
+def log_expected(arg: dict[str, Any]) -> str:
+    """What a ``log`` check expects, in words."""
+    wanted = []
+    if "contains" in arg:
+        wanted.append(pattern_words(arg["contains"]))
+    if "absent" in arg:
+        wanted.append(no(pattern_words(arg["absent"])))
+    return f"{arg['node']}'s log has " + " and ".join(wanted)
 
 
 async def check_log(run: Run, step: Step) -> CheckResult:
@@ -107,12 +155,7 @@ async def check_log(run: Run, step: Step) -> CheckResult:
     arg = step.arg
     node = arg["node"]
     name = f"log of {node}"
-    wanted = []
-    if "contains" in arg:
-        wanted.append(f"a line matching /{arg['contains']}/")
-    if "absent" in arg:
-        wanted.append(f"no line matching /{arg['absent']}/")
-    expected = f"{node} logs " + " and ".join(wanted)
+    expected = log_expected(arg)
     text: str | None = None
 
     async def satisfied() -> bool:
@@ -139,10 +182,14 @@ async def check_log(run: Run, step: Step) -> CheckResult:
     lines = text.splitlines()
     hits = [x for x in lines if "absent" in arg and re.search(arg["absent"], x)]
     found = [x for x in lines if "contains" in arg and re.search(arg["contains"], x)]
-    observed = (
-        f"found: {hits[0]}"
-        if hits
-        else (f"found: {found[0]}" if found else f"no such line among {len(lines)}")
-    )
+    count = f"{len(lines)} line{'s' if len(lines) != 1 else ''}"
+    if hits:
+        observed = f"{node}'s log has `{hits[0]}`"
+    elif found:
+        observed = f"{node}'s log has `{found[0]}`"
+    elif "contains" in arg:
+        observed = f"{node}'s log has {count}, none {pattern_tail(arg['contains'])}"
+    else:
+        observed = f"{node}'s log has {count}, none {pattern_tail(arg['absent'])}"
     tail = "\n".join(lines[-10:])
     return result(step, name, ok, expected, observed, f"--- last lines of {node}'s log ---\n{tail}")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pytest_shadowcheck.checks.events import node_of
 from pytest_shadowcheck.network.smtp_text import header_section
 from pytest_shadowcheck.verdict import CheckResult, Status
 
@@ -115,8 +116,9 @@ def _expandable(run: RunView) -> set[str]:
     as the scenario's directory steps change them."""
     groups = set((run.scenario.topology.directory or {}).get("groups", {}))
     for step in run.scenario.steps:
-        if step.kind == "directory" and "group" in step.arg:
-            groups.add(step.arg["group"])
+        group = getattr(step.arg, "group", None) if step.kind == "directory" else None
+        if group is not None:
+            groups.add(str(group))
     return {g.lower() for g in groups}
 
 
@@ -171,7 +173,8 @@ def integrity_invariant(run: RunView) -> list[CheckResult]:
         for sink, delivery in copies:
             found = [compare_copy(m, delivery, permitted) for m in same_id[message.message_id]]
             if all(found):
-                copy = f"the copy {delivery.helo or '?'} delivered to {sink} at +{delivery.t:.2f}s"
+                by = node_of(delivery.helo)
+                copy = f"the copy {by} delivered to {sink} at +{delivery.t:.2f}s"
                 mine = found[same_id[message.message_id].index(message)]
                 problems += [f"{copy}: {p}" for p in mine]
         problems += _recipient_problems(message, copies, groups)

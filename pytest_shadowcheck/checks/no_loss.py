@@ -11,8 +11,9 @@ from pytest_shadowcheck.checks.events import (
     deliveries,
     describe_deliveries,
     find_event,
-    matcher_text,
+    matcher_phrase,
     poll,
+    why_not,
 )
 from pytest_shadowcheck.verdict import CheckResult, Status
 
@@ -32,11 +33,13 @@ def premise_missing(run: Run, results: list[CheckResult]) -> list[CheckResult]:
     given = run.scenario.given
     if given is None or find_event(run, given) is not None:
         return results
+    said = matcher_phrase(given, run)
+    fact = why_not(run, given)
     for result in results:
         if result.status not in (Status.PASS, Status.NOT_APPLICABLE):
             result.observed = (
-                f"{matcher_text(given)} never happened, which every behaviour of this "
-                f"scenario presupposes: {result.observed}"
+                f"{said.never}" + (f" ({fact})" if fact else "") + ", which every behaviour "
+                f"of this scenario presupposes, so this is not judged here: {result.observed}"
             )
             result.status = Status.NOT_APPLICABLE
     return results
@@ -104,9 +107,13 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
                     name,
                     Status.FAIL,
                     expected,
-                    f"{ref} was acknowledged ({msg.code} {msg.text}) and never delivered "
-                    f"within {settle:g}s; copies were on {', '.join(holders)} "
-                    f"({', '.join(alive)} still up)",
+                    f"{msg.via} acknowledged {ref} (`{msg.code} {msg.text}`), yet it was "
+                    f"never delivered within {settle:g}s and no live node still holds it; "
+                    + (
+                        f"copies were on {', '.join(holders)} ({', '.join(alive)} still up)"
+                        if holders
+                        else "no node was seen holding a copy"
+                    ),
                     excerpt=excerpt,
                 )
             )

@@ -20,9 +20,20 @@ from pytest_shadowcheck.checks.events import (
     describe_deliveries,
     find_event,
     matcher_links,
-    matcher_text,
+    matcher_phrase,
+    node_of,
     poll,
     result,
+    times,
+    why_not,
+)
+from pytest_shadowcheck.checks.prose import (
+    describe_event,
+    describe_matcher,
+    link_sides,
+    no,
+    pattern_words,
+    session_fact,
 )
 from pytest_shadowcheck.history import Event
 from pytest_shadowcheck.network.smtp_text import header_section
@@ -51,22 +62,28 @@ DEFAULT_TOLERANCE = 0.5
 
 async def check_reply(run: Run, step: Step) -> CheckResult:
     arg = step.arg
-    msg = await run.settled_message(arg["message"])
+    ref = arg["message"]
+    msg = await run.settled_message(ref)
     code, enhanced, text = msg.code, msg.enhanced, msg.text
     expected = f"{arg['code']}" + (f" {arg['enhanced']}" if "enhanced" in arg else "")
     if "text" in arg:
-        expected += f" matching /{arg['text']}/"
+        expected += f" and {pattern_words(arg['text'], 'a text')}"
     ok = code == arg["code"]
     if "enhanced" in arg:
         ok = ok and enhanced == arg["enhanced"]
     if "text" in arg:
         ok = ok and bool(re.search(arg["text"], text or ""))
-    observed = f"{code} {text}".strip() if code is not None else f"no reply ({msg.error})"
+    said = f"{code} {text}".strip().replace("\n", " | ")
+    observed = (
+        f"{msg.via} answered `{said}`"
+        if code is not None
+        else f"the sender got no reply from {msg.via}: {msg.error}"
+    )
     return result(
         step,
-        f"reply to {arg['message']}",
+        f"reply to {ref}",
         ok,
-        f"the sender gets {expected} after the message content",
+        f"{msg.via} answers the content of {ref} with {expected}",
         observed,
         run.excerpt(msg.reply_t or msg.sent_t, msg.links()),
     )
@@ -98,7 +115,7 @@ async def check_delivered(run: Run, step: Step) -> CheckResult:
     if exactly is not None:
         # A copy too many is as wrong as one too few (e.g. a request answered twice).
         ok = count == exactly
-        expected += f", exactly {exactly} time" + ("s" if exactly > 1 else "")
+        expected += f", exactly {times(exactly)}"
     elif duplicates == "forbidden":
         ok = count == 1
         expected += ", exactly once"
@@ -122,7 +139,7 @@ async def check_delivered(run: Run, step: Step) -> CheckResult:
     if not found:
         others = deliveries(run, ref)
         if others and (sink or by):
-            observed += f" as required; elsewhere: {describe_deliveries(others)}"
+            observed = f"not delivered{where}; but {describe_deliveries(others)}"
     msg = run.messages[ref]
     around = found[0][1].t if found else run.history.now()
     return result(
@@ -151,18 +168,18 @@ def _check_headers(found: list[Any], rule: dict[str, str]) -> tuple[str, list[st
     """(what is wanted, what each copy got wrong) for ``headers: {contains?, absent?}``."""
     wanted = []
     if "contains" in rule:
-        wanted.append(f"a header line matching /{rule['contains']}/")
+        wanted.append(pattern_words(rule["contains"], "a header line"))
     if "absent" in rule:
-        wanted.append(f"no header line matching /{rule['absent']}/")
+        wanted.append(no(pattern_words(rule["absent"], "a header line")))
     wrong = []
     for sink, delivery in found:
         lines = _header_lines(delivery.raw)
-        copy = f"the copy {delivery.helo} delivered to {sink} at +{delivery.t:.2f}s"
+        copy = f"the copy {node_of(delivery.helo)} delivered to {sink} at +{delivery.t:.2f}s"
         if "contains" in rule and not any(re.search(rule["contains"], x) for x in lines):
-            wrong.append(f"{copy} has no header line /{rule['contains']}/")
+            wrong.append(f"{copy} has {no(pattern_words(rule['contains'], 'a header line'))}")
         hits = [x for x in lines if "absent" in rule and re.search(rule["absent"], x)]
         if hits:
-            wrong.append(f"{copy} has {hits[0]!r}")
+            wrong.append(f"{copy} has `{hits[0]}`")
     return " and ".join(wanted), wrong
 
 
@@ -181,7 +198,7 @@ async def check_not_delivered(run: Run, step: Step) -> CheckResult:
         step,
         f"not delivered {ref}",
         not found,
-        f"{ref} not delivered{where}" + (f" for {hold:g}s after it was sent" if hold else ""),
+        f"{ref} not delivered{where}" + (f" in the {hold:g}s after it was sent" if hold else ""),
         describe_deliveries(found),
         run.excerpt(found[0][1].t if found else run.history.now(), msg.links(all_nodes=True)),
     )
@@ -190,30 +207,54 @@ async def check_not_delivered(run: Run, step: Step) -> CheckResult:
 # --------------------------------------------------------------------------- events
 
 
+def _at(t: float) -> str:
+    return f"(+{t:.3f}s)"
+
+
 async def check_order(run: Run, step: Step) -> CheckResult:
     first, then = step.arg["first"], step.arg["then"]
     # once 'then' happened the order is decided, whatever comes later
     await await_event(run, then, step.arg.get("within", run.scenario.settle))
     a, b = find_event(run, first), find_event(run, then)
-    expected = f"{matcher_text(first)} before {matcher_text(then)}"
+    said_first, said_then = matcher_phrase(first, run), matcher_phrase(then, run)
+    expected = f"{said_first.text} before {said_then.text}"
+    checked = f"(checked at +{run.history.now():.3f}s)"
     if a is None and b is not None:
         # 'then' came and 'first' had not: the order is broken whatever happens later
+        fact = why_not(run, first)
         observed = (
-            f"+{b[0]:.3f}s {b[1]}; {matcher_text(first)} had not happened "
-            f"by then (checked at +{run.history.now():.3f}s)"
+            f"{b[1]} {_at(b[0])}; by then {said_first.not_yet}"
+            + (f": {fact}" if fact else "")
+            + f" {checked}"
         )
         ok = False
     elif a is None or b is None:
-        missing = [matcher_text(m) for m, e in ((first, a), (then, b)) if e is None]
-        observed = "never happened: " + "; ".join(missing)
+        missing = [said.never for said, e in ((said_first, a), (said_then, b)) if e is None]
+        fact = why_not(run, *(m for m, e in ((first, a), (then, b)) if e is None))
+        seen = f"{a[1]} {_at(a[0])}, but " if a is not None else ""
+        observed = seen + " and ".join(missing) + (f": {fact}" if fact else "") + f" {checked}"
         ok = False
     else:
         ok = a[0] < b[0]
-        observed = f"+{a[0]:.3f}s {a[1]}  /  +{b[0]:.3f}s {b[1]}"
+        if ok:
+            observed = f"{a[1]} {_at(a[0])}, then {b[1]} {_at(b[0])}"
+        else:
+            observed = f"{b[1]} {_at(b[0])} first, and only then {a[1]} {_at(a[0])}"
     around = (a or b or (run.history.now(), ""))[0]
     return result(
         step, "order", ok, expected, observed, run.excerpt(around, matcher_links(run, first, then))
     )
+
+
+def _bounds(arg: dict[str, Any]) -> str:
+    low, high = arg.get("at_least"), arg.get("at_most")
+    if low is not None and high is not None:
+        return f"{low:g}s" if low == high else f"at least {low:g}s and at most {high:g}s"
+    if low is not None:
+        return f"at least {low:g}s"
+    if high is not None:
+        return f"at most {high:g}s"
+    return "any time"
 
 
 async def check_timing(run: Run, step: Step) -> CheckResult:
@@ -229,31 +270,28 @@ async def check_timing(run: Run, step: Step) -> CheckResult:
             limit = max(0.0, a[0] + arg["at_most"] + tolerance - run.history.now()) + POLL
         await await_event(run, arg["to"], limit)
     b = find_event(run, arg["to"])
-    bounds = []
-    if "at_least" in arg:
-        bounds.append(f"at least {arg['at_least']:g}s")
-    if "at_most" in arg:
-        bounds.append(f"at most {arg['at_most']:g}s")
-    expected = (
-        f"{matcher_text(arg['to'])} {' and '.join(bounds) or 'any time'} after "
-        f"{matcher_text(arg['from'])} (tolerance {tolerance:g}s)"
-    )
+    said_from, said_to = matcher_phrase(arg["from"], run), matcher_phrase(arg["to"], run)
+    expected = f"{said_to.text} {_bounds(arg)} after {said_from.text} (give or take {tolerance:g}s)"
     if a is None:
         # the clock never started: the behaviour timed here did not come into play
+        fact = why_not(run, arg["from"])
         return CheckResult(
             "timing",
             Status.NOT_APPLICABLE,
             expected,
-            f"{matcher_text(arg['from'])} never happened, so there was nothing to time",
+            f"{said_from.never}" + (f": {fact}" if fact else "") + ", so there was nothing to time",
             where=str(step.where),
         )
     if b is None:
+        fact = why_not(run, arg["to"])
         return result(
             step,
             "timing",
             False,
             expected,
-            f"+{a[0]:.3f}s {a[1]}; then {matcher_text(arg['to'])} never happened",
+            f"{a[1]} {_at(a[0])}; after that {said_to.never}"
+            + (f": {fact}" if fact else "")
+            + f" (checked at +{run.history.now():.3f}s)",
             run.excerpt(run.history.now(), matcher_links(run, arg["from"], arg["to"])),
         )
     delta = b[0] - a[0]
@@ -267,7 +305,7 @@ async def check_timing(run: Run, step: Step) -> CheckResult:
         "timing",
         ok,
         expected,
-        f"{delta:.3f}s ({a[1]} -> {b[1]})",
+        f"{b[1]} {delta:.3f}s after {a[1]} {_at(a[0])}",
         run.excerpt(b[0], matcher_links(run, arg["from"], arg["to"]), before=delta + 1),
     )
 
@@ -275,7 +313,16 @@ async def check_timing(run: Run, step: Step) -> CheckResult:
 async def check_lines(run: Run, step: Step) -> CheckResult:
     arg = step.arg
     link, direction = arg["link"], arg.get("direction")
-    if "within" in arg and "contains" in arg:
+    wanted_said = absent_said = None
+    if "contains" in arg:
+        wanted_said = describe_matcher(
+            {"link": link, "line": arg["contains"], "direction": direction}, run
+        )
+    if "absent" in arg:
+        absent_said = describe_matcher(
+            {"link": link, "line": arg["absent"], "direction": direction}, run
+        )
+    if "within" in arg and "contains" in arg and wanted_said is not None:
         # wait for the wanted line first (e.g. the reply that ends an attempt)
         wanted = re.compile(arg["contains"])
 
@@ -286,7 +333,7 @@ async def check_lines(run: Run, step: Step) -> CheckResult:
                 if not direction or e.direction == direction
             )
 
-        run.progress.waiting(arg["within"], f"for /{arg['contains']}/ on {link}")
+        run.progress.waiting(arg["within"], f"until {wanted_said.text}")
         await poll(seen, arg["within"])
     lines = [
         e
@@ -297,16 +344,16 @@ async def check_lines(run: Run, step: Step) -> CheckResult:
     ok = True
     expected, observed = [], []
     hit: Event | None = None
-    if "contains" in arg:
+    if "contains" in arg and wanted_said is not None:
         matches = [e for e, t in zip(lines, texts, strict=True) if re.search(arg["contains"], t)]
-        expected.append(f"a line matching /{arg['contains']}/")
+        expected.append(wanted_said.text)
         if matches:
-            observed.append(f"found: {matches[0].data.get('text')}")
+            observed.append(f"{describe_event(run, matches[0])} {_at(matches[0].t)}")
         else:
             ok = False
-            observed.append(f"no such line among {len(lines)}")
+            observed.append(f"{wanted_said.never}: {session_fact(run, link, direction)}")
         if arg.get("unique"):
-            expected.append("each such line once")
+            expected.append("each such line only once")
             first_at: dict[str, Event] = {}
             for event in matches:
                 text = str(event.data.get("text", ""))
@@ -314,26 +361,26 @@ async def check_lines(run: Run, step: Step) -> CheckResult:
                     ok = False
                     hit = event
                     observed.append(
-                        f"{text} again at +{event.t:.3f}s (first at +{first_at[text].t:.3f}s)"
+                        f"the same line again at +{event.t:.3f}s (first at "
+                        f"+{first_at[text].t:.3f}s): {describe_event(run, event)}"
                     )
                     break
                 first_at[text] = event
-    if "absent" in arg:
+    if "absent" in arg and absent_said is not None:
         matches = [e for e, t in zip(lines, texts, strict=True) if re.search(arg["absent"], t)]
-        expected.append(f"no line matching /{arg['absent']}/")
+        expected.append(absent_said.never)
         if matches:
             ok = False
             hit = matches[0]
-            observed.append(f"found: {hit.data.get('text')} at +{hit.t:.3f}s")
+            observed.append(f"{describe_event(run, hit)} {_at(hit.t)}")
         else:
-            observed.append(f"none among {len(lines)} lines")
+            observed.append(f"{absent_said.never} ({session_fact(run, link, direction)})")
     around = hit.t if hit else (lines[-1].t if lines else run.history.now())
     return result(
         step,
         f"lines on {link}",
         ok,
-        " and ".join(expected)
-        + f" on {link}"
+        ", and ".join(expected)
         + (f" (waiting up to {arg['within']:g}s)" if "within" in arg else ""),
         "; ".join(observed),
         run.excerpt(around, [link]),
@@ -344,34 +391,38 @@ async def check_connections(run: Run, step: Step) -> CheckResult:
     """How many connections were opened on a link (in a window, carrying a message)."""
     arg = step.arg
     link = arg["link"]
+    client, server = link_sides(link)
     opened = run.history.events(kind="connect", link=link)
     wanted = [
         f"{word} {arg[key]}"
         for key, word in (("count", "exactly"), ("at_least", "at least"), ("at_most", "at most"))
         if key in arg
     ]
-    expected = f"{' and '.join(wanted)} connection(s) opened on {link}"
+    expected = f"{client} opened {' and '.join(wanted)} SMTP session(s) to {server}"
     if "message" in arg:
         data = run.history.events(kind="data", link=link)
         conns = conns_with_content(data, run.messages[arg["message"]].message_id)
         opened = [e for e in opened if e.conn in conns]
-        expected += f" carrying the content of {arg['message']}"
+        expected += f" that carried {arg['message']}'s content"
     window: dict[str, tuple[float, str] | None] = {}
     for key, word in (("from", "after"), ("to", "before")):
         if key in arg:
             window[key] = find_event(run, arg[key])
-            expected += f", {word} {matcher_text(arg[key])}"
+            expected += f", {word} {matcher_phrase(arg[key], run).text}"
     if window.get("from", ()) is None:
+        fact = why_not(run, arg["from"])
         return CheckResult(
             f"connections on {link}",
             Status.NOT_APPLICABLE,
             expected,
-            f"{matcher_text(arg['from'])} never happened, so the window never opened",
+            matcher_phrase(arg["from"], run).never
+            + (f": {fact}" if fact else "")
+            + ", so the window never opened",
             where=str(step.where),
         )
-    missing = [matcher_text(arg[key]) for key, found in window.items() if found is None]
+    missing = [matcher_phrase(arg[key], run).never for key, found in window.items() if not found]
     if missing:
-        observed = "the window never happened: " + "; ".join(missing)
+        observed = "; ".join(missing) + ", so the window never closed"
         excerpt = run.excerpt(run.history.now(), [link])
         return result(step, f"connections on {link}", False, expected, observed, excerpt)
     start, end = window.get("from"), window.get("to")

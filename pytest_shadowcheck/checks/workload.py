@@ -123,17 +123,34 @@ class WorkloadReport:
     def figures(self) -> str:
         s = self.summary()
         rec = [r for _, r in self.recoveries if r is not None]
+        fates = ", ".join(f"{v} {FATE_WORDS.get(k, k)}" for k, v in sorted(self.counts.items()))
         return (
-            f"{s['attempted']} attempted, {s['acknowledged']} acknowledged; fates "
-            + ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
-            + f"; duplicate rate {s['duplicate_rate']:.3%}; ack latency p50/p99 "
+            f"{s['attempted']} attempted, {s['acknowledged']} acknowledged; fates: {fates}; "
+            f"duplicate rate {s['duplicate_rate']:.3%}; ack latency p50/p99 "
             f"{self.ack_latency.get('p50', 0):.3f}/{self.ack_latency.get('p99', 0):.3f}s, "
             f"end-to-end p50/p99 {self.end_to_end.get('p50', 0):.3f}/"
             f"{self.end_to_end.get('p99', 0):.3f}s; availability {self.availability:.1%}; "
-            f"{self.temporary_failures} 4xx replies; {self.faults} faults, recovery "
-            + (f"max {max(rec):.2f}s" if rec else "n/a")
+            f"{self.temporary_failures} 4xx replies; {self.faults} "
+            f"fault{'s' if self.faults != 1 else ''}, recovery "
+            + (f"at most {max(rec):.2f}s" if rec else "n/a")
             + f"; seed {self.seed}"
         )
+
+    @property
+    def acknowledged(self) -> int:
+        return int(self.summary()["acknowledged"])
+
+
+#: the fates as a sentence says them
+FATE_WORDS = {
+    "delivered": "delivered",
+    "duplicated": "duplicated",
+    "lost": "lost",
+    "lost-outside": "lost outside the guarantee",
+    "queued": "still queued",
+    "unacked-delivered": "delivered unacknowledged",
+    "unacked": "unacknowledged",
+}
 
 
 def check_workload(
@@ -364,13 +381,25 @@ def _blamed(lost: list[Fate], faults: list[Window], behaviours: list[str]) -> li
 
 
 def _listed(fates: list[Fate]) -> str:
-    shown = ", ".join(
-        f"{f.ref} {f.message_id} (via {f.via}"
-        + (f", copied to {','.join(sorted(f.copied_to))})" if f.copied_to else ", no copy seen)")
-        for f in fates[:LISTED]
-    )
+    """The messages by where they were sent and copied, each ref once: "mixed-00295,
+    mixed-00298 (sent through mbx1, no copy seen on another node)"; a Message-ID is
+    named once when each is the ref's own (``<REF.token@domain>``), else beside its ref."""
+    shown = fates[:LISTED]
+    groups: dict[tuple[str, tuple[str, ...]], list[Fate]] = {}
+    for fate in shown:
+        groups.setdefault((fate.via, tuple(sorted(fate.copied_to))), []).append(fate)
+    own = {f.message_id.replace(f"<{f.ref}.", "<REF.", 1) for f in shown}
+    named_once = len(shown) > 1 and len(own) == 1 and next(iter(own)).startswith("<REF.")
+    parts = []
+    for (via, copied), members in groups.items():
+        refs = ", ".join(f.ref if named_once else f"{f.ref} {f.message_id}" for f in members)
+        where = f"copied to {', '.join(copied)}" if copied else "no copy seen on another node"
+        parts.append(f"{refs} (sent through {via}, {where})")
     more = len(fates) - LISTED
-    return shown + (f" and {more} more" if more > 0 else "")
+    text = "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+    if named_once:
+        text += f" (Message-IDs {own.pop()})"
+    return text
 
 
 def results(
@@ -385,6 +414,7 @@ def results(
     ``all_delivered``, nothing acknowledged still queued after the settle (all evidence
     ``behaviours``; a loss outside the guarantee evidences ``outside`` when given)."""
     figures = report.figures()
+    acked = report.acknowledged
     lost, outside_lost = report.of("lost"), report.of("lost-outside")
     name = f"workload {report.workload}: no acknowledged message lost"
     expected = "every acknowledged message delivered to every recipient (or still queued)"
@@ -392,18 +422,24 @@ def results(
         blamed = _blamed(lost, report.windows, behaviours)
         loss = CheckResult(
             name, Status.FAIL, expected,
-            f"{len(lost)} acknowledged message(s) never delivered: {_listed(lost)}. {figures}",
+            f"{len(lost)} of {acked} acknowledged messages lost (never delivered, in no "
+            f"queue): {_listed(lost)}. Figures: {figures}",
             where=where, excerpt=excerpt, behaviours=blamed,
         )  # fmt: skip
     elif outside_lost:
         loss = CheckResult(
             name, Status.OUTSIDE_GUARANTEE, expected,
-            f"{len(outside_lost)} message(s) lost while two nodes were down together "
-            f"(outside the guarantee): {_listed(outside_lost)}. {figures}",
+            f"0 of {acked} acknowledged messages lost within the guarantee; "
+            f"{len(outside_lost)} lost while two nodes were down together (outside the "
+            f"guarantee): {_listed(outside_lost)}. Figures: {figures}",
             where=where, excerpt=excerpt, behaviours=[outside] if outside else behaviours,
         )  # fmt: skip
     else:
-        loss = CheckResult(name, Status.PASS, expected, figures, where=where, behaviours=behaviours)
+        loss = CheckResult(
+            name, Status.PASS, expected,
+            f"0 of {acked} acknowledged messages lost. Figures: {figures}",
+            where=where, behaviours=behaviours,
+        )  # fmt: skip
     dups = report.of("duplicated")
     unexplained = [f for f in dups if "with no fault" in f.cause]
     causes = "; ".join(f"{c}: {n}" for c, n in report.duplicate_causes.most_common()) or "none"
@@ -411,8 +447,13 @@ def results(
         f"workload {report.workload}: every duplicate has a cause in the history",
         Status.FAIL if unexplained else Status.PASS,
         "a message delivered twice only after a fault of a node that held it",
-        f"{len(dups)} duplicated ({report.summary()['duplicate_rate']:.3%}); causes {causes}"
-        + (f"; unexplained: {_listed(unexplained)}" if unexplained else "")
+        f"{len(dups)} of {acked} acknowledged messages delivered more than once "
+        f"({report.summary()['duplicate_rate']:.3%}); causes: {causes}; "
+        + (
+            f"{len(unexplained)} with no fault to explain it: {_listed(unexplained)}"
+            if unexplained
+            else "0 unexplained"
+        )
         + f"; seed {report.seed}",
         where=where,
         behaviours=behaviours,
@@ -426,7 +467,8 @@ def results(
                 Status.FAIL if queued else Status.PASS,
                 "once every fault has ended, every acknowledged message delivered within the "
                 "workload's settle time",
-                (f"{len(queued)} still queued: {_listed(queued)}" if queued else "none queued")
+                f"{len(queued)} of {acked} acknowledged messages still queued after the settle"
+                + (f": {_listed(queued)}" if queued else "")
                 + f"; seed {report.seed}",
                 where=where,
                 behaviours=behaviours,

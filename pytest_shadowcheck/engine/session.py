@@ -31,8 +31,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from pytest_shadowcheck.checks.events import find_event, matcher_text
+from pytest_shadowcheck.checks.events import find_event, matcher_phrase
 from pytest_shadowcheck.checks.integrity import envelope_of
+from pytest_shadowcheck.checks.prose import reply_words
 from pytest_shadowcheck.network.client import (
     RawReply,
     RecordingClient,
@@ -126,17 +127,21 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
             and re.search(item.reply, _reply_text(answer)) is not None
         )
         around = answer.t if answer is not None else run.history.now()
-        expected = f"{via} answers {shown} with a reply matching /{item.reply}/"
+        asked = f"the content of {item.message}" if item.message is not None else shown
+        expected = f"{via} answers {asked} with {reply_words(item.reply)}"
         if unmet and given is not None:
             status, observed = (
                 Status.NOT_APPLICABLE,
                 (
-                    f"{matcher_text(given)} had not happened, so there was nothing to check "
+                    f"{matcher_phrase(given, run).not_yet}, so there was nothing to check "
                     f"(the reply was: {_describe(answer)})"
                 ),
             )
         else:
-            status, observed = (Status.PASS if ok else Status.FAIL), _describe(answer)
+            said = _describe(answer)
+            if answer is not None and answer.outcome == "reply":
+                said = f"{via} answered `{said}`"
+            status, observed = (Status.PASS if ok else Status.FAIL), said
         verdict.add(
             CheckResult(
                 f"session reply to {shown}",
@@ -225,8 +230,8 @@ def _compare_with_control(
         if _fate(ours) != _fate(theirs):
             shown = _shown(item)
             observed = (
-                f"line {number}, {shown!r}: {_describe(ours)}; with the stand-ins: "
-                f"{_describe(theirs)}; a stranger can tell them apart"
+                f"at line {number} ({shown}) {spec.via} answered {_describe(ours)}; with the "
+                f"stand-ins: {_describe(theirs)}; a stranger can tell them apart"
             )
             times = [answer.t for answer in (ours, theirs) if answer is not None]
             around = max(times, default=run.history.now())

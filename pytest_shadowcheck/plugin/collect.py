@@ -13,6 +13,7 @@ import pytest
 
 from pytest_shadowcheck.errors import ScenarioError
 from pytest_shadowcheck.plugin.junit import workload_properties
+from pytest_shadowcheck.report.rules import rule_sentences
 from pytest_shadowcheck.scenario.loader import Scenario, load_scenario_file
 from pytest_shadowcheck.statuses import VERDICTS_PROPERTY, format_verdicts
 from pytest_shadowcheck.verdict import Status, Verdict
@@ -101,7 +102,7 @@ class ScenarioItem(pytest.Item):
         self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
     ) -> str | TerminalRepr:
         if isinstance(excinfo.value, ScenarioFailure):
-            return excinfo.value.verdict.render()
+            return excinfo.value.verdict.render(rule_sentences())
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:

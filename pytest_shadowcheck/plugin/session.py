@@ -26,6 +26,7 @@ from pytest_shadowcheck.plugin.state import (
     run_basetemp,
 )
 from pytest_shadowcheck.report.certification import is_scenario_file
+from pytest_shadowcheck.report.rules import rule_sentences
 from pytest_shadowcheck.scenario.loader import load_behaviours
 from pytest_shadowcheck.targets import registry
 from pytest_shadowcheck.targets.fit import why_untestable
@@ -189,7 +190,7 @@ class SessionHooks:
         )
         if inconclusive:
             # pytest shows a setup error as a traceback; the admin needs the verdict's text
-            report.longrepr = verdict.render()
+            report.longrepr = verdict.render(rule_sentences())
         if call.when == "call" or inconclusive:
             data = verdict.to_dict()
             data["file"] = str(item.path)

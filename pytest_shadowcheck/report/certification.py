@@ -19,16 +19,21 @@ import datetime as dt
 import html
 import json
 import os
+import re
 import shlex
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from pytest_shadowcheck.errors import ScenarioError
+from pytest_shadowcheck.report.rules import rule_sentence, rule_sentences
 from pytest_shadowcheck.scenario.loader import load_behaviours, load_scenario_file
 from pytest_shadowcheck.statuses import LEGEND, Status, strongest
+from pytest_shadowcheck.verdict import Verdict
 from pytest_shadowcheck.version import __version__
 
 __all__ = [
+    "admin_summary",
     "build_report",
     "is_scenario_file",
     "library_scenarios",
@@ -116,7 +121,9 @@ def _behaviour_entry(
     return {
         "id": bid,
         "group": catalogue_entry["group"],
+        "group_title": catalogue_entry.get("group_title", catalogue_entry["group"]),
         "summary": catalogue_entry["summary"],
+        "rule": rule_sentence(catalogue_entry),
         "status": str(status),
         "scenarios": scenarios,
         "not_run": not_run,
@@ -160,7 +167,7 @@ def build_report(
         summary[item["status"]] += 1
     run_names = {r["scenario"] for r in results}
     not_run = sorted({name for names in library.values() for name in names} - run_names)
-    return {
+    report = {
         "run_id": run_id,
         "target": target,
         "target_version": target_version,
@@ -174,6 +181,217 @@ def build_report(
         "not_run": not_run,
         "collection_errors": collection_errors or [],
     }
+    report["admin_summary"] = admin_summary(report)
+    return report
+
+
+# --------------------------------------------------------------------------- in short
+
+#: families in the catalogue's order
+FAMILIES = ["CR", "DI", "PR", "SN", "XS", "TO"]
+
+
+def admin_summary(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The few sentences a mail admin can act on, from the verdicts alone: what the MTA
+    keeps (PASS, by family, with the scenarios that showed it), what it breaks (FAIL,
+    each with the observation of its most telling failed check), what lost mail only
+    outside the guarantee, what never came into play and what could not be tested
+    here (with the commonest reasons). Each entry: ``status``, ``text`` (a sentence)
+    and ``groups`` (``family``, ``title``, ``items``: one line per behaviour)."""
+    behaviours: list[dict[str, Any]] = report["behaviours"]
+    total = len(behaviours)
+    mta = _mta(report)
+    by_status: dict[str, list[dict[str, Any]]] = {}
+    for b in behaviours:
+        by_status.setdefault(b["status"], []).append(b)
+    out: list[dict[str, Any]] = []
+
+    def add(status: Status, text: str, items: dict[str, str] | None = None) -> None:
+        out.append({"status": str(status), "text": text, "groups": _grouped(behaviours, items)})
+
+    kept = by_status.get(Status.PASS, [])
+    if kept:
+        add(
+            Status.PASS,
+            f"{mta} keeps {_count(len(kept), total)}: each held in every scenario that tested it.",
+            {b["id"]: f"{_rule(b)} Held in {_scenarios_named(b)}." for b in kept},
+        )
+    broken = by_status.get(Status.FAIL, [])
+    if broken:
+        add(
+            Status.FAIL,
+            f"{mta} breaks {_count(len(broken), total)}; for each, what its most telling "
+            "failed check saw:",
+            {b["id"]: f"{_rule(b)} Seen: {_strongest(report, b['id'])}" for b in broken},
+        )
+    outside = by_status.get(Status.OUTSIDE_GUARANTEE, [])
+    if outside:
+        add(
+            Status.OUTSIDE_GUARANTEE,
+            f"{_count(len(outside), total, 'behaviour')} lost mail only when every node holding "
+            "a copy failed together, which no MTA promises to survive (PR-4):",
+            {
+                b["id"]: f"{_rule(b)} Seen: {_strongest(report, b['id'], Status.OUTSIDE_GUARANTEE)}"
+                for b in outside
+            },
+        )
+    broke = by_status.get(Status.INCONCLUSIVE, [])
+    if broke:
+        add(
+            Status.INCONCLUSIVE,
+            f"{_count(len(broke), total, 'behaviour')} could not be judged because the target "
+            "or the harness broke first; this certification is not complete:",
+            {b["id"]: _reason(b) for b in broke},
+        )
+    idle = by_status.get(Status.NOT_APPLICABLE, [])
+    if idle:
+        causes = Counter(_premise(report, b["id"]) for b in idle)
+        add(
+            Status.NOT_APPLICABLE,
+            f"{_count(len(idle), total, 'behaviour')} never came into play, because what "
+            f"they presuppose never happened ({_ids(idle)}); most often: {_commonest(causes)}.",
+        )
+    untestable = by_status.get(Status.UNTESTABLE, [])
+    if untestable:
+        causes = Counter(_why_untestable(b) for b in untestable)
+        add(
+            Status.UNTESTABLE,
+            f"{_count(len(untestable), total, 'behaviour')} could not be tested on this target "
+            f"({_ids(untestable)}): {_commonest(causes)}.",
+        )
+    partial = by_status.get(Status.PARTIAL, [])
+    if partial:
+        add(
+            Status.PARTIAL,
+            f"{_count(len(partial), total, 'behaviour')} were only partly run here "
+            f"({_ids(partial)}): run all their scenarios to judge them.",
+        )
+    untested = by_status.get(Status.UNTESTED, [])
+    if untested:
+        add(
+            Status.UNTESTED,
+            f"{_count(len(untested), total, 'behaviour')} were not tested at all: no scenario "
+            f"for them ran ({_ids(untested)}).",
+        )
+    return out
+
+
+def _mta(report: dict[str, Any]) -> str:
+    """The MTA as a sentence names it: its version ("Postfix 3.7.11") when that names
+    it, else the target and the version; an image in parentheses is left to the header."""
+    target = str(report.get("target", ""))
+    version = re.sub(r"\s*\(.*\)$", "", str(report.get("target_version", ""))).strip()
+    if version.lower().startswith(target.lower()) or not target:
+        return version or target
+    return f"{target} {version}".strip()
+
+
+def _count(n: int, total: int, noun: str = "behaviour") -> str:
+    return f"{n} of the {total} {noun}{'s' if total != 1 else ''}"
+
+
+def _ids(items: list[dict[str, Any]]) -> str:
+    return ", ".join(b["id"] for b in items)
+
+
+def _grouped(
+    behaviours: list[dict[str, Any]], items: dict[str, str] | None
+) -> list[dict[str, Any]]:
+    if not items:
+        return []
+    groups: dict[str, dict[str, Any]] = {}
+    for b in behaviours:
+        if b["id"] in items:
+            group = groups.setdefault(
+                b["group"], {"family": b["group"], "title": b.get("group_title", ""), "items": []}
+            )
+            group["items"].append(f"{b['id']}: {items[b['id']]}")
+    rank = {f: i for i, f in enumerate(FAMILIES)}
+    return sorted(groups.values(), key=lambda g: rank.get(g["family"], len(FAMILIES)))
+
+
+def _scenarios_named(entry: dict[str, Any]) -> str:
+    names = [s["scenario"] for s in entry["scenarios"] if s["status"] == Status.PASS]
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return f"{len(names)} scenario{'s' if len(names) != 1 else ''} ({shown})"
+
+
+def _rule(entry: dict[str, Any]) -> str:
+    return str(entry.get("rule") or entry["summary"])
+
+
+def _reason(entry: dict[str, Any]) -> str:
+    return str(entry.get("reason", ""))
+
+
+def first_sentence(text: str, limit: int = 400) -> str:
+    """The first sentence of ``text`` (a full stop and a capital outside backticks ends
+    it), cut to ``limit`` characters."""
+    quoted = False
+    for i, char in enumerate(text):
+        if char == "`":
+            quoted = not quoted
+        elif char == "." and not quoted and re.match(r"\. [A-Z]", text[i : i + 3]):
+            text = text[: i + 1]
+            break
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _checks_of(report: dict[str, Any], bid: str, status: Status) -> list[tuple[Any, ...]]:
+    """(scenario, check) for every check with ``status`` that evidences ``bid``, most
+    telling first: a check naming the behaviour itself, in a scenario of few behaviours."""
+    found = []
+    for index, s in enumerate(report["scenarios"]):
+        if bid not in s["by_behaviour"]:
+            continue
+        for check in s.get("checks", []):
+            named = check.get("behaviours") or []
+            if check.get("status") != status or (named and bid not in named):
+                continue
+            key = (bid not in named, len(s["behaviours"]), len(named or s["behaviours"]), index)
+            found.append((key, s, check))
+    return [(s, c) for _, s, c in sorted(found, key=lambda item: item[0])]
+
+
+def _strongest(report: dict[str, Any], bid: str, status: Status = Status.FAIL) -> str:
+    """The first sentence the most telling check with ``status`` observed, and where."""
+    checks = _checks_of(report, bid, status)
+    if not checks:
+        entry = next(b for b in report["behaviours"] if b["id"] == bid)
+        return _reason(entry)
+    scenario, check = checks[0]
+    seen = first_sentence(check["observed"]).rstrip(".")
+    return f"{seen} ({scenario['scenario']}, {check['name']})"
+
+
+def _premise(report: dict[str, Any], bid: str) -> str:
+    """What a NOT-APPLICABLE behaviour waited for in vain: the first clause of its
+    check's observation ("mbx1 never sent XSHADOW to mbx2")."""
+    checks = _checks_of(report, bid, Status.NOT_APPLICABLE)
+    if not checks:
+        return "no check of its scenarios evidences it"
+    observed = str(checks[0][1]["observed"])
+    return re.split(r": |, so |, which | \(", observed, maxsplit=1)[0]
+
+
+def _why_untestable(entry: dict[str, Any]) -> str:
+    """The reason a behaviour could not be tested, without its scenario and step."""
+    reason = re.sub(r"^[a-z0-9_]+: ", "", _reason(entry))
+    reason = re.sub(r"^target \S+: ", "", reason)
+    lacks = re.search(r"target (\S+) lacks (\w+)(?: - |: )([^;]*?)(?: - for |;|$)", reason)
+    if lacks:
+        return f"{lacks[1]} lacks {lacks[2]} - {lacks[3].strip()}"
+    return first_sentence(reason, 200)
+
+
+def _commonest(causes: Counter[str]) -> str:
+    """ "9 because X; 3 because Y" for the three commonest, and how many others."""
+    ranked = causes.most_common()
+    parts = [f"{n} because {cause}" for cause, n in ranked[:3]]
+    rest = sum(n for _, n in ranked[3:])
+    if rest:
+        parts.append(f"{rest} for other reasons")
+    return "; ".join(parts)
 
 
 # --------------------------------------------------------------------------- HTML
@@ -212,6 +430,11 @@ def reproduce_command(report: dict[str, Any], nodeid: str) -> str:
 def _scenario_section(report: dict[str, Any], s: dict[str, Any]) -> str:
     checks = [c for c in s.get("checks", []) if c.get("status") != "PASS"]
     rendered = "".join(f"<pre>{html.escape(c.get('rendered', ''))}</pre>" for c in checks)
+    if s.get("history"):
+        rendered += (
+            "<p>history around it (once for the scenario):</p>"
+            f"<pre>{html.escape(s['history'])}</pre>"
+        )
     per_behaviour = " ".join(
         _badge(v["status"], f"{bid} {v['status']}", v.get("reason", ""), f"#behaviour-{bid}")
         for bid, v in s["by_behaviour"].items()
@@ -286,6 +509,22 @@ def _listing(report: dict[str, Any], status: Status) -> str:
         for b in items
     )
     return f"<h3>{_badge(str(status))} {len(items)}</h3><ul>{lis}</ul>"
+
+
+def _in_short(report: dict[str, Any]) -> str:
+    """The opening sentences (``admin_summary``), each with its behaviours by family."""
+    parts = []
+    for entry in report.get("admin_summary") or admin_summary(report):
+        groups = "".join(
+            f"<li><b>{html.escape(g['title'] or g['family'])}</b> ({html.escape(g['family'])})"
+            "<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in g["items"]) + "</ul></li>"
+            for g in entry["groups"]
+        )
+        parts.append(
+            f"<p>{_badge(entry['status'])} {html.escape(entry['text'])}</p>"
+            + (f"<ul>{groups}</ul>" if groups else "")
+        )
+    return f'<section class="short"><h2>In short</h2>{"".join(parts)}</section>'
 
 
 def render_html(report: dict[str, Any]) -> str:
@@ -374,6 +613,7 @@ section {{ border-top: 1px solid #ddd; margin-top: 1em; }}
 <h1>Shadow redundancy and Safety Net: certification report</h1>
 <p>{meta}</p>
 {banner}
+{_in_short(report)}
 <p>{summary}</p>
 {_legend()}
 <h2>Behaviours by status</h2>{lists or "<p>every behaviour PASS</p>"}
@@ -398,18 +638,15 @@ def write_report(directory: Path, report: dict[str, Any]) -> tuple[Path, Path]:
 
 def scenario_entry(nodeid: str, data: dict[str, Any], duration_s: float) -> dict[str, Any]:
     """One scenario's row of the report, from the verdict a test report carries
-    (``Verdict.to_dict()`` plus its file) and how long the scenario took."""
+    (``Verdict.to_dict()`` plus its file) and how long the scenario took. Each check
+    that is not a pass is ``rendered`` as pytest shows it (the rule it tested, expected,
+    observed); the history around them is the scenario's ``history``, once."""
+    verdict = Verdict.from_dict(data)
+    texts = {id(check): text for check, text in verdict.check_texts(rule_sentences())}
     checks = []
-    for check in data.get("checks", []):
-        rendered = "\n".join(
-            [
-                f"[{check['status']}] {check['name']}  ({check.get('where', '')})",
-                f"expected: {check['expected']}",
-                f"observed: {check['observed']}",
-                check.get("excerpt", ""),
-            ]
-        )
-        checks.append({**check, "rendered": rendered})
+    for check, raw in zip(verdict.checks, data.get("checks", []), strict=True):
+        rendered = texts.get(id(check)) or check.render(excerpt=False)
+        checks.append({**raw, "rendered": rendered})
     return {
         "nodeid": nodeid,
         "scenario": data["scenario"],
@@ -422,6 +659,7 @@ def scenario_entry(nodeid: str, data: dict[str, Any], duration_s: float) -> dict
         "diagnostics": data.get("diagnostics", ""),
         "duration_s": round(duration_s, 3),
         "checks": checks,
+        "history": verdict.history_excerpt(),
         "workloads": data.get("workloads", []),
         "caveats": data.get("caveats", []),
     }

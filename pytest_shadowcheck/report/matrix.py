@@ -117,7 +117,9 @@ def short_reason(status: str, reason: str, width: int = REASON_WIDTH) -> str:
         return f"lacks {lacks[1]}"
     text = text.replace(", so there was nothing to check", "")
     text = re.sub(r"\+\d+(\.\d+)?s ", "", text)  # time offsets into the run
+    text = re.sub(r" \(\+\d+(\.\d+)?s\)", "", text)
     text = re.sub(r" \(checked at [^)]*\)", "", text)
+    text = re.sub(r"`(\d{3})[^`]*`", r"\1", text)  # a quoted reply: its code says it
     # a reply's code says it; its text (queue IDs, banners) only makes the cell wider
     text = re.sub(r"(the sender got \d{3}) [^;]*? (for \S+;)", r"\1 \2", text)
     text = re.sub(r"(S: \d{3}) [^;]*;", r"\1;", text)

@@ -266,16 +266,6 @@ class DirectorySpec:
     def describe(self) -> str:
         return _keyed(self)
 
-    # checks/integrity.py reads a directory step's group by key ("group" in step.arg,
-    # step.arg["group"]); these two answer it until that check reads ``.group``
-    def __contains__(self, key: str) -> bool:
-        return key in ("group", "recipient") and getattr(self, key) is not None
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in self:
-            raise KeyError(key)
-        return getattr(self, key)
-
 
 @dataclass(frozen=True, kw_only=True)
 class RouteSpec:

@@ -127,7 +127,7 @@ def test_a_wrong_count_fails_and_lists_the_connections(
     result.stdout.fnmatch_lines(
         [
             "*[[]FAIL[]] connections on client->mbx1  (*s.yaml:11)",
-            "*expected: exactly 3 connection(s) opened on client->mbx1",
+            "*expected: the sender opened exactly 3 SMTP session(s) to mbx1",
             "*observed: 2 opened: #1 at +*s, #2 at +*s",
         ]
     )
@@ -143,7 +143,12 @@ def test_a_close_that_never_came_fails(pytester: pytest.Pytester, plain_smtp: Th
     result = _run(pytester, NEVER_CLOSED, plain_smtp)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["*observed: never happened: a connection on client->mbx1 closed by the server"]
+        [
+            "*expected: mbx1 answered the sender with 250 before mbx1 closed the sender's session",
+            "*observed: mbx1 answered the sender `250 *` (+*s), but mbx1 never closed the sender's"
+            " session: the sender opened 1 SMTP session to mbx1, in which * lines passed"
+            " (checked at +*s)",
+        ]
     )
 
 

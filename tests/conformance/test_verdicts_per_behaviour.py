@@ -45,7 +45,10 @@ def test_no_shadow_redundancy_fails_cr1_not_xs3_or_to2(tmp_path: Path) -> None:
     assert found["TO-2"]["status"] == "PASS", found["TO-2"]
     to2 = {s["scenario"]: s for s in found["TO-2"]["scenarios"]}  # type: ignore[attr-defined]
     assert to2["to2_idle_shadow_session_closed"]["status"] == "NOT-APPLICABLE"
-    assert "never happened" in to2["to2_idle_shadow_session_closed"]["reason"]
+    assert (
+        "mbx2 never accepted m1 from mbx1 (250 to its content)"
+        in to2["to2_idle_shadow_session_closed"]["reason"]
+    )
 
 
 def test_black_box_capabilities_leave_only_internal_state_untestable(tmp_path: Path) -> None:

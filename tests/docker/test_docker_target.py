@@ -287,7 +287,7 @@ def test_admin_adapters_list_the_queue_reload_settings_and_reroute(
     # the queue looks were answered inside the container, not skipped as UNTESTABLE
     assert all(c.status == Status.PASS for c in verdict.checks), verdict.checks
     observed = [c.observed for c in verdict.checks if c.name == "active queue of mbx1"]
-    assert observed == ["holds 1: m1", "holds 0: (empty)"]
+    assert observed == ["it holds 1: m1", "it is empty"]
     config = (tmp_path / "work" / "mbx1" / "files" / main_cf).read_text()
     assert timeout_line in config and "127.0.0.1" in config
     assert leftovers(engine, tidy[-1]) == []

@@ -78,7 +78,7 @@ def test_one_row_per_behaviour_one_column_per_certification(certifications: Path
     assert ids[:-1] == list(load_behaviours()) and ids[-1] == "**all**"
     page = "docs/certifications/reference/certification.html"
     # a status links to its behaviour's evidence, the reason follows, shortened
-    assert rows["CR-4"][0].startswith(f"[FAIL]({page}#behaviour-CR-4) reply to m1: 250 ")
+    assert rows["CR-4"][0] == f"[FAIL]({page}#behaviour-CR-4) reply to m1: mbx1 answered 250"
     assert rows["CR-5"][0] == f"[PASS]({page}#behaviour-CR-5) 1 scenario"
     untested = f"[UNTESTED]({page}#behaviour-TO-2) no scenario in the library names it"
     assert rows["TO-2"][0] == untested
