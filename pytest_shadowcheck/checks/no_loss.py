@@ -15,6 +15,7 @@ from pytest_shadowcheck.checks.events import (
     poll,
     why_not,
 )
+from pytest_shadowcheck.checks.storage import power_cut_evidence
 from pytest_shadowcheck.verdict import CheckResult, Status
 
 if TYPE_CHECKING:
@@ -102,6 +103,8 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
             )
         else:
             alive = [n for n in holders if n not in failed]
+            acked_t = msg.reply_t if msg.reply_t is not None else msg.sent_t
+            disk = power_cut_evidence(run.history, holders or [msg.via], acked_t, msg.text, ref)
             results.append(
                 CheckResult(
                     name,
@@ -113,7 +116,8 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
                         f"copies were on {', '.join(holders)} ({', '.join(alive)} still up)"
                         if holders
                         else "no node was seen holding a copy"
-                    ),
+                    )
+                    + (f". {disk}" if disk else ""),
                     excerpt=excerpt,
                 )
             )

@@ -297,7 +297,9 @@ def _cause(fate: Fate, faults: list[Window]) -> str:
         # a wiped node has no queue left to deliver from again: its wipe explains a copy
         # promoted by its peer, never a second delivery of its own
         own = [w for w in during if w.touches(node) and w.kind != "wipe"]
-        restarts = [w for w in own if w.kind in ("kill", "restart") and node in w.nodes]
+        restarts = [
+            w for w in own if w.kind in ("kill", "restart", "power_cut") and node in w.nodes
+        ]
         links = [w for w in own if w.links]
         if restarts:
             kind = restarts[0].kind
@@ -409,6 +411,7 @@ def results(
     excerpt: str = "",
     outside: str | None = None,
     all_delivered: bool = True,
+    evidence: str = "",
 ) -> list[CheckResult]:
     """The report as CheckResults: no loss, duplicates explained and, with
     ``all_delivered``, nothing acknowledged still queued after the settle (all evidence
@@ -423,7 +426,8 @@ def results(
         loss = CheckResult(
             name, Status.FAIL, expected,
             f"{len(lost)} of {acked} acknowledged messages lost (never delivered, in no "
-            f"queue): {_listed(lost)}. Figures: {figures}",
+            f"queue): {_listed(lost)}. " + (f"{evidence}. " if evidence else "")
+            + f"Figures: {figures}",
             where=where, excerpt=excerpt, behaviours=blamed,
         )  # fmt: skip
     elif outside_lost:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from pytest_shadowcheck.checks.storage import power_cut_evidence
 from pytest_shadowcheck.checks.workload import check_workload, results
 from pytest_shadowcheck.engine.nemesis import plan_faults, run_nemesis, usable_kinds
 from pytest_shadowcheck.engine.traffic import Planned, drive, plan_messages
@@ -79,13 +80,23 @@ async def run_workload(run: StepContext, step: Step, verdict: Verdict) -> None:
     if run.timeline_writer is not None:
         timeline = f" (timeline: {run.timeline_writer(history, report, run.scenario.name)})"
     lost = report.of("lost") or report.of("lost-outside")
-    excerpt = ""
-    if lost and lost[0].acked_t is not None:
-        excerpt = run.excerpt(lost[0].acked_t, [f"client->{lost[0].via}", f"{lost[0].via}->*"])
+    excerpt = evidence = ""
+    first = lost[0] if lost else None
+    if first is not None and first.acked_t is not None:
+        excerpt = run.excerpt(first.acked_t, [f"client->{first.via}", f"{first.via}->*"])
+        said = next(
+            (str(e.data.get("text", "")) for e in history.events(kind="attempt")
+             if e.data.get("ref") == first.ref),
+            "",
+        )  # fmt: skip
+        holders = [first.via, *sorted(first.copied_to)]
+        evidence = power_cut_evidence(history, holders, first.acked_t, said, first.ref)
     behaviours = list(spec.behaviours)
     outside = "PR-4" if "PR-4" in run.scenario.behaviours else None
     where = f"{step.where} (replay: --shadowcheck-workload-seed {spec.seed}){timeline}"
-    for result in results(report, behaviours, where, excerpt, outside, spec.all_delivered):
+    for result in results(
+        report, behaviours, where, excerpt, outside, spec.all_delivered, evidence
+    ):
         verdict.add(result)
 
 
