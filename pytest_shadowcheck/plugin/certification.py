@@ -30,16 +30,24 @@ class CertificationRecorder:
     def __init__(self, state: ShadowcheckState) -> None:
         self.state = state
         self.results: dict[str, dict[str, Any]] = {}
+        #: each scenario's setup time: the run itself
+        self.setup_s: dict[str, float] = {}
         self.errors: list[dict[str, str]] = []
         self.started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         self.written: tuple[Path, Path] | None = None
         self.report: dict[str, Any] | None = None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "setup":
+            # the scenario runs in the setup phase (see collect.ScenarioItem): its time
+            self.setup_s[report.nodeid] = report.duration
         data = getattr(report, "shadowcheck", None)
         if not isinstance(data, dict):
             return
-        self.results[report.nodeid] = scenario_entry(report.nodeid, data, report.duration)
+        took = self.setup_s.get(report.nodeid, 0.0) + (
+            report.duration if report.when == "call" else 0.0
+        )
+        self.results[report.nodeid] = scenario_entry(report.nodeid, data, took)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
