@@ -45,6 +45,12 @@ the target's CPU time per message, over all its processes (both nodes;
 Postfix's master and every service it ran): the cost that does not depend
 on how much of the machine the other jobs left.
 
+The cost of the power-cut fault: a target key ending in ``L`` (``aL``, ``cL``) runs
+the same target with its queue on the harness's lazy filesystem (docs/targets.md,
+"Power cut and disk full"), the filesystem process's CPU counted as the target's.
+
+    python benchmarks/bench_transport.py --targets a,aL,c,cL --mode reuse --rounds 3
+
 Requirements (the script installs nothing): ``/usr/sbin/smtp-source``,
 ``/usr/sbin/smtp-sink``, ``/usr/sbin/postfix`` from Debian's ``postfix``
 package, and root (Postfix's master runs as root). Everything listens on
@@ -72,6 +78,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pytest_shadowcheck.storage.mount import LazyMount
 
 SBIN = Path("/usr/sbin")
 TOOLS = ("smtp-source", "smtp-sink", "postfix", "postconf")
@@ -203,12 +211,42 @@ settings:
 
 
 @contextlib.contextmanager
+def lazy_directory(directory: Path, on: bool) -> Iterator[LazyMount | None]:
+    """``directory`` as a mount of the lazy filesystem (its disk beside it), or as it is."""
+    if not on:
+        yield None
+        return
+    mount = LazyMount(directory.with_name(directory.name + "-disk"), directory)
+    mount.start()
+    try:
+        yield mount
+    finally:
+        mount.stop()
+
+
+def lazy_cpu(mount: LazyMount | None) -> float:
+    process = mount.process if mount is not None else None
+    return cpu_seconds(process.pid) if process is not None else 0.0
+
+
+@contextlib.contextmanager
 def reference_cluster(
-    work: Path, sink_port: int, shadow: bool, processes: int | None = None
+    work: Path, sink_port: int, shadow: bool, processes: int | None = None, lazy: bool = False
 ) -> Iterator[dict[str, Any]]:
-    """``python -m reference_impl cluster``; yields mbx1's JSON line (plus mbx2's).
+    """``python -m reference_impl cluster``; yields mbx1's JSON line (plus mbx2's, and
+    ``lazy``: the LazyMount under the nodes' data, or None).
     ``processes``: the nodes' SmtpInProcesses (None: the reference's default)."""
-    base = Path(tempfile.mkdtemp(prefix="cluster-", dir=work))
+    with contextlib.ExitStack() as stack:
+        base = Path(tempfile.mkdtemp(prefix="cluster-", dir=work))
+        mount = stack.enter_context(lazy_directory(base / "data", lazy))
+        nodes = stack.enter_context(_reference_cluster(base, sink_port, shadow, processes))
+        yield {**nodes, "lazy": mount}
+
+
+@contextlib.contextmanager
+def _reference_cluster(
+    base: Path, sink_port: int, shadow: bool, processes: int | None
+) -> Iterator[dict[str, Any]]:
     config = base / "cluster.yaml"
     config.write_text(
         CLUSTER_YAML.format(
@@ -218,8 +256,9 @@ def reference_cluster(
         )
     )
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    data = base / "data"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "reference_impl", "cluster", str(config), "--data", str(base)],
+        [sys.executable, "-m", "reference_impl", "cluster", str(config), "--data", str(data)],
         stdout=subprocess.PIPE,
         text=True,
         env=env,
@@ -305,8 +344,11 @@ postlog   unix-dgram n  -       n       -       1       postlogd
 
 
 @contextlib.contextmanager
-def postfix_relay(work: Path, sink_port: int, port: int) -> Iterator[Path]:
-    """A private Postfix instance (``postfix -c DIR``); yields its config directory."""
+def postfix_relay(
+    work: Path, sink_port: int, port: int, lazy: bool = False
+) -> Iterator[tuple[Path, LazyMount | None]]:
+    """A private Postfix instance (``postfix -c DIR``); yields its base directory (and
+    with ``lazy``, the LazyMount its queue directory is)."""
     if os.geteuid() != 0:
         raise RuntimeError("Postfix's master must start as root: run the benchmark as root")
     base = Path(tempfile.mkdtemp(prefix="postfix-", dir=work))
@@ -315,6 +357,8 @@ def postfix_relay(work: Path, sink_port: int, port: int) -> Iterator[Path]:
     for directory in (conf, queue, data):
         directory.mkdir()
     shutil.chown(data, "postfix")
+    stack = contextlib.ExitStack()
+    mount = stack.enter_context(lazy_directory(queue, lazy))
     log = base / "maillog"
     (conf / "main.cf").write_text(
         MAIN_CF.format(queue=queue, data=data, sink=sink_port, log=log, base=base)
@@ -339,7 +383,7 @@ def postfix_relay(work: Path, sink_port: int, port: int) -> Iterator[Path]:
         run("start")
         started = True
         wait_listening(port)
-        yield base
+        yield base, mount
     finally:
         if started:
             with contextlib.suppress(RuntimeError):
@@ -348,6 +392,7 @@ def postfix_relay(work: Path, sink_port: int, port: int) -> Iterator[Path]:
             deadline = time.monotonic() + 15
             while pid_file.exists() and time.monotonic() < deadline:
                 time.sleep(0.1)
+        stack.close()
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -482,7 +527,10 @@ def run_target(key: str, result: Result, work: Path, sink: Sink, args: argparse.
         drive(result, sink.port, *drive_args)
     elif (reference := REFERENCE_KEY.fullmatch(key)) is not None:
         processes = int(reference["processes"]) if reference["processes"] else None
-        with reference_cluster(work, sink.port, reference["shadow"] == "a", processes) as nodes:
+        lazy = bool(reference["lazy"])
+        shadow = reference["shadow"] == "a"
+        with reference_cluster(work, sink.port, shadow, processes, lazy) as nodes:
+            mount = nodes.pop("lazy")
             entry = nodes["mbx1"]
             pids = [int(info["pid"]) for info in nodes.values()]
             drive(
@@ -490,7 +538,7 @@ def run_target(key: str, result: Result, work: Path, sink: Sink, args: argparse.
                 int(entry["smtp"].rpartition(":")[2]),
                 *drive_args,
                 # each node's process and its SMTP-in workers (SmtpInProcesses)
-                cpu=lambda: sum(cpu_seconds(pid, tree=True) for pid in pids),
+                cpu=lambda: sum(cpu_seconds(pid, tree=True) for pid in pids) + lazy_cpu(mount),
             )
             first = control_get(entry["control"], "/stats", entry.get("token"))
             second = control_get(nodes["mbx2"]["control"], "/stats", nodes["mbx2"].get("token"))
@@ -500,31 +548,40 @@ def run_target(key: str, result: Result, work: Path, sink: Sink, args: argparse.
                 f"accepted_without_shadow={first['accepted_without_shadow']}; "
                 f"mbx2 shadow_copies_stored={second['shadow_copies_stored']}"
             )
-    elif key == "c":
+    elif key in ("c", "cL"):
         port = free_port()
-        with postfix_relay(work, sink.port, port) as base:
+        with postfix_relay(work, sink.port, port, lazy=key == "cL") as (base, mount):
             master = int((base / "queue" / "pid" / "master.pid").read_text().split()[0])
-            drive(result, port, *drive_args, cpu=lambda: cpu_seconds(master, tree=True))
+            drive(
+                result,
+                port,
+                *drive_args,
+                cpu=lambda: cpu_seconds(master, tree=True) + lazy_cpu(mount),
+            )
     else:
         raise RuntimeError(f"unknown target {key!r}")
 
 
 #: a or b, optionally followed by the nodes' SmtpInProcesses (``a1``, ``b3``)
-REFERENCE_KEY = re.compile(r"(?P<shadow>[ab])(?P<processes>[1-9][0-9]*)?")
+REFERENCE_KEY = re.compile(r"(?P<shadow>[ab])(?P<processes>[1-9][0-9]*)?(?P<lazy>L)?")
 
 LABELS = {
     "sink": "(d) smtp-source -> smtp-sink",
     "a": "(a) reference, 2 nodes, shadow on",
     "b": "(b) reference, 2 nodes, shadow off",
     "c": "(c) postfix relay",
+    "cL": "(c) postfix relay, queue on the lazy filesystem",
 }
 
 
 def label(key: str) -> str:
     reference = REFERENCE_KEY.fullmatch(key)
-    if reference is None or not reference["processes"]:
+    if reference is None:
         return LABELS.get(key, key)
-    return f"{LABELS[reference['shadow']]}, {reference['processes']} SMTP-in"
+    text = LABELS[reference["shadow"]]
+    if reference["processes"]:
+        text += f", {reference['processes']} SMTP-in"
+    return text + (", data on the lazy filesystem" if reference["lazy"] else "")
 
 
 def fmt(value: float | None, spec: str) -> str:
