@@ -25,8 +25,9 @@ from pytest_shadowcheck.storage.mount import LazyMount, fuse_unavailable, mounte
 from pytest_shadowcheck.targets.base import ClusterPlan, TargetError
 from pytest_shadowcheck.targets.docker.admin import run_in
 from pytest_shadowcheck.targets.docker.description import load_description
+from pytest_shadowcheck.targets.docker.housekeeping import _owner_alive
 from pytest_shadowcheck.targets.docker.queue_disk import owner_file, reap_mounts
-from pytest_shadowcheck.targets.docker.target import DockerTarget, _owner_alive
+from pytest_shadowcheck.targets.docker.target import DockerTarget
 
 pytestmark = [
     pytest.mark.docker,

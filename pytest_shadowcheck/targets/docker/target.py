@@ -34,14 +34,10 @@ a queue listing answers GET /queues/active.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
-import os
 import secrets
 import shutil
-import socket
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from pytest_shadowcheck.scenario.capabilities import STORAGE_CAPABILITIES
@@ -64,12 +60,22 @@ from pytest_shadowcheck.targets.docker.description import (
     load_description,
     render_node,
 )
+from pytest_shadowcheck.targets.docker.housekeeping import (
+    LABEL_NODE,
+    LABEL_OWNER,
+    LABEL_RUN,
+    LABEL_TARGET,
+    LIVE_CONTAINERS,
+    LIVE_STORAGE,
+    LIVE_VOLUMES,
+    owner_label,
+    reap_leftovers,
+)
 from pytest_shadowcheck.targets.docker.images import RECIPE_HASH_LABEL
 from pytest_shadowcheck.targets.docker.queue_disk import (
     image_directory,
     owner_file,
     queue_mount_problem,
-    reap_mounts,
     unpack,
 )
 from pytest_shadowcheck.targets.docker.support import (
@@ -84,107 +90,14 @@ from pytest_shadowcheck.targets.lazy_storage import LazyStorage
 
 __all__ = ["DockerTarget", "docker_client", "owner_label", "reap_leftovers"]
 
-LABEL_OWNER = "org.shadowcheck.owner"
-LABEL_RUN = "org.shadowcheck.run"
-LABEL_NODE = "org.shadowcheck.node"
-LABEL_TARGET = "org.shadowcheck.target"
 KILL_TIMEOUT = 10.0
 POLL = 0.1
 LOG_TAIL = 15
 PAUSE_ATTEMPTS = 5
 #: reload by restart: how long the MTA may take to stop on SIGTERM before SIGKILL
 STOP_GRACE = 10
-
-#: (container ids, volume names, lazy filesystems) this process created and has not
-#: removed yet
-_LIVE_CONTAINERS: set[str] = set()
-_LIVE_VOLUMES: set[str] = set()
-_LIVE_STORAGE: set[LazyStorage] = set()
+#: whether this process has removed the leftovers of dead runs yet (once is enough)
 _REAPED = False
-
-
-# --------------------------------------------------------------------------- ownership
-
-
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (tells a reused pid apart)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rpartition(")")[2].split()[19]
-
-
-def owner_label(pid: int | None = None) -> str:
-    """``host:pid:start`` of the process that owns a container."""
-    pid = pid or os.getpid()
-    return f"{socket.gethostname()}:{pid}:{_start_time(pid) or '?'}"
-
-
-def _owner_alive(label: str) -> bool:
-    host, _, rest = label.partition(":")
-    pid, _, start = rest.partition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return True  # another machine's engine user: not ours to judge
-    if start == "?":  # no /proc when it was labelled: the pid alone must do
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    return _start_time(int(pid)) == start
-
-
-def reap_leftovers(client: Any) -> list[str]:
-    """Remove containers and volumes labelled by a process of this host that is gone
-    (a crashed or SIGKILLed run), and detach the lazy filesystems such a process left
-    mounted; return their names. Live owners are left alone."""
-    from docker.errors import APIError, NotFound
-
-    removed = []
-    for container in client.containers.list(all=True, filters={"label": LABEL_OWNER}):
-        if _owner_alive(container.labels.get(LABEL_OWNER, "")):
-            continue
-        with contextlib.suppress(NotFound, APIError):
-            container.remove(force=True)
-            removed.append(container.name)
-    for volume in client.volumes.list(filters={"label": LABEL_OWNER}):
-        labels = volume.attrs.get("Labels") or {}
-        if _owner_alive(labels.get(LABEL_OWNER, "")):
-            continue
-        with contextlib.suppress(NotFound, APIError):
-            volume.remove(force=True)
-            removed.append(volume.name)
-    # after the containers: none of them holds a bind mount of these any more
-    removed += reap_mounts(_owner_alive)
-    return removed
-
-
-def _remove_live() -> None:
-    """atexit: remove whatever this process still owns (a run that did not stop)."""
-    if not (_LIVE_CONTAINERS or _LIVE_VOLUMES or _LIVE_STORAGE):
-        return
-    with contextlib.suppress(Exception):
-        client = docker_client()
-        for cid in list(_LIVE_CONTAINERS):
-            with contextlib.suppress(Exception):
-                client.containers.get(cid).remove(force=True)
-        for name in list(_LIVE_VOLUMES):
-            with contextlib.suppress(Exception):
-                client.volumes.get(name).remove(force=True)
-    for storage in list(_LIVE_STORAGE):
-        for mount in storage.mounts.values():
-            with contextlib.suppress(Exception):
-                mount.stop()
-    _LIVE_CONTAINERS.clear()
-    _LIVE_VOLUMES.clear()
-    _LIVE_STORAGE.clear()
-
-
-atexit.register(_remove_live)
-
 
 # --------------------------------------------------------------------------- the target
 
@@ -378,7 +291,7 @@ class DockerTarget(Target):
             raise TargetError(f"{self.name} cannot cut power or fill disks: {self.no_lazy_queue}")
         storage = LazyStorage(plan.workdir, suffix="-queue")
         self.storage = storage
-        _LIVE_STORAGE.add(storage)
+        LIVE_STORAGE.add(storage)
         archive = await asyncio.to_thread(self._image_queue_archive)
         for node in nodes:
             backing = storage.backing(node)
@@ -441,7 +354,7 @@ class DockerTarget(Target):
         elif desc.queue_dir:
             name = self.volumes.get(node) or f"shadowcheck-{self.token}-{node}-queue"
             self.client.volumes.create(name=name, labels=self._labels(node))
-            _LIVE_VOLUMES.add(name)
+            LIVE_VOLUMES.add(name)
             self.volumes[node] = name
             mounts[name] = {"bind": desc.queue_dir, "mode": "rw"}
         container = self.client.containers.create(
@@ -453,7 +366,7 @@ class DockerTarget(Target):
             environment=rendered.environment,
             volumes=mounts,
         )
-        _LIVE_CONTAINERS.add(container.id)
+        LIVE_CONTAINERS.add(container.id)
         self.containers[node] = container
         if rendered.files:
             container.put_archive("/", tar_files(rendered.files))
@@ -584,13 +497,13 @@ class DockerTarget(Target):
                     container.unpause()
             with contextlib.suppress(NotFound):
                 container.remove(force=True)
-            _LIVE_CONTAINERS.discard(container.id)
+            LIVE_CONTAINERS.discard(container.id)
         self.paused.discard(node)
         name = self.volumes.get(node)
         if volume and name:
             with contextlib.suppress(NotFound):
                 self.client.volumes.get(name).remove(force=True)
-            _LIVE_VOLUMES.discard(name)
+            LIVE_VOLUMES.discard(name)
             self.volumes.pop(node, None)
 
     async def stop(self) -> None:
@@ -608,7 +521,7 @@ class DockerTarget(Target):
                 try:
                     await storage.stop()
                 finally:
-                    _LIVE_STORAGE.discard(storage)
+                    LIVE_STORAGE.discard(storage)
 
     # -- node actions ------------------------------------------------------------------
 
