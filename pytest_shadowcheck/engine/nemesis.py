@@ -22,9 +22,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pytest_shadowcheck.errors import SourceRef
+from pytest_shadowcheck.scenario.capabilities import LINK_FAULTS
 from pytest_shadowcheck.scenario.model import Step
-from pytest_shadowcheck.scenario.steps import ActionSpec, FaultSpec, HealSpec, NodeActionSpec
-from pytest_shadowcheck.scenario.workload_spec import FAULT_KINDS, NODE_FAULTS, NemesisSpec
+from pytest_shadowcheck.scenario.steps import (
+    ActionSpec,
+    DiskFullSpec,
+    FaultSpec,
+    HealSpec,
+    NodeActionSpec,
+)
+from pytest_shadowcheck.scenario.workload_spec import FAULT_KINDS, NemesisSpec
 
 if TYPE_CHECKING:
     from pytest_shadowcheck.engine.context import StepContext
@@ -72,7 +79,7 @@ def plan_faults(
         nodes = tuple(sorted(rng.sample(spec.nodes, 2 if spec.overlap else 1)))
         links = (
             tuple(_link_of(rng, node, topology) for node in nodes)
-            if kind not in NODE_FAULTS
+            if kind in LINK_FAULTS
             else ()
         )
         gap = rng.uniform(spec.interval / 2, spec.interval * 1.5)
@@ -134,6 +141,10 @@ async def _begin(act: Act, fault: Fault, i: int) -> None:
         await act("restart", node)
     elif fault.kind == "power_cut":
         await act("power_cut", node)
+    elif fault.kind == "disk_full":
+        await act("disk_full", DiskFullSpec(node.node))
+    elif fault.kind == "disk_error":
+        await act("disk_error", node)
     elif fault.kind == "delay":
         await act("fault", FaultSpec.of(fault.links[i], "delay", seconds=fault.delay))
     else:
@@ -148,5 +159,7 @@ async def _end(act: Act, fault: Fault, i: int) -> None:
         await act("wipe", node)
     elif fault.kind == "pause":
         await act("resume", node)
+    elif fault.kind in ("disk_full", "disk_error"):
+        await act("disk_ok", node)
     elif fault.kind in ("cut", "blackhole", "delay"):
         await act("heal", HealSpec(fault.links[i]))

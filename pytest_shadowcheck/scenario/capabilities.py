@@ -15,6 +15,7 @@ __all__ = [
     "CHECK_CAPABILITY",
     "DEFAULT_FAULTS",
     "FAULT_KINDS",
+    "LINK_FAULTS",
     "MTA_CAPABILITIES",
     "PROCESS_CAPABILITIES",
     "QUEUE_PATHS",
@@ -92,7 +93,12 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
     "delay": (),
     # only when named: a nemesis without a list of faults plays the ones above
     "power_cut": ("power_cut", "restart"),
+    # the node stays up, its queue disk refuses writes (ENOSPC, EIO) for a while
+    "disk_full": ("disk_faults",),
+    "disk_error": ("disk_faults",),
 }
+#: faults that break a link (the others act on a node)
+LINK_FAULTS = frozenset({"cut", "blackhole", "delay"})
 #: what a nemesis that names no faults plays
 DEFAULT_FAULTS = ("kill", "pause", "restart", "wipe", "cut", "blackhole", "delay")
 

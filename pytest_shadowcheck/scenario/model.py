@@ -178,7 +178,7 @@ def needs_lazy_storage(scenario: Scenario) -> bool:
     """Whether the nodes' queue directories must be on a lazy filesystem: the scenario
     cuts power or fails a disk, in a step or through a workload's nemesis."""
     return any(
-        step.kind in STORAGE_STEPS or "power_cut" in Scenario._nemesis_faults(step)
+        step.kind in STORAGE_STEPS or STORAGE_STEPS & set(Scenario._nemesis_faults(step))
         for step in scenario.steps
     )
 

@@ -162,6 +162,7 @@ VARIANTS: list[Variant] = [
         fails=(
             "pr3_full_disk_refuses_and_keeps_what_it_acknowledged",
             "cr4_shadow_with_a_full_disk_makes_no_copy",
+            "durability_disk_faults",
         ),
         apply=_acknowledges_what_it_could_not_store,
     ),
