@@ -212,14 +212,6 @@ def test_directory_route_snapshot_sink_note(steps: list[Step]) -> None:
     assert steps[26].arg == NoteSpec("look here")
 
 
-def test_directory_spec_answers_the_integrity_checks_reads_by_key(steps: list[Step]) -> None:
-    group, recipient = steps[19].arg, steps[20].arg
-    assert "group" in group and group["group"] == "team@corp.test"
-    assert "group" not in recipient and "recipient" in recipient
-    with pytest.raises(KeyError):
-        recipient["group"]
-
-
 def test_check_wraps_the_expectation_as_expect_would_give_it(steps: list[Step]) -> None:
     step = steps[25]
     assert isinstance(step.arg, CheckSpec)
