@@ -17,6 +17,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_shadowcheck.history import plain_text
+from pytest_shadowcheck.scenario.steps import (
+    AdvanceSpec,
+    FaultSpec,
+    HealSpec,
+    NodeActionSpec,
+    SendSpec,
+    SettingsSpec,
+    WaitSpec,
+)
 
 if TYPE_CHECKING:
     from pytest_shadowcheck.checks.view import RunView as Run
@@ -347,6 +356,9 @@ _NODE_ACTS = {
     "resume": ("resumed", "resumed"),
     "restart": ("restarted", "restarted"),
     "wipe": ("wiped the queue database of", "wiped the queue database of"),
+    "power_cut": ("cut the power of", "cut the power of"),
+    "disk_error": ("failed the queue disk of", "failed the queue disk of"),
+    "disk_ok": ("freed the queue disk of", "freed the queue disk of"),
 }
 
 
@@ -392,26 +404,29 @@ def step_words(step: Step) -> str:
     """A scenario step as what the harness did: "the sender sent m2 to mbx1 for
     alice@corp.test", "the harness killed mbx1"."""
     kind, arg = step.kind, step.arg
-    if kind == "send" and isinstance(arg, dict):
-        to = f" for {plain(arg['to'])}" if arg.get("to") else ""
-        return f"the sender sent {arg.get('id')} to {arg.get('via')}{to}"
-    if kind in _NODE_ACTS and isinstance(arg, str):
-        return f"the harness {_NODE_ACTS[kind][0]} {arg}"
-    if kind == "heal":
-        return f"the harness healed {plain(arg)}"
-    if kind == "fault" and isinstance(arg, dict):
-        extra = "".join(f", {k}={plain(v)}" for k, v in arg.items() if k not in ("link", "kind"))
-        return f"the harness broke {arg.get('link')} ({arg.get('kind')}{extra})"
-    if kind == "set_settings" and isinstance(arg, dict):
-        on = f" on {plain(arg['nodes'])}" if arg.get("nodes") else ""
-        return f"the harness set {settings_text(arg.get('values', {}))}{on}"
-    if kind == "wait" and not isinstance(arg, dict):
-        return f"the harness waited {plain(arg)}"
-    if kind == "advance":
-        return f"the harness moved every node's clock {plain(arg)} forward"
-    if isinstance(arg, dict):
-        return f"the harness ran {kind} " + " ".join(f"{k}={plain(v)}" for k, v in arg.items())
-    return f"the harness ran {kind} {plain(arg)}"
+    if isinstance(arg, SendSpec):
+        to = f" for {plain(list(arg.to))}" if arg.to else ""
+        return f"the sender sent {arg.id} to {arg.via}{to}"
+    if isinstance(arg, NodeActionSpec) and kind in _NODE_ACTS:
+        return f"the harness {_NODE_ACTS[kind][0]} {arg.node}"
+    if isinstance(arg, HealSpec):
+        return f"the harness healed {arg.describe()}"
+    if isinstance(arg, FaultSpec):
+        shown = ", ".join(
+            [arg.kind]
+            + ([plain(arg.seconds)] if arg.seconds else [])
+            + ([f"{arg.bytes} bytes"] if arg.bytes else [])
+        )
+        return f"the harness broke {arg.link} ({shown})"
+    if isinstance(arg, SettingsSpec):
+        on = f" on {plain(list(arg.nodes))}" if arg.nodes else ""
+        return f"the harness set {settings_text(arg.values)}{on}"
+    if isinstance(arg, WaitSpec) and arg.delivered is None and arg.reply is None:
+        return f"the harness waited {plain(arg.timeout)}"
+    if isinstance(arg, AdvanceSpec):
+        return f"the harness moved every node's clock {plain(arg.seconds)} forward"
+    describe = getattr(arg, "describe", None)
+    return f"the harness ran {kind} " + (describe() if callable(describe) else plain(arg))
 
 
 # --------------------------------------------------------------------------- events

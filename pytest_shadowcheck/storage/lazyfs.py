@@ -439,13 +439,18 @@ class LazyFS(mfusepy.Operations):
         return {"error": f"unknown command {cmd!r}"}
 
 
-def _serve(fs: LazyFS, control: Path) -> None:
+def _listen(control: Path) -> socket.socket:
+    """The controller's socket, bound before the mount so that a failure (a path longer
+    than a Unix socket takes) ends the process with the reason instead of a silent mount."""
     with contextlib.suppress(FileNotFoundError):
         control.unlink()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(control))
     server.listen(8)
+    return server
 
+
+def _serve(fs: LazyFS, server: socket.socket) -> None:
     def one(conn: socket.socket) -> None:
         with conn, conn.makefile("rwb") as stream:
             for line in stream:
@@ -475,7 +480,12 @@ def main(argv: list[str] | None = None) -> int:
     # modes arrive with the caller's umask applied: ours must not take more away
     os.umask(0)
     fs = LazyFS(args.backing.resolve(), args.writeback, args.hold_names)
-    threading.Thread(target=_serve, args=(fs, args.control), daemon=True).start()
+    try:
+        server = _listen(args.control)
+    except OSError as exc:
+        print(f"lazyfs: cannot listen on {args.control}: {exc}", file=sys.stderr)
+        return 2
+    threading.Thread(target=_serve, args=(fs, server), daemon=True).start()
     threading.Thread(target=_write_back_loop, args=(fs,), daemon=True).start()
     mfusepy.FUSE(
         fs,

@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -121,7 +122,10 @@ class LazyMount:
         self.mountpoint = mountpoint
         self.writeback = writeback
         self.hold_names = hold_names
-        self.control = mountpoint.parent / f".{mountpoint.name}.lazyfs.sock"
+        #: the controller's socket, made by start() in a short directory of its own: a Unix
+        #: socket's path takes 107 bytes at most, and pytest's basetemp runs deeper
+        self._control_dir: Path | None = None
+        self.control = Path("/nonexistent")
         self.process: subprocess.Popen[bytes] | None = None
         self.log = mountpoint.parent / f".{mountpoint.name}.lazyfs.log"
 
@@ -130,6 +134,8 @@ class LazyMount:
         if why:
             raise TargetError(f"no lazy filesystem: {why}")
         self._clear_leftover()
+        self._control_dir = Path(tempfile.mkdtemp(prefix="shadowcheck-lazyfs-"))
+        self.control = self._control_dir / "control.sock"
         self.backing.mkdir(parents=True, exist_ok=True)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         command = [
@@ -211,5 +217,6 @@ class LazyMount:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(5)
-        with contextlib.suppress(OSError):
-            self.control.unlink()
+        if self._control_dir is not None:
+            shutil.rmtree(self._control_dir, ignore_errors=True)
+            self._control_dir = None

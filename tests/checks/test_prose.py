@@ -270,7 +270,7 @@ def test_a_missing_line_says_what_the_link_carried(run: Recorded) -> None:
 
 def test_a_timing_from_a_step_names_the_step_plainly(run: Recorded) -> None:
     step = _expect(run, "timing")
-    send = next(s for s in run.scenario.steps if s.arg.get("id") == "m2")
+    send = next(s for s in run.scenario.steps if getattr(s.arg, "id", None) == "m2")
     # the engine's label of the step carries a Python list: the text must not
     run.history.record(
         "step", text="send id=m2 via=mbx1 to=['alice@corp.test'] timeout=10.0", line=send.where.line

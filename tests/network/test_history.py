@@ -123,4 +123,15 @@ def test_concurrent_records_are_all_kept() -> None:
 
 def test_event_kinds_cover_the_contract() -> None:
     assert {"connect", "close", "line", "data", "fault", "reply", "attempt", "delivery",
-            "step", "snapshot", "note"} == EVENT_KINDS
+            "step", "snapshot", "note", "storage"} == EVENT_KINDS
+
+
+def test_an_event_from_another_process_goes_in_at_its_time() -> None:
+    history = History()
+    first = history.record("step", text="send m1")
+    time.sleep(0.01)
+    last = history.record("step", text="power_cut mbx1")
+    # a filesystem process stamped a sync with its own monotonic clock, between the two
+    between = time.monotonic() - history.now() + (first.t + last.t) / 2
+    synced = history.record_at(between, "storage", node="mbx1", what="sync", file="q", bytes=3)
+    assert history.events() == [first, synced, last]

@@ -274,3 +274,12 @@ def test_an_fsync_through_a_read_only_descriptor_makes_the_file_durable(lazy: La
         os.close(fd)
     lazy.power_cut()
     assert path.read_bytes() == b"frames"
+
+
+def test_a_mount_point_deeper_than_a_unix_socket_path_still_mounts(tmp_path: Path) -> None:
+    """pytest's basetemp under pytester is deep: the controller's socket must not be."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    assert len(str(deep / ".mnt.lazyfs.sock")) > 108
+    for mount in mounted(deep, writeback=0):
+        write(mount.mountpoint / "f", b"x", sync=True)
+        assert mount.power_cut()["lost"] == []
