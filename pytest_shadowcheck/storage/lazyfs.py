@@ -284,6 +284,12 @@ class LazyFS(mfusepy.Operations):
             key = os.lstat(dst).st_ino
             if key in self.paths:
                 self.paths[key] = dst
+            # a directory moved its files with it (OpenSMTPD commits a message by moving
+            # its incoming directory into the queue): their held data keeps their names
+            below = src.rstrip("/") + "/"
+            for held, path in list(self.paths.items()):
+                if path.startswith(below):
+                    self.paths[held] = dst.rstrip("/") + "/" + path[len(below) :]
             return 0
 
     def link(self, target: str, source: str) -> int:

@@ -283,3 +283,12 @@ def test_a_mount_point_deeper_than_a_unix_socket_path_still_mounts(tmp_path: Pat
     for mount in mounted(deep, writeback=0):
         write(mount.mountpoint / "f", b"x", sync=True)
         assert mount.power_cut()["lost"] == []
+
+
+def test_held_data_in_a_moved_directory_is_named_where_it_now_is(lazy: LazyMount) -> None:
+    m = lazy.mountpoint
+    (m / "incoming" / "a1").mkdir(parents=True)
+    (m / "queue").mkdir()
+    write(m / "incoming" / "a1" / "message", b"never fsynced", sync=False)
+    os.rename(m / "incoming" / "a1", m / "queue" / "a1")
+    assert lazy.power_cut()["lost"] == [{"file": "queue/a1/message", "bytes": 13}]
