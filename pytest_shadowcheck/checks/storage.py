@@ -55,7 +55,8 @@ def power_cut_evidence(
         if not lost:
             sentences.append(f"{when}; its disk had made everything durable (nothing lost)")
             continue
-        holding = [f for f in lost if qid and qid in str(f.get("file", ""))]
+        holding = [f for f in lost if _named_in(str(f.get("file", "")), qid, reply_text)]
+        qid = qid or _named_id(holding, reply_text)
         if holding:
             files = ", ".join(f"{f['file']} ({int(f['bytes']):,} bytes)" for f in holding)
             synced = _synced_before(history, node, qid or "", acked_t)
@@ -76,6 +77,23 @@ def power_cut_evidence(
                 f"{when}; {total:,} bytes its disk had not made durable were lost: {shown}"
             )
     return "; ".join(sentences)
+
+
+def _named_in(path: str, qid: str | None, reply_text: str) -> bool:
+    """Whether the file at ``path`` holds the message: it carries the queue ID the 250
+    named, or a directory or file name of it appears in the 250 (OpenSMTPD answers
+    ``250 2.0.0 98b30d05 Message accepted`` and queues it under ``queue/98/98b30d05/``)."""
+    if qid:
+        return qid in path
+    return any(len(part) >= 6 and part in reply_text for part in path.split("/"))
+
+
+def _named_id(files: list[dict[str, Any]], reply_text: str) -> str | None:
+    for f in files:
+        for part in str(f.get("file", "")).split("/"):
+            if len(part) >= 6 and part in reply_text:
+                return part
+    return None
 
 
 def _synced_before(history: History, node: str, needle: str, until: float) -> str:

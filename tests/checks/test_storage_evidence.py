@@ -48,3 +48,19 @@ def test_without_a_queue_id_the_lost_files_are_listed_and_other_nodes_ignored() 
     assert "8,240 bytes its disk had not made durable were lost: mbx1/queue.db-wal" in text
     assert "mbx9" not in text
     assert power_cut_evidence(history, ["mbx2"], acked, "", "m1") == ""
+
+
+def test_a_queue_directory_named_in_the_250_holds_the_message() -> None:
+    history = History()
+    acked = history.now()
+    lost = [
+        {"file": "queue/98/98b30d05/message", "bytes": 1702},
+        {"file": "queue/11/11aa22bb/message", "bytes": 900},
+    ]
+    history.record_at(time.monotonic() + 0.1, "storage", node="mbx1", what="power_cut", lost=lost)
+    text = power_cut_evidence(
+        history, ["mbx1"], acked, "2.0.0 98b30d05 Message accepted for delivery", "m1"
+    )
+    assert "the queue file holding m1 (queue ID 98b30d05)" in text
+    assert "queue/98/98b30d05/message (1,702 bytes)" in text
+    assert "11aa22bb" not in text
