@@ -46,7 +46,9 @@ def run_item(state: ShadowcheckState, scenario: Scenario, nodeid: str) -> Verdic
 
     def timeline(history: History, report: WorkloadReport, name: str) -> Path:
         assert report_dir is not None
-        return write_timeline(report_dir, history, report, name)
+        # named as the report links it, beside certification.html: no machine path in a
+        # page that gets committed and published
+        return Path(write_timeline(report_dir, history, report, name).name)
 
     config = state.config
     run_scenario(

@@ -378,6 +378,9 @@ def test_same_seed_same_faults_and_verdict_scale_multiplies(pytester: pytest.Pyt
     assert scenario["workloads"][0]["seed"] == 5
     assert scenario["workloads"][0]["acknowledged"] == acked
     assert "<caption>workload w</caption>" in (report / "certification.html").read_text()
+    # the page names its timeline as it links it, never by a machine path
+    checks = "".join(c["where"] for c in scenario["checks"])
+    assert f"(timeline: {page.name})" in checks and str(pytester.path) not in checks
     again, events2 = _run(pytester, "--shadowcheck-workload-seed", "5")
     first.assert_outcomes(passed=1)
     again.assert_outcomes(passed=1)
