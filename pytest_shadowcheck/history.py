@@ -153,7 +153,7 @@ class History:
             raise ValueError(f"unknown event kind {kind!r}; expected one of {sorted(EVENT_KINDS)}")
         with self._lock:
             event = Event(monotonic - self._origin, kind, None, None, None, data)
-            at = bisect.bisect_right([e.t for e in self._events], event.t)
+            at = bisect.bisect_right(self._events, event.t, key=lambda e: e.t)
             self._events.insert(at, event)
         return event
 
