@@ -68,6 +68,16 @@ async def run_check(run: Run, step: Step) -> CheckResult:
             f"target {run.target.name} lacks {needed}: {CAPABILITY_NEED[needed]}",
             where=str(step.where),
         )
+    elif unsent := _unsent(run, step.arg):
+        ref, why = unsent
+        name, expected = _untried(step)
+        result = CheckResult(
+            name,
+            Status.NOT_APPLICABLE,
+            expected,
+            f"{ref} was never sent ({why}), so there was nothing to check",
+            where=str(step.where),
+        )
     elif (given := step.given or run.scenario.given) and find_event(run, given) is None:
         said = matcher_phrase(given, run)
         fact = why_not(run, given)
@@ -88,6 +98,26 @@ async def run_check(run: Run, step: Step) -> CheckResult:
             result.status = Status.NOT_APPLICABLE
             result.observed = f"the scenario's premise did not hold: {result.observed}"
     return result
+
+
+#: the keys of a check's arguments that name messages of the scenario
+_MESSAGE_KEYS = ("message", "reply", "delivered", "contains", "absent")
+
+
+def _unsent(run: Run, arg: object) -> tuple[str, str] | None:
+    """The first message a check names whose content was never sent (its raw session
+    ended before it), with why; None when every message it names was sent."""
+    if isinstance(arg, dict):
+        for key, value in arg.items():
+            names = [value] if isinstance(value, str) else value
+            if key in _MESSAGE_KEYS and isinstance(names, list):
+                for ref in names:
+                    message = run.messages.get(ref) if isinstance(ref, str) else None
+                    if message is not None and message.unsent:
+                        return ref, message.unsent
+            if isinstance(value, dict) and (found := _unsent(run, value)):
+                return found
+    return None
 
 
 def _untried(step: Step) -> tuple[str, str]:

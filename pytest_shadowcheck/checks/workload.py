@@ -95,6 +95,8 @@ class WorkloadReport:
     faults: int
     #: the nemesis's faults, in order (what a loss is blamed on)
     windows: list[Window] = field(default_factory=list)
+    #: whether the target could list its queues (else "in no queue" is not known)
+    queues_seen: bool = True
 
     def of(self, fate: str) -> list[Fate]:
         return [f for f in self.fates.values() if f.fate == fate]
@@ -412,10 +414,82 @@ def results(
     outside: str | None = None,
     all_delivered: bool = True,
     evidence: str = "",
+    settle: float = 0.0,
+    retry: tuple[float, float] | None = None,
+    unmet: str = "",
 ) -> list[CheckResult]:
     """The report as CheckResults: no loss, duplicates explained and, with
     ``all_delivered``, nothing acknowledged still queued after the settle (all evidence
-    ``behaviours``; a loss outside the guarantee evidences ``outside`` when given)."""
+    ``behaviours``; a loss outside the guarantee evidences ``outside`` when given).
+
+    What is still queued at the end of the settle is never a loss: it is a liveness
+    question, UNTESTABLE when the MTA's retry ``retry`` (shortest, longest seconds) is
+    compiled in longer than the ``settle``. With ``unmet`` (why the scenario's given
+    never happened) every result is NOT-APPLICABLE, its figures kept."""
+    out = _results(report, behaviours, where, excerpt, outside, all_delivered, evidence)
+    if all_delivered:
+        out.append(_liveness(report, behaviours, where, settle, retry))
+    if unmet:
+        for found in out:
+            if found.status != Status.PASS:
+                found.observed = f"{unmet}, so this is not judged here: {found.observed}"
+            found.status = Status.NOT_APPLICABLE
+    return out
+
+
+def _liveness(
+    report: WorkloadReport,
+    behaviours: list[str],
+    where: str,
+    settle: float,
+    retry: tuple[float, float] | None,
+) -> CheckResult:
+    """Acknowledged, the faults over, and still not delivered when the settle ended."""
+    queued = report.of("queued")
+    acked = report.acknowledged
+    name = f"workload {report.workload}: every acknowledged message delivered once faults ended"
+    expected = (
+        f"once the last fault has healed, every acknowledged message delivered within the "
+        f"workload's settle of {settle:g}s (a question of liveness: nothing still queued is lost)"
+    )
+    if not queued:
+        return CheckResult(
+            name, Status.PASS, expected,
+            f"all {acked} acknowledged messages delivered; seed {report.seed}",
+            where=where, behaviours=behaviours,
+        )  # fmt: skip
+    held = (
+        f"{len(queued)} of {acked} acknowledged messages still queued on a live node when the "
+        f"settle ended, none of them lost: {_listed(queued)}"
+    )
+    if retry is not None and retry[1] > settle:
+        low, high = (f"{t:g}s" for t in retry)
+        schedule = low if retry[0] == retry[1] else f"{low} to {high}"
+        return CheckResult(
+            name, Status.UNTESTABLE, expected,
+            f"{held}. The MTA retries on a compiled-in schedule (TransientFailureRetryInterval "
+            f"{schedule}, its description's timers), longer than the settle, so delivery "
+            f"within it cannot be asked of it; seed {report.seed}",
+            where=where, behaviours=behaviours,
+        )  # fmt: skip
+    return CheckResult(
+        name, Status.FAIL, expected,
+        f"not delivered in time (liveness): {held}; the nemesis's faults were over during "
+        f"the settle; seed {report.seed}",
+        where=where, behaviours=behaviours,
+    )  # fmt: skip
+
+
+def _results(
+    report: WorkloadReport,
+    behaviours: list[str],
+    where: str,
+    excerpt: str,
+    outside: str | None,
+    all_delivered: bool,
+    evidence: str,
+) -> list[CheckResult]:
+    """No loss and every duplicate explained."""
     figures = report.figures()
     acked = report.acknowledged
     lost, outside_lost = report.of("lost"), report.of("lost-outside")
@@ -425,8 +499,11 @@ def results(
         blamed = _blamed(lost, report.windows, behaviours)
         loss = CheckResult(
             name, Status.FAIL, expected,
-            f"{len(lost)} of {acked} acknowledged messages lost (never delivered, in no "
-            f"queue): {_listed(lost)}. " + (f"{evidence}. " if evidence else "")
+            f"{len(lost)} of {acked} acknowledged messages lost ("
+            + ("never delivered, in no queue" if report.queues_seen else "never delivered; "
+               "the target lists no queues, so whether a live node still holds them is not "
+               "known")
+            + f"): {_listed(lost)}. " + (f"{evidence}. " if evidence else "")
             + f"Figures: {figures}",
             where=where, excerpt=excerpt, behaviours=blamed,
         )  # fmt: skip
@@ -462,20 +539,4 @@ def results(
         where=where,
         behaviours=behaviours,
     )
-    out = [loss, dup]
-    queued = report.of("queued")
-    if all_delivered:
-        out.append(
-            CheckResult(
-                f"workload {report.workload}: every acknowledged message delivered in the settle",
-                Status.FAIL if queued else Status.PASS,
-                "once every fault has ended, every acknowledged message delivered within the "
-                "workload's settle time",
-                f"{len(queued)} of {acked} acknowledged messages still queued after the settle"
-                + (f": {_listed(queued)}" if queued else "")
-                + f"; seed {report.seed}",
-                where=where,
-                behaviours=behaviours,
-            )
-        )
-    return out
+    return [loss, dup]

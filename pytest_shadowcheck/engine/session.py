@@ -115,21 +115,32 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
         stand_in = _with_stand_ins(items, payloads, spec.control)
         controls = None if unmet else await _converse(run, link, stand_in, spec)
         verdict.add(_compare_with_control(run, step, items, answers, controls))
+    ended = _ended_at(items, answers)
     for item, answer in zip(items, answers, strict=True):
         shown = _shown(item)
         if item.message is not None:
-            _settle_message(run, item.message, answer)
-        if item.reply is None:
+            _settle_message(run, item.message, answer, ended)
+        if item.reply is None and not item.refused:
             continue
-        ok = (
-            answer is not None
-            and answer.outcome == "reply"
-            and re.search(item.reply, _reply_text(answer)) is not None
-        )
+        if item.refused:
+            ok = answer is not None and (
+                answer.outcome == "closed" or (answer.code is not None and answer.code >= 400)
+            )
+            wanted = "a refusal (any 4xx or 5xx reply, or ending the session)"
+        else:
+            ok = (
+                answer is not None
+                and answer.outcome == "reply"
+                and re.search(item.reply or "", _reply_text(answer)) is not None
+            )
+            wanted = reply_words(item.reply or "")
         around = answer.t if answer is not None else run.history.now()
         asked = f"the content of {item.message}" if item.message is not None else shown
-        expected = f"{via} answers {asked} with {reply_words(item.reply)}"
-        if unmet and given is not None:
+        expected = f"{via} answers {asked} with {wanted}"
+        if answer is None:
+            # never sent: the node had ended the session; nothing was answered to judge
+            status, observed = Status.NOT_APPLICABLE, f"this line was never sent: {ended}"
+        elif unmet and given is not None:
             status, observed = (
                 Status.NOT_APPLICABLE,
                 (
@@ -255,9 +266,24 @@ def _compare_with_control(
     )
 
 
-def _settle_message(run: Run, ref: str, answer: RawReply | None) -> None:
-    """Record what the sender was told about a message sent in a raw session."""
+def _ended_at(items: tuple[SayItem, ...], answers: list[RawReply | None]) -> str:
+    """How the session ended early, for the lines it left unsent ("" when it did not)."""
+    for number, (item, answer) in enumerate(zip(items, answers, strict=True), 1):
+        if answer is None:
+            return "the session had already ended"
+        if answer.outcome == "closed" or (answer.code is not None and answer.code == 421):
+            how = "closed it" if answer.outcome == "closed" else f"answered `{_describe(answer)}`"
+            return f"the node ended the session at line {number} ({_shown(item)}: it {how})"
+    return ""
+
+
+def _settle_message(run: Run, ref: str, answer: RawReply | None, ended: str = "") -> None:
+    """Record what the sender was told about a message sent in a raw session; a message
+    whose content was never sent (the session ended first) is marked unsent, so no check
+    judges it."""
     message = run.messages[ref]
+    if answer is None:
+        message.unsent = ended or "the session ended before its content was sent"
     if answer is None or answer.outcome != "reply" or answer.code is None:
         message.result = SendResult(
             accepted=False,

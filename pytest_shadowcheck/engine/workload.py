@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from pytest_shadowcheck.checks.events import find_event, matcher_phrase, why_not
 from pytest_shadowcheck.checks.storage import power_cut_evidence
 from pytest_shadowcheck.checks.workload import check_workload, results
 from pytest_shadowcheck.engine.nemesis import plan_faults, run_nemesis, usable_kinds
@@ -69,11 +70,13 @@ async def run_workload(run: StepContext, step: Step, verdict: Verdict) -> None:
     await _settle(run, accepted, spec.settle)
     # what is still queued is not lost: the queues the target can show (the control
     # API, or a docker description's queue listing for the active queue)
-    if any(run.target.can("control_api", ("GET", path)) for path in _QUEUES.values()):
+    listable = any(run.target.can("control_api", ("GET", path)) for path in _QUEUES.values())
+    if listable:
         await _snapshot(run, spec.name)
     report = check_workload(
         history, spec.name, spec.seed, since, frozenset(run.scenario.topology.nodes)
     )
+    report.queues_seen = listable
     history.record("note", text=f"workload {spec.name} summary", summary=report.summary())
     verdict.workloads.append(report.summary())
     timeline = ""
@@ -94,9 +97,17 @@ async def run_workload(run: StepContext, step: Step, verdict: Verdict) -> None:
     behaviours = list(spec.behaviours)
     outside = "PR-4" if "PR-4" in run.scenario.behaviours else None
     where = f"{step.where} (replay: --shadowcheck-workload-seed {spec.seed}){timeline}"
+    # the given every behaviour of the scenario presupposes (a shadow copy made)
+    given = run.scenario.given
+    unmet = ""
+    if given is not None and find_event(run, given) is None:
+        fact = why_not(run, given)
+        unmet = matcher_phrase(given, run).never + (f" ({fact})" if fact else "")
+    retry = run.target.timers.get("TransientFailureRetryInterval")
     for result in results(
-        report, behaviours, where, excerpt, outside, spec.all_delivered, evidence
-    ):
+        report, behaviours, where, excerpt, outside, spec.all_delivered, evidence,
+        settle=spec.settle, retry=retry, unmet=unmet,
+    ):  # fmt: skip
         verdict.add(result)
 
 

@@ -26,6 +26,9 @@ class Message:
     content: bytes = b""
     mail_from: str | None = None
     rcpt_to: list[str] = field(default_factory=list)
+    #: why the content was never sent (a raw session ended before it), else None: no
+    #: check judges a message that never left the sender
+    unsent: str | None = None
 
     @property
     def code(self) -> int | None:

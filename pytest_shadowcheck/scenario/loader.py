@@ -222,6 +222,13 @@ def load_scenario_file(path: Path) -> list[Scenario]:
             context.step(step, [*base, "steps", i]) for i, step in enumerate(raw.get("steps", []))
         ]
         context.sent_all = True
+        for i, needed in enumerate(raw.get("needs_settings", [])):
+            if needed not in settings and not any(needed in v for v in node_settings.values()):
+                raise ScenarioError(
+                    f"needs_settings names {needed!r}, which the scenario does not set",
+                    where("needs_settings", i),
+                    "a setting of the scenario's settings or node_settings",
+                )
         scenario_given = raw.get("given")
         if scenario_given is not None:
             scenario_given = plain(scenario_given)
@@ -253,6 +260,8 @@ def load_scenario_file(path: Path) -> list[Scenario]:
                 start_refused=raw.get("start", {}).get("refused"),
                 permitted_headers=list(merged.get("permitted_headers", [])),
                 given=scenario_given,
+                timer_settings=frozenset(context.timer_settings),
+                needs_settings=tuple(raw.get("needs_settings", ())),
             )
         )
     return out

@@ -150,6 +150,23 @@ class Scenario:
     #: it never happened, the scenario's checks are NOT-APPLICABLE, and the behaviour
     #: that required the event is judged in scenarios of its own
     given: dict[str, Any] | None = None
+    #: settings the scenario's windows are counted from (``within: RetryInterval + 3s``)
+    #: or that it names in ``needs_settings``: a target that cannot be given them, or has
+    #: them compiled in at other values, cannot run it (targets/fit.py)
+    timer_settings: frozenset[str] = frozenset()
+    #: settings that must reach the MTA for the scenario to mean anything (a warning
+    #: about a configuration is only owed by an MTA that was given it)
+    needs_settings: tuple[str, ...] = ()
+
+    def setting_values(self, name: str) -> list[Any]:
+        """Every value the scenario gives ``name``: at start, per node, in set_settings."""
+        values = [self.settings[name]] if name in self.settings else []
+        values += [s[name] for s in self.node_settings.values() if name in s]
+        for step in self.steps:
+            changed = getattr(step.arg, "values", None) if step.kind == "set_settings" else None
+            if isinstance(changed, dict) and name in changed:
+                values.append(changed[name])
+        return values
 
     @staticmethod
     def _nemesis_faults(step: Step) -> list[str]:

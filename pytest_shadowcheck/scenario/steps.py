@@ -339,6 +339,8 @@ class SayItem:
     message: str | None = None
     #: regular expression the reply must match (its lines joined by newlines)
     reply: str | None = None
+    #: the line must be refused: any 4xx/5xx reply, or the node ending the session
+    refused: bool = False
     #: the item in the scenario file
     where: SourceRef
 

@@ -69,6 +69,8 @@ class StepChecker:
         self.behaviours = behaviours
         self.sent: list[str] = []
         self.sent_all = False
+        #: settings the scenario's windows and waits are counted from
+        self.timer_settings: set[str] = set()
 
     def at(self, doc_path: list[Any]) -> SourceRef:
         return SourceRef(self.path, *locate(self.doc, doc_path))
@@ -110,7 +112,13 @@ class StepChecker:
         return str(ref)
 
     def duration(self, value: Any, doc_path: list[Any], timers: bool = False) -> float:
-        return parse_duration(value, self.at(doc_path), self.settings if timers else None)
+        seconds = parse_duration(value, self.at(doc_path), self.settings if timers else None)
+        if timers and isinstance(value, str):
+            # a window counted from a setting: a target whose timer for it is compiled in
+            # at another value cannot keep the window (targets/fit.py)
+            terms = re.split(r"\s*[+-]\s*", value.strip())
+            self.timer_settings.update(t for t in terms if t in self.settings)
+        return seconds
 
     def count(self, value: Any, doc_path: list[Any]) -> int:
         """A whole number, or the name of a whole-number setting of the scenario."""
@@ -271,6 +279,12 @@ class StepChecker:
                         "unique ids",
                     )
                 self.sent.append(item["message"])
+            if "reply" in item and item.get("refused"):
+                raise ScenarioError(
+                    "a line has either reply (what the reply must match) or refused: true",
+                    self.at([*at, "refused"]),
+                    "refused: true accepts any 4xx or 5xx reply or the end of the session",
+                )
             if "reply" in item:
                 try:
                     re.compile(item["reply"])

@@ -11,8 +11,10 @@ missing (the scenario is UNTESTABLE instead).
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import aiohttp
@@ -89,6 +91,10 @@ class Target(abc.ABC):
     #: the latest virtual time a node reported after advance_clock (None: real
     #: clock or never advanced); a node started again should start there
     virtual_now: float | None = None
+    #: timers compiled into the MTA, whatever the setting says: setting name ->
+    #: (shortest, longest) seconds (a retry schedule of 60-119 s is (60.0, 119.0)); a
+    #: scenario counting a window from such a setting at another value is UNTESTABLE
+    timers: Mapping[str, tuple[float, float]] = MappingProxyType({})
 
     def can(self, capability: str, call: tuple[str, str] | None = None) -> bool:
         """Whether the target has ``capability``, or - for control_api - answers the one

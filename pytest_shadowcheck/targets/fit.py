@@ -6,10 +6,11 @@ cannot run is UNTESTABLE, with the reason a user can act on.
 from __future__ import annotations
 
 from pytest_shadowcheck.scenario.capabilities import CAPABILITY_NEED, STEP_CAPABILITY, control_call
+from pytest_shadowcheck.scenario.durations import format_duration
 from pytest_shadowcheck.scenario.model import Scenario, Step
 from pytest_shadowcheck.targets.base import Target
 
-__all__ = ["missing_capability_reason", "why_untestable"]
+__all__ = ["compiled_timer_reason", "missing_capability_reason", "why_untestable"]
 
 
 def missing_capability_reason(scenario: Scenario, target: Target) -> str | None:
@@ -59,4 +60,28 @@ def why_untestable(scenario: Scenario, target: Target) -> str | None:
         )
     if why is None and (other := target.cannot_run(scenario)):
         why = f"target {target.label}: {other}"
+    if why is None:
+        why = compiled_timer_reason(scenario, target)
     return why
+
+
+def compiled_timer_reason(scenario: Scenario, target: Target) -> str | None:
+    """Why the scenario's windows cannot be kept on ``target``: a setting they count from
+    (or one the scenario needs given) is compiled into the MTA at another value. Never a
+    FAIL: the MTA is not told the setting, so it cannot be held to it."""
+    for name in sorted(scenario.timer_settings | set(scenario.needs_settings)):
+        if name not in target.timers:
+            continue
+        low, high = target.timers[name]
+        for value in scenario.setting_values(name):
+            if isinstance(value, (int, float)) and not low <= value <= high:
+                compiled = format_duration(low) + (
+                    f" to {format_duration(high)}" if high != low else ""
+                )
+                return (
+                    f"target {target.label} has its {name} compiled in at {compiled} (its "
+                    f"description's timers), and this scenario's windows count on "
+                    f"{name} = {format_duration(value)}: the MTA cannot be given that value, "
+                    "so it cannot be held to the windows"
+                )
+    return None

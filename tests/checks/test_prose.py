@@ -336,4 +336,4 @@ def test_a_workload_loss_says_the_count_and_each_message_once() -> None:
     ), loss.observed
     assert dup.observed.startswith("0 of 8 acknowledged messages delivered more than once")
     assert "0 unexplained" in dup.observed
-    assert settled.observed == "0 of 8 acknowledged messages still queued after the settle; seed 7"
+    assert settled.observed == "all 8 acknowledged messages delivered; seed 7"

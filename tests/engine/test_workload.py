@@ -212,9 +212,10 @@ def test_the_checker_gives_every_message_its_fate() -> None:
     loss, dup, settled = results(report, ["PR-1"], "here.yaml:3")
     assert settled.status == Status.FAIL
     assert settled.observed.startswith(
-        "1 of 7 acknowledged messages still queued after the settle: held <held@x> (sent "
-        "through mbx1, no copy seen on another node); seed 5"
-    )
+        "not delivered in time (liveness): 1 of 7 acknowledged messages still queued on a live "
+        "node when the settle ended, none of them lost: held <held@x> (sent through mbx1, no "
+        "copy seen on another node);"
+    ), settled.observed
     assert len(results(report, ["PR-1"], "here.yaml:3", all_delivered=False)) == 2
     assert loss.status == Status.FAIL
     # the count first, each message once, grouped by where it was sent and copied

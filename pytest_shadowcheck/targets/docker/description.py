@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from pytest_shadowcheck.errors import SourceRef, format_snippet
+from pytest_shadowcheck.errors import ScenarioError, SourceRef, format_snippet
 from pytest_shadowcheck.scenario.durations import parse_duration
 from pytest_shadowcheck.scenario.loader import MTA_CAPABILITIES, PROCESS_CAPABILITIES
 from pytest_shadowcheck.scenario.steps import SettingsSpec
@@ -67,6 +67,7 @@ _KEYS = {
     "added_headers": "header fields the MTA adds to every message beyond Received/Return-Path",
     "admin": "commands run in the container: reload, check, flush, queue (docker_admin.py)",
     "logs": "files in the container the MTA logs to, shown as the node's log",
+    "timers": "timers compiled into the MTA: SETTING -> duration or LOW-HIGH (e.g. 60s-119s)",
 }
 
 
@@ -122,6 +123,8 @@ class Description:
     admin: AdminAdapters = field(default_factory=AdminAdapters)
     #: files in the container the MTA logs to (beside its standard output)
     logs: tuple[str, ...] = ()
+    #: timers compiled into the MTA: setting -> (shortest, longest) seconds
+    timers: dict[str, tuple[float, float]] = field(default_factory=dict)
     lines: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -147,6 +150,15 @@ class Description:
             return (
                 f"{desc.name} cannot apply setting {', '.join(unsupported)} "
                 f"(settings.unsupported in {desc.path})"
+            )
+        unrendered = sorted(
+            s for s in scenario.needs_settings if not desc.renders(s) and s not in desc.timers
+        )
+        if unrendered:
+            return (
+                f"the scenario's premise is a configuration the MTA was given, and no template "
+                f"of {desc.path.name} renders {', '.join(unrendered)}: {desc.name} is never "
+                "told it"
             )
         if scenario.start_refused is not None:
             # the MTA must refuse a configuration: it must be given all of it first
@@ -194,6 +206,32 @@ class RenderedNode:
 
 
 # --------------------------------------------------------------------------- loading
+
+
+def _timers(raw: Any, where: SourceRef) -> dict[str, tuple[float, float]]:
+    """``timers: {TransientFailureRetryInterval: 60s-119s, ...}``: (shortest, longest)."""
+    if raw is None:
+        return {}
+    expected = (
+        "timers: {SETTING: DURATION or LOW-HIGH}, e.g. {TransientFailureRetryInterval: 60s-119s}"
+    )
+    if not isinstance(raw, dict):
+        raise DescriptionError(expected, where)
+    out = {}
+    for name, value in raw.items():
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Z][A-Za-z0-9]+", name):
+            raise DescriptionError(f"timers: {name!r} is not a setting name; {expected}", where)
+        low_text, _, high_text = str(value).partition("-")
+        try:
+            low = parse_duration(low_text.strip(), where)
+            high = parse_duration(high_text.strip(), where) if high_text else low
+        except ScenarioError:
+            raise DescriptionError(f"timers.{name}: {value!r} is not {expected}", where) from None
+        if high < low:
+            raise DescriptionError(f"timers.{name}: {value!r} ends before it starts", where)
+        out[name] = (low, high)
+    return out
+
 
 
 def _marks(node: yaml.Node) -> dict[str, tuple[int, str | None]]:
@@ -356,7 +394,9 @@ def load_description(path: str | Path) -> Description:
         raise DescriptionError(
             f"logs: {relative[0]!r} must be an absolute path in the container", at("logs")
         )
+    timers = _timers(data.get("timers"), at("timers"))
     return Description(
+        timers=timers,
         path=file,
         name=str(data.get("name") or file.stem),
         image=data["image"],
