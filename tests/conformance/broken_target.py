@@ -32,9 +32,10 @@ def shadowcheck_make_target(
     if not argument:
         raise TargetError("say which variant: broken:NAME")
     try:
-        by_name(argument)
+        variant = by_name(argument)
     except KeyError as exc:
         raise TargetError(str(exc.args[0])) from None
     target = ReferenceTarget(launcher=[str(LAUNCHER), argument])
     target.name = f"broken:{argument}"
+    target.timers = dict(variant.timers)
     return target

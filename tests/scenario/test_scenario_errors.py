@@ -137,6 +137,22 @@ CASES = {
         "control XQDISCARD: noop must replace a verb",
         "control: {XQDISCARD: XQNOSUCH}",
     ),
+    "reply_and_refused": (
+        GOOD_HEAD + "      - session:\n"
+        "          via: mbx1\n"
+        "          say:\n"
+        "            - {send: XSHADOW mbx2, reply: '^5', refused: true}\n",
+        10,
+        "a line has either reply (what the reply must match) or refused: true",
+        "refused: true accepts any 4xx or 5xx reply or the end of the session",
+    ),
+    "needs_an_unset_setting": (
+        GOOD_HEAD.replace("    steps:\n", "    needs_settings: [ReplayLagTime]\n    steps:\n")
+        + "      - kill: mbx1\n",
+        6,
+        "needs_settings names 'ReplayLagTime', which the scenario does not set",
+        "a setting of the scenario's settings or node_settings",
+    ),
 }
 
 

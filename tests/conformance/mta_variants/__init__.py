@@ -31,13 +31,26 @@ class Variant:
     fails: tuple[str, ...]
     #: patches reference_impl in the node process; called before the node starts
     apply: Callable[[], None]
+    #: timers compiled into the variant, as a docker description's ``timers`` declares
+    #: them (setting -> (shortest, longest) seconds): the target reports them
+    timers: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
 
 def all_variants() -> list[Variant]:
-    from . import creation, discard, durability, promotion, safetynet, security, timeouts
+    from . import (
+        creation,
+        discard,
+        durability,
+        promotion,
+        safetynet,
+        security,
+        timeouts,
+        unusual,
+    )
 
     found: list[Variant] = []
-    for family in (creation, discard, durability, promotion, safetynet, security, timeouts):
+    families = (creation, discard, durability, promotion, safetynet, security, timeouts, unusual)
+    for family in families:
         found.extend(family.VARIANTS)
     return found
 

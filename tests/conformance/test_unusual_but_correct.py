@@ -1,0 +1,66 @@
+"""No false FAIL on an MTA that is correct but unusual.
+
+Each variant of ``mta_variants/unusual.py`` does what the catalogue allows and the four
+tuned MTAs do not (it hangs up with 421 after three errors; its retry interval is
+compiled in at a minute). The whole suite runs against it, and no behaviour may FAIL:
+a FAIL there is the harness judging an MTA's habit instead of the rule.
+
+The reference with shadow redundancy off makes no copy at all: it must FAIL exactly the
+behaviours that need a copy (CR-1, CR-2), and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mta_variants import all_variants
+from test_broken_variants import run_suite
+
+pytestmark = pytest.mark.slow
+
+#: what a node that makes no shadow copy may FAIL: the copy itself (CR-1) and the
+#: acknowledgement that waits for it (CR-2); every other behaviour that presupposes a
+#: copy is NOT-APPLICABLE through its scenario's given, never FAIL
+NO_SHADOW_FAILS = {"CR-1", "CR-2"}
+
+
+def _whole_suite(tmp_path: Path) -> tuple[str, ...]:
+    """The child's options for a run of the whole suite with a certification."""
+    return (f"--shadowcheck-report={tmp_path / 'cert'}", "-n", "2")
+
+
+def _statuses(tmp_path: Path) -> dict[str, dict[str, object]]:
+    data = json.loads((tmp_path / "cert" / "certification.json").read_text())
+    return {b["id"]: b for b in data["behaviours"]}
+
+
+def _failed(behaviours: dict[str, dict[str, object]]) -> dict[str, list[str]]:
+    """Behaviour -> the scenarios that FAILed it."""
+    out = {}
+    for bid, b in behaviours.items():
+        if b["status"] == "FAIL":
+            scenarios = b.get("scenarios") or []
+            assert isinstance(scenarios, list)
+            out[bid] = [s["scenario"] for s in scenarios if s.get("status") == "FAIL"]
+    return out
+
+
+@pytest.mark.parametrize(
+    "variant", [v.name for v in all_variants() if not v.fails], ids=lambda name: name
+)
+def test_an_unusual_but_correct_mta_fails_nothing(tmp_path: Path, variant: str) -> None:
+    found = run_suite(tmp_path, f"broken:{variant}", extra=_whole_suite(tmp_path), timeout=900)
+    errors = {name: o for name, o in found.items() if o[0] == "error"}
+    assert not errors, errors
+    assert _failed(_statuses(tmp_path)) == {}
+
+
+def test_without_shadow_redundancy_only_the_copy_fails(tmp_path: Path) -> None:
+    run_suite(
+        tmp_path, "broken:no-shadow-redundancy",
+        extra=_whole_suite(tmp_path), timeout=900,
+    )  # fmt: skip
+    failed = _failed(_statuses(tmp_path))
+    assert set(failed) == NO_SHADOW_FAILS, failed
