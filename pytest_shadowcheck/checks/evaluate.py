@@ -70,11 +70,10 @@ async def run_check(run: Run, step: Step) -> CheckResult:
         )
     elif unsent := _unsent(run, step.arg):
         ref, why = unsent
-        name, expected = _untried(step)
         result = CheckResult(
-            name,
+            f"{step.kind} of {ref}",
             Status.NOT_APPLICABLE,
-            expected,
+            f"the scenario's {step.kind} check of {ref}",
             f"{ref} was never sent ({why}), so there was nothing to check",
             where=str(step.where),
         )

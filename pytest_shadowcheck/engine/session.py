@@ -115,9 +115,11 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
         stand_in = _with_stand_ins(items, payloads, spec.control)
         controls = None if unmet else await _converse(run, link, stand_in, spec)
         verdict.add(_compare_with_control(run, step, items, answers, controls))
-    ended = _ended_at(items, answers)
-    for item, answer in zip(items, answers, strict=True):
+    end, ended = _ended_at(items, answers)
+    for index, (item, answer) in enumerate(zip(items, answers, strict=True)):
         shown = _shown(item)
+        if index > end:
+            answer = None  # after a 421 or a hang-up: not an answer of the MTA's
         if item.message is not None:
             _settle_message(run, item.message, answer, ended)
         if item.reply is None and not item.refused:
@@ -266,15 +268,18 @@ def _compare_with_control(
     )
 
 
-def _ended_at(items: tuple[SayItem, ...], answers: list[RawReply | None]) -> str:
-    """How the session ended early, for the lines it left unsent ("" when it did not)."""
-    for number, (item, answer) in enumerate(zip(items, answers, strict=True), 1):
+def _ended_at(items: tuple[SayItem, ...], answers: list[RawReply | None]) -> tuple[int, str]:
+    """Where and how the node ended the session early: the index of the line it ended it
+    at (a 421, which closes the channel, or a hang-up), and in words; (len, "") when it
+    did not. What the harness sent after that line was never the MTA's to answer."""
+    for index, (item, answer) in enumerate(zip(items, answers, strict=True)):
         if answer is None:
-            return "the session had already ended"
-        if answer.outcome == "closed" or (answer.code is not None and answer.code == 421):
+            return index - 1, "the session had already ended"
+        if answer.outcome == "closed" or answer.code == 421:
             how = "closed it" if answer.outcome == "closed" else f"answered `{_describe(answer)}`"
-            return f"the node ended the session at line {number} ({_shown(item)}: it {how})"
-    return ""
+            at = f"line {index + 1} ({_shown(item)})"
+            return index, f"the node ended the session at {at}: it {how}"
+    return len(items), ""
 
 
 def _settle_message(run: Run, ref: str, answer: RawReply | None, ended: str = "") -> None:
