@@ -69,9 +69,13 @@ async def check_reply(run: Run, step: Step) -> CheckResult:
     expected = (f"a {wanted} reply" if isinstance(wanted, str) else f"{wanted}") + (
         f" {arg['enhanced']}" if "enhanced" in arg else ""
     )
+    if wanted == "refused":
+        expected = "a refusal (any 4xx or 5xx reply, or no reply at all): never a 250"
     if "text" in arg:
         expected += f" and {pattern_words(arg['text'], 'a text')}"
-    if isinstance(wanted, str):  # "4xx": any reply of the class
+    if wanted == "refused":
+        ok = code is None or code >= 400
+    elif isinstance(wanted, str):  # "4xx": any reply of the class
         ok = code is not None and str(code)[0] == wanted[0]
     else:
         ok = code == wanted
