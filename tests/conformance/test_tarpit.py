@@ -87,13 +87,20 @@ def test_every_late_reply_is_paired_with_its_own_command(tmp_path: Path) -> None
         tmp_path,
         "broken:tarpit",
         scenarios=library,
-        extra=(f"--shadowcheck-history={history_dir}",),
+        extra=(f"--shadowcheck-history={history_dir}", f"--shadowcheck-report={tmp_path}"),
     )
     assert found["tarpit_patient_session"][0] == "passed", found["tarpit_patient_session"]
     outcome, message = found["tarpit_hasty_session"]
     assert outcome == "failed"
     # the hasty session hung up at the late refusal: nothing after it was sent or answered
     assert f"no reply within {HASTY:g} s" in message, message
+    (xs3,) = (b for b in json.loads((tmp_path / "certification.json").read_text())["behaviours"]
+              if b["id"] == "XS-3")  # fmt: skip
+    (judged,) = (s for s in xs3["scenarios"] if s["scenario"] == "tarpit_hasty_session")
+    # the late reply is judged at its own line; the lines never sent are not judged
+    assert sorted((c["name"], c["status"]) for c in judged["decided_by"]) == [
+        ("session reply to NOOP", "NOT-APPLICABLE"), ("session reply to XSHADOW mbx2", "FAIL"),
+    ]  # fmt: skip
     hasty = _events(history_dir, "tarpit_hasty_session")
     assert _replies(hasty) == [("CONNECT", 220), ("EHLO", 250)]
     said = [e["data"]["text"] for e in hasty if e["kind"] == "line" and e["direction"] == "c2s"]
