@@ -29,8 +29,9 @@ SHORT, LONG = 0.3, 3.0
 class Tarpit:
     """An SMTP-ish server that answers every 4xx/5xx ``DELAY`` seconds late, in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, greeting_delay: float = 0.0) -> None:
         self.received: list[list[str]] = []
+        self.greeting_delay = greeting_delay
 
     def answer(self, text: str, state: dict[str, int]) -> str:
         verb = text.split(" ", 1)[0].upper()
@@ -58,6 +59,7 @@ class Tarpit:
         state = {"rcpts": 0}
         in_data = False
         with contextlib.suppress(ConnectionError):
+            await asyncio.sleep(self.greeting_delay)
             writer.write(b"220 tarpit.test CONNECT ready\r\n")
             while line := await reader.readline():
                 text = line.decode(errors="replace").rstrip("\r\n")
@@ -79,8 +81,8 @@ class Tarpit:
 
 
 @asynccontextmanager
-async def tarpit() -> AsyncIterator[tuple[Tarpit, tuple[str, int]]]:
-    server = Tarpit()
+async def tarpit(greeting_delay: float = 0.0) -> AsyncIterator[tuple[Tarpit, tuple[str, int]]]:
+    server = Tarpit(greeting_delay)
     listener = await asyncio.start_server(server.serve, "127.0.0.1", 0)
     try:
         yield server, listener.sockets[0].getsockname()[:2]
@@ -128,6 +130,26 @@ def test_raw_session_ends_at_a_late_reply_and_records_the_rest_as_not_sent(
     )
     (note,) = history.events(kind="note", link=LINK)
     assert note.data["text"] == f"not sent ({close.data['reason']}): NOOP / QUIT"
+
+
+def test_raw_session_sends_nothing_after_a_late_greeting(run: Run, history: History) -> None:
+    client = RecordingClient(history, LINK)
+
+    async def scenario() -> Tarpit:
+        async with tarpit(greeting_delay=DELAY) as (server, address):
+            replies = await client.raw_session(*address, LINES, read_timeout=SHORT)
+            await asyncio.sleep(DELAY + 0.2)
+        assert [(r.command, r.outcome) for r in replies] == [("CONNECT", "timeout")]
+        return server
+
+    server = run(scenario())
+    # the greeting was not read as the answer to EHLO: EHLO was never said
+    assert server.received == [[]] and paired(history) == []
+    (note,) = history.events(kind="note", link=LINK)
+    assert note.data["text"] == (
+        f"not sent (no greeting within {SHORT:g} s: the harness ended the session): "
+        "EHLO client.test / XSHADOW mbx2 / NOOP / QUIT"
+    )
 
 
 def test_raw_session_waits_for_each_late_reply(run: Run, history: History) -> None:
