@@ -4,7 +4,10 @@ Used to play a stranger (XS-3: an anonymous or unauthorised client trying the
 shadow verbs) or any client that must say exact lines. The session goes
 through the ``client->NODE`` proxy, so its lines are in the history like any
 other. Each item is sent as given (CRLF added) and one reply is read; an item
-with ``reply`` adds a check that the reply matches that regular expression.
+with ``reply`` adds a check that the reply matches that regular expression. A
+reply that does not come within ``timeout`` ends the session (a late one would
+be read as the next line's): that line is judged as unanswered, the lines never
+sent are NOT-APPLICABLE.
 An item ``{message: ID}`` sends a generated message's content and the final
 dot, and registers ``ID`` as a message of the scenario, so every expectation
 (reply, delivered, queue...) and the no-loss invariant apply to it. An item
@@ -57,13 +60,37 @@ if TYPE_CHECKING:
 __all__ = ["run_session", "session_label"]
 
 
-def _describe(reply: RawReply | None) -> str:
+#: what a line that was never sent got, when the node had ended the session
+NOT_SENT = "nothing: the session ended before this line was sent"
+
+
+def _describe(reply: RawReply | None, ended: str = NOT_SENT) -> str:
+    """What one line got; ``ended``: what a line never sent got (see :func:`_ended`)."""
     if reply is None:
-        return "nothing: the session ended before this line was sent"
+        return ended
     if reply.outcome == "reply":
         return " | ".join(reply.lines)
     partial = f" (partial: {' | '.join(reply.lines)})" if reply.lines else ""
+    if reply.outcome == "timeout":
+        # the client hung up rather than read on: a late reply is never paired with
+        # a later line (a tarpitting server answers refusals seconds late on purpose)
+        return (
+            f"no reply within {reply.waited:g} s{partial}; the harness then ended the "
+            "session (raise the step's timeout for a node that answers this slowly)"
+        )
     return f"no reply: {reply.outcome}{partial}"
+
+
+def _ended(replies: list[RawReply]) -> str:
+    """What the lines after a session's last reply got: never sent, and why."""
+    last = replies[-1] if replies else None
+    if last is not None and last.outcome == "timeout":
+        what = f"the reply to {last.command}" if last.sent is not None else "the greeting"
+        return (
+            f"not sent: the harness had ended the session after waiting "
+            f"{last.waited:g} s in vain for {what}"
+        )
+    return NOT_SENT
 
 
 def _reply_text(reply: RawReply) -> str:
@@ -106,7 +133,7 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
             payloads.append(peer_auth_line(run.peer_secret, item.auth_as).encode() + b"\r\n")
         else:
             payloads.append((item.send or "").encode() + b"\r\n")
-    answers = await _converse(run, link, payloads, spec)
+    answers, ended = await _converse(run, link, payloads, spec)
     # the scenario's given (e.g. "a shadow copy was made") governs these checks too
     given = run.scenario.given
     unmet = given is not None and find_event(run, given) is None
@@ -114,8 +141,9 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
         # no control session when the given never happened: nothing would be judged
         stand_in = _with_stand_ins(items, payloads, spec.control)
         controls = None if unmet else await _converse(run, link, stand_in, spec)
-        verdict.add(_compare_with_control(run, step, items, answers, controls))
-    end, ended = _ended_at(items, answers)
+        verdict.add(_compare_with_control(run, step, items, (answers, ended), controls))
+    end, node_ended = _ended_at(items, answers)
+    ended = node_ended or ended
     for index, (item, answer) in enumerate(zip(items, answers, strict=True)):
         shown = _shown(item)
         if index > end:
@@ -140,18 +168,19 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
         asked = f"the content of {item.message}" if item.message is not None else shown
         expected = f"{via} answers {asked} with {wanted}"
         if answer is None:
-            # never sent: the node had ended the session; nothing was answered to judge
+            # never sent (the node ended the session, or the harness did at an earlier
+            # line's missing reply, judged at that line): nothing was answered to judge
             status, observed = Status.NOT_APPLICABLE, f"this line was never sent: {ended}"
         elif unmet and given is not None:
             status, observed = (
                 Status.NOT_APPLICABLE,
                 (
                     f"{matcher_phrase(given, run).not_yet}, so there was nothing to check "
-                    f"(the reply was: {_describe(answer)})"
+                    f"(the reply was: {_describe(answer, ended)})"
                 ),
             )
         else:
-            said = _describe(answer)
+            said = _describe(answer, ended)
             if answer is not None and answer.outcome == "reply":
                 said = f"{via} answered `{said}`"
             status, observed = (Status.PASS if ok else Status.FAIL), said
@@ -168,10 +197,13 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
         )
 
 
-async def _converse(
-    run: Run, link: str, payloads: list[bytes], spec: SessionSpec
-) -> list[RawReply | None]:
-    """Hold one raw session; one answer per payload, None after the node hung up."""
+#: one answer per line (None: never sent), and what a line never sent got
+Conversation = tuple[list[RawReply | None], str]
+
+
+async def _converse(run: Run, link: str, payloads: list[bytes], spec: SessionSpec) -> Conversation:
+    """Hold one raw session; one answer per payload, None for those never sent (the
+    node hung up, or the harness did when a reply did not come in time)."""
     proxy = run.proxies[link]
     client = RecordingClient(run.history, link=link, numbering=proxy.connection_number)
     host, port = proxy.address
@@ -183,8 +215,11 @@ async def _converse(
         linger=spec.idle,
         keepalive=spec.keepalive,
     )
-    # replies[0] is the greeting; then one reply per item sent, fewer if the server hung up
-    return [*replies[1:], *[None] * len(payloads)][: len(payloads)]
+    # replies[0] is the greeting; then one reply per item sent, fewer if the session ended;
+    # what came while lingering is past the last payload
+    answers: list[RawReply | None] = [*replies[1:], *[None] * len(payloads)]
+    sent = min(len(replies), len(payloads) + 1)
+    return answers[: len(payloads)], _ended(replies[:sent])
 
 
 def _with_stand_ins(
@@ -205,6 +240,8 @@ def _fate(answer: RawReply | None) -> str:
     """What a client can tell from one answer without reading its text."""
     if answer is None:
         return "nothing (the session had ended)"
+    if answer.outcome == "timeout":
+        return f"no reply within {answer.waited:g} s"
     if answer.outcome != "reply":
         return f"no reply ({answer.outcome})"
     enhanced = parse_enhanced_code("\n".join(line[4:] for line in answer.lines))
@@ -215,8 +252,8 @@ def _compare_with_control(
     run: Run,
     step: Step,
     items: tuple[SayItem, ...],
-    answers: list[RawReply | None],
-    controls: list[RawReply | None] | None,
+    conversation: Conversation,
+    controls: Conversation | None,
 ) -> CheckResult:
     """Compare the session with its control; ``controls`` None: the scenario's given
     never happened, so there was no control session."""
@@ -239,12 +276,15 @@ def _compare_with_control(
             where=str(step.where),
             behaviours=behaviours,
         )
-    for number, (item, ours, theirs) in enumerate(zip(items, answers, controls, strict=True), 1):
+    answers, ended = conversation
+    theirs_all, theirs_ended = controls
+    for number, (item, ours, theirs) in enumerate(zip(items, answers, theirs_all, strict=True), 1):
         if _fate(ours) != _fate(theirs):
             shown = _shown(item)
             observed = (
-                f"at line {number} ({shown}) {spec.via} answered {_describe(ours)}; with the "
-                f"stand-ins: {_describe(theirs)}; a stranger can tell them apart"
+                f"at line {number} ({shown}) {spec.via} answered "
+                f"{_describe(ours, ended)}; with the stand-ins: "
+                f"{_describe(theirs, theirs_ended)}; a stranger can tell them apart"
             )
             times = [answer.t for answer in (ours, theirs) if answer is not None]
             around = max(times, default=run.history.now())
@@ -270,11 +310,11 @@ def _compare_with_control(
 
 def _ended_at(items: tuple[SayItem, ...], answers: list[RawReply | None]) -> tuple[int, str]:
     """Where and how the node ended the session early: the index of the line it ended it
-    at (a 421, which closes the channel, or a hang-up), and in words; (len, "") when it
-    did not. What the harness sent after that line was never the MTA's to answer."""
+    at (a 421, which closes the channel, or a hang-up), and in words; (last line, "")
+    when it did not. What the harness sent after that line was never the MTA's to answer."""
     for index, (item, answer) in enumerate(zip(items, answers, strict=True)):
         if answer is None:
-            return index - 1, "the session had already ended"
+            return index - 1, ""
         if answer.outcome == "closed" or answer.code == 421:
             how = "closed it" if answer.outcome == "closed" else f"answered `{_describe(answer)}`"
             at = f"line {index + 1} ({_shown(item)})"
@@ -282,13 +322,13 @@ def _ended_at(items: tuple[SayItem, ...], answers: list[RawReply | None]) -> tup
     return len(items), ""
 
 
-def _settle_message(run: Run, ref: str, answer: RawReply | None, ended: str = "") -> None:
+def _settle_message(run: Run, ref: str, answer: RawReply | None, ended: str) -> None:
     """Record what the sender was told about a message sent in a raw session; a message
     whose content was never sent (the session ended first) is marked unsent, so no check
     judges it."""
     message = run.messages[ref]
     if answer is None:
-        message.unsent = ended or "the session ended before its content was sent"
+        message.unsent = ended
     if answer is None or answer.outcome != "reply" or answer.code is None:
         message.result = SendResult(
             accepted=False,
@@ -296,7 +336,7 @@ def _settle_message(run: Run, ref: str, answer: RawReply | None, ended: str = ""
             enhanced=None,
             text="",
             replies=[],
-            error=_describe(answer),
+            error=_describe(answer, ended),
             message_id=message.message_id,
             last_command="EOD",
         )

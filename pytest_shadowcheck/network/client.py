@@ -10,7 +10,15 @@ refused connection, timeouts, 4xx/5xx replies, disconnects - come back as a
 ``command`` values: "CONNECT" (the greeting), "EHLO", "MAIL", "RCPT", "DATA"
 (the reply to the DATA command itself, normally 354), "EOD" (the reply after
 the message content: the one that accepts or refuses the message), "QUIT".
-Raw sessions record the first word of the line sent (upper-cased).
+Raw sessions record the first word of the line sent (upper-cased; "EOD" for
+what follows a 354: the content).
+
+A reply is always the answer to its own command. Servers may answer late on
+purpose (tarpitting a misbehaving client: Postfix's ``smtpd_error_sleep_time``,
+Exim's ACL delays), so when a reply does not come within the read timeout the
+client never reads on in that session - a late reply would be taken for the
+answer to the next command. It closes the connection instead and records why;
+what was left to say is recorded as not sent.
 
 For protocol abuse: :meth:`RecordingClient.raw_session` sends exact bytes,
 :meth:`RecordingClient.vanish_mid_data` leaves in the middle of DATA, and
@@ -44,6 +52,7 @@ from aiosmtplib import (
 from pytest_shadowcheck.history import History
 from pytest_shadowcheck.network.smtp_text import (
     dot_stuff,
+    mask_auth_line,
     message_id_from_bytes,
     parse_enhanced_code,
 )
@@ -115,8 +124,11 @@ class RawReply:
     """What came back after sending ``sent`` (None: the greeting) in a raw session.
 
     ``outcome``: "reply" (``code`` and ``lines`` set), "timeout" (nothing complete
-    within the read timeout; ``lines`` holds any partial reply), or "closed"
-    (the server closed or reset the connection).
+    within ``waited`` seconds; ``lines`` holds any partial reply; the client then
+    ended the session, so no later line was sent), or "closed" (the server closed
+    or reset the connection). ``command``: what the reply answers, as the
+    history's ``reply`` event names it ("CONNECT" for the greeting, "EOD" after
+    message content).
     """
 
     sent: bytes | None
@@ -124,6 +136,8 @@ class RawReply:
     code: int | None
     lines: list[str]
     t: float
+    command: str = ""
+    waited: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -272,7 +286,8 @@ class RecordingClient:
     ) -> SendResult:
         """Send one message in one session and report how it went.
 
-        ``timeout`` bounds the wait for each reply (and the connect). The
+        ``timeout`` bounds the wait for each reply (and the connect); a reply
+        that does not come in time ends the session (``error`` says which). The
         transaction continues after refused recipients as long as one was
         accepted. QUIT is sent on a best-effort basis and does not change the
         result.
@@ -339,8 +354,9 @@ class RecordingClient:
             replies.append(self._reply(conn, command, exc.code, exc.message))
             await self._quit(smtp, conn, replies)
             return result(False)
-        except SMTPTimeoutError as exc:
-            error = f"timeout waiting for the reply to {command}: {exc}"
+        except SMTPTimeoutError:
+            # closed below, never read on: a late reply is not the next command's
+            error = f"no reply to {command} within {timeout:g} s (timeout): the session was ended"
         except (SMTPServerDisconnected, ConnectionError) as exc:
             error = f"connection lost at {command}: {exc}"
         except (SMTPException, OSError) as exc:
@@ -391,8 +407,10 @@ class RecordingClient:
         as given (include the CRLF yourself; send a whole DATA body as one
         element) and read one reply after each. Returns the greeting followed by
         one :class:`RawReply` per element sent (then anything said while
-        lingering); stops early when the server closes. A refused connection
-        gives a single "closed" RawReply.
+        lingering); stops early when the server closes, or when a reply does not
+        come within ``read_timeout`` (a "timeout" RawReply: the client ends the
+        session there and records the elements it did not send as a ``note``). A
+        refused connection gives a single "closed" RawReply.
 
         ``linger``: afterwards, stay connected up to that many seconds waiting
         for the server to close the session (e.g. an inactivity limit, TO-1),
@@ -404,10 +422,12 @@ class RecordingClient:
             session = await _RawSession.open(self, conn, host, port, read_timeout)
         except OSError as exc:
             t = self._closed(conn, f"connect failed: {exc!r}")
-            return [RawReply(None, "closed", None, [], t)]
+            return [RawReply(None, "closed", None, [], t, "CONNECT")]
         try:
-            for line in lines:
+            for index, line in enumerate(lines):
                 if session.closed:
+                    if session.gave_up is not None:
+                        self._not_sent(conn, session, lines[index:])
                     break
                 await session.exchange(line, read_timeout)
             if linger and not session.closed:
@@ -415,6 +435,21 @@ class RecordingClient:
         finally:
             session.close("client finished")
         return session.replies
+
+    def _not_sent(self, conn: int, session: _RawSession, lines: list[bytes]) -> None:
+        """Record the lines a session that gave up on a reply never sent."""
+        shown = [
+            mask_auth_line(line.split(b"\r\n", 1)[0].decode(errors="replace"))
+            if line.count(b"\r\n") <= 1
+            else f"(message content, {len(line)} bytes)"
+            for line in lines
+        ]
+        self.history.record(
+            "note",
+            self.link,
+            session.conn,
+            text=f"not sent ({session.gave_up}): " + " / ".join(shown),
+        )
 
     async def vanish_mid_data(
         self,
@@ -445,7 +480,8 @@ class RecordingClient:
             session = await _RawSession.open(self, conn, host, port, timeout)
         except OSError as exc:
             t = self._closed(conn, f"connect failed: {exc!r}")
-            return VanishResult([RawReply(None, "closed", None, [], t)], message_id, 0, False, how)
+            refused = RawReply(None, "closed", None, [], t, "CONNECT")
+            return VanishResult([refused], message_id, 0, False, how)
         commands = [f"EHLO {helo}", f"MAIL FROM:<{mail_from}>"]
         commands += [f"RCPT TO:<{rcpt}>" for rcpt in rcpt_tos] + ["DATA"]
         reached_data = False
@@ -482,12 +518,12 @@ class RecordingClient:
             session = await _RawSession.open(self, conn, host, port, idle_seconds or 5.0)
         except OSError as exc:
             t = self._closed(conn, f"connect failed: {exc!r}")
-            return IdleResult(True, t, 0.0, [RawReply(None, "closed", None, [], t)])
+            return IdleResult(True, t, 0.0, [RawReply(None, "closed", None, [], t, "CONNECT")])
         if helo is not None and not session.closed:
             await session.exchange(f"EHLO {helo}\r\n".encode(), idle_seconds or 5.0)
         went_idle = self.history.now()
         closed_at = None if session.closed else await session.wait_for_close(idle_seconds)
-        if session.closed and closed_at is None:
+        if session.closed and closed_at is None and session.gave_up is None:
             closed_at = session.closed_at
         ended = closed_at if closed_at is not None else self.history.now()
         session.close("client stopped waiting")
@@ -511,7 +547,11 @@ class _RawSession:
         self.replies: list[RawReply] = []
         self.closed = False
         self.closed_at: float | None = None
+        #: why the client ended the session waiting for a reply, or None
+        self.gave_up: str | None = None
         self._buffer = b""
+        #: the last reply was 354: what is sent next is message content
+        self._content_next = False
 
     @classmethod
     async def open(
@@ -519,7 +559,9 @@ class _RawSession:
     ) -> _RawSession:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
         session = cls(client, conn, reader, writer)
-        await session.read_reply(None, "CONNECT", timeout)
+        greeting = await session.read_reply(None, "CONNECT", timeout)
+        if greeting.outcome == "timeout":
+            session.give_up(greeting)
         return session
 
     async def write(self, data: bytes) -> bool:
@@ -533,12 +575,28 @@ class _RawSession:
             return False
 
     async def exchange(self, line: bytes, timeout: float) -> RawReply:
-        verb = line.split(b" ", 1)[0].strip().decode(errors="replace").upper() or "(empty)"
+        """Send ``line`` and read its reply; after a timeout the session is over."""
+        if self._content_next:
+            verb = "EOD"
+        else:
+            verb = line.split(b" ", 1)[0].strip().decode(errors="replace").upper() or "(empty)"
         if not await self.write(line):
-            reply = RawReply(line, "closed", None, [], self.client.history.now())
+            reply = RawReply(line, "closed", None, [], self.client.history.now(), verb)
             self.replies.append(reply)
             return reply
-        return await self.read_reply(line, verb, timeout)
+        reply = await self.read_reply(line, verb, timeout)
+        self._content_next = reply.code == 354
+        if reply.outcome == "timeout":
+            self.give_up(reply)
+        return reply
+
+    def give_up(self, reply: RawReply) -> None:
+        """No reply within the read timeout: end the session. Reading on would take
+        the late reply for the answer to the next line (a tarpitting server answers
+        errors seconds late on purpose)."""
+        what = "greeting" if reply.sent is None else f"reply to {reply.command}"
+        self.gave_up = f"no {what} within {reply.waited:g} s: the harness ended the session"
+        self.close(self.gave_up)
 
     async def read_reply(self, sent: bytes | None, verb: str, timeout: float) -> RawReply:
         """Read one complete (possibly multi-line) reply, or note timeout/close."""
@@ -565,12 +623,12 @@ class _RawSession:
                         t = history.record(
                             "note", self.client.link, self.conn, text=f"unparseable reply: {line!r}"
                         ).t
-                    reply = RawReply(sent, "reply", code, lines, t)
+                    reply = RawReply(sent, "reply", code, lines, t, verb)
                     break
                 continue
             remaining = deadline - loop.time()
             if remaining <= 0:
-                reply = RawReply(sent, "timeout", None, lines, history.now())
+                reply = RawReply(sent, "timeout", None, lines, history.now(), verb, timeout)
                 break
             try:
                 chunk = await asyncio.wait_for(self.reader.read(4096), remaining)
@@ -579,7 +637,8 @@ class _RawSession:
             except ConnectionError:
                 chunk = b""
             if not chunk:
-                reply = RawReply(sent, "closed", None, lines, self._server_closed("server closed"))
+                closed = self._server_closed("server closed")
+                reply = RawReply(sent, "closed", None, lines, closed, verb)
                 break
             self._buffer += chunk
         self.replies.append(reply)
@@ -614,7 +673,8 @@ class _RawSession:
                 return
             await self.wait_for_close(min(keepalive, remaining))
             if not self.closed and loop.time() < deadline:
-                await self.exchange(b"NOOP\r\n", min(read_timeout, remaining))
+                # its own reply, however late: a NOOP is never left unanswered
+                await self.exchange(b"NOOP\r\n", read_timeout)
 
     def _server_closed(self, reason: str) -> float:
         if not self.closed:

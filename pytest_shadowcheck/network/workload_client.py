@@ -83,7 +83,11 @@ class WorkloadSession:
             )
         except (OSError, TimeoutError) as exc:
             raise SessionError(f"connect failed: {exc!r}") from None
-        code, text = await self._read_reply("CONNECT")
+        try:
+            code, text = await self._read_reply("CONNECT")
+        except SessionError:
+            self.close()
+            raise
         if self._numbering is not None and self._writer is not None:
             # the greeting came through the proxy: it has numbered the session
             self.conn = self._numbering(self._writer.get_extra_info("sockname")) or self.conn
@@ -91,7 +95,11 @@ class WorkloadSession:
             self.close()
             raise SessionError(f"greeting {code} {text}")
         self._write(f"EHLO {self.helo}\r\n".encode())
-        code, text = await self._read_reply("EHLO")
+        try:
+            code, text = await self._read_reply("EHLO")
+        except SessionError:
+            self.close()
+            raise
         if code != 250:
             self.close()
             raise SessionError(f"EHLO refused: {code} {text}")
@@ -188,7 +196,11 @@ class WorkloadSession:
                     if len(line) < 4 or line[3] != "-":
                         break
         except TimeoutError:
-            raise SessionError(f"timeout waiting for the reply to {verb}") from None
+            # the caller closes the session: a late reply must never be read as the
+            # answer to a later command (a tarpitting server answers refusals late)
+            raise SessionError(
+                f"no reply to {verb} within {self.timeout:g} s: the session was ended"
+            ) from None
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
             raise SessionError(
                 f"connection lost waiting for the reply to {verb}: {exc!r}"

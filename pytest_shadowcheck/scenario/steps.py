@@ -55,8 +55,10 @@ __all__ = [
 SEND_TIMEOUT = 30.0
 #: the envelope sender of a send step that names none
 DEFAULT_SENDER = "sender@ext.test"
-#: how long a session step waits for each reply
-REPLY_TIMEOUT = 5.0
+#: how long a session step waits for each reply: generous, since a server may answer a
+#: refusal seconds late on purpose (tarpitting) and the catalogue sets it no deadline;
+#: a reply that does not come in time ends the session (never read as a later line's)
+REPLY_TIMEOUT = 30.0
 #: the direction a fault acts in when the step names none (the other kinds have none)
 FAULT_DIRECTION = {"delay": "both", "drop_after": "c2s"}
 
