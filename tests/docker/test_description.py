@@ -305,6 +305,22 @@ def test_headers_are_optional_only_for_the_neutral_listing(tmp_path: Path) -> No
     )
     queue = load_description(path).admin.queue
     assert queue is not None and queue.headers == () and queue.format == NEUTRAL_FORMAT
+    # Haraka's description: a script of its recipe prints the neutral listing
+    haraka = load_description(TARGETS / "haraka.yaml").admin
+    assert haraka.queue is not None and haraka.queue.format == "json-lines"
+    assert haraka.restarts and haraka.calls == {
+        ("GET", "/queues/active"), ("PUT", "/topology/next_hops")
+    }  # fmt: skip
+    # its outbound queue relays each next hop to the harness; Haraka refuses a retry
+    # interval under 5 s, so 0.5 s becomes 5 s, repeated for the message's 2 days
+    files = render_node(
+        load_description(TARGETS / "haraka.yaml"), plan_for(tmp_path), "mbx1", PORTS, "r"
+    ).files
+    forward = files["/haraka/config/smtp_forward.ini"][0].decode()
+    assert "enable_outbound=false" in forward
+    assert "[corp.test]\nhost=127.0.0.1\nport=41100" in forward
+    assert "temp_fail_intervals=5s*34560" in files["/haraka/config/outbound.ini"][0].decode()
+    assert files["/haraka/config/smtp.ini"][0].decode().startswith("[main]\nlisten=")
 
 
 def test_a_template_error_while_rendering_names_the_template_line(tmp_path: Path) -> None:
