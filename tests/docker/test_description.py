@@ -13,7 +13,12 @@ from dockerkit import TARGETS, write_description
 
 from pytest_shadowcheck.scenario.loader import load_scenario_file
 from pytest_shadowcheck.targets.base import ClusterPlan
-from pytest_shadowcheck.targets.docker.admin import QUEUE_FORMATS, message_id_of
+from pytest_shadowcheck.targets.docker.admin import (
+    NEUTRAL_FORMAT,
+    QUEUE_FORMATS,
+    QueueFormatError,
+    message_id_of,
+)
 from pytest_shadowcheck.targets.docker.description import (
     DescriptionError,
     NodePorts,
@@ -130,18 +135,25 @@ def test_reference_description_writes_the_cluster_file(tmp_path: Path) -> None:
         (
             "image: x\nadmin:\n  queue:\n    {list: [q], format: mailq, headers: [h, '{id}']}\n",
             3,
-            "admin.queue.format 'mailq' is not one of postqueue-json, exim-bp, sendmail-mailq",
+            "admin.queue.format 'mailq' is not one of json-lines, postqueue-json, exim-bp,"
+            " sendmail-mailq",
         ),
         (
             "image: x\nadmin:\n  queue: {list: [q], format: exim-bp, headers: [exim, -Mvh]}\n",
             3,
             "put {id} in it",
         ),
+        (
+            "image: x\nadmin:\n  queue: {list: [exim, -bp], format: exim-bp}\n",
+            3,
+            "admin.queue.headers is needed with format exim-bp: its listing has no Message-ID",
+        ),
         ("image: x\nlogs: [var/log/exim4/mainlog]\n", 2, "must be an absolute path"),
     ],
     ids=[
         "unknown-key", "no-image", "capability", "template-syntax", "relative", "ready", "queue",
-        "admin-key", "check-alone", "empty-command", "queue-format", "headers-id", "logs",
+        "admin-key", "check-alone", "empty-command", "queue-format", "headers-id",
+        "headers-needed", "logs",
     ],
 )
 def test_a_bad_description_names_file_and_line(
@@ -235,6 +247,80 @@ def test_queue_listings_are_read_as_the_active_queue() -> None:
     assert message_id_of("1qYx8A-000123-AB-H\n049I Message-ID: <m2@x.test>\n") == "<m2@x.test>"
     assert message_id_of("H??Subject: t\nH??Message-ID: <m3@x.test>\n.\n") == "<m3@x.test>"
     assert message_id_of("Subject: no id\n") is None
+
+
+def test_the_neutral_listing_carries_message_ids_and_names_a_bad_line() -> None:
+    # targets/haraka/haraka-queue-json on Haraka 3.1.1's queue (captured from the
+    # image): one message split per domain (two files, one Message-ID), a null
+    # sender, a folded Message-Id header; "file" is a field the harness ignores
+    listing = (
+        '{"id":"hKCtqa_3","recipients":["alice@corp.test","bob@corp.test"],'
+        '"sender":"sender@ext.test","state":"deferred","received_at":1795693014,'
+        '"file":"1795693014374_1795693074455_1_17_hKCtqa_3_vm",'
+        '"message_id":"<m1.abc@shadowcheck.test>"}\n'
+        '{"id":"MGc1Qa_5","recipients":["carol@remote.test"],"sender":"sender@ext.test",'
+        '"state":"deferred","received_at":1795693014,'
+        '"file":"1795693014402_1795693074473_1_17_MGc1Qa_5_vm",'
+        '"message_id":"<m1.abc@shadowcheck.test>"}\n'
+        '{"id":"jK2VNF_6","recipients":["dave@corp.test"],"sender":"","state":"deferred",'
+        '"received_at":1795693014,"file":"1795693014457_1795693074510_1_17_jK2VNF_6_vm",'
+        '"message_id":"<m2.abc@shadowcheck.test>"}\n'
+    )
+    assert QUEUE_FORMATS["json-lines"](listing) == [
+        {"id": "hKCtqa_3", "recipients": ["alice@corp.test", "bob@corp.test"],
+         "sender": "sender@ext.test", "state": "deferred", "received_at": 1795693014,
+         "message_id": "<m1.abc@shadowcheck.test>"},
+        {"id": "MGc1Qa_5", "recipients": ["carol@remote.test"], "sender": "sender@ext.test",
+         "state": "deferred", "received_at": 1795693014,
+         "message_id": "<m1.abc@shadowcheck.test>"},
+        {"id": "jK2VNF_6", "recipients": ["dave@corp.test"], "sender": "", "state": "deferred",
+         "received_at": 1795693014, "message_id": "<m2.abc@shadowcheck.test>"},
+    ]  # fmt: skip
+    # only id and recipients are required; a bare Message-ID gets its angle brackets
+    # (the harness compares "<...>"); blank lines are skipped
+    assert QUEUE_FORMATS["json-lines"](
+        '\n{"id": "Q1", "recipients": [], "message_id": " m3@x.test "}\n\n'
+    ) == [{"id": "Q1", "recipients": [], "message_id": "<m3@x.test>"}]
+    assert QUEUE_FORMATS["json-lines"]("") == []
+    bad = {
+        '{"id": "Q1", "recipients": []}\n{"id": "Q2", "recipients": [}\n': "line 2 is not JSON",
+        '["Q1", ["a@corp.test"]]\n': "line 1 is not a JSON object",
+        '{"recipients": ["a@corp.test"]}\n': "line 1 has no id",
+        '{"id": 7, "recipients": ["a@corp.test"]}\n': "line 1 has no id",
+        '{"id": "Q1", "recipients": "a@corp.test"}\n': "line 1 (id Q1) has no recipients",
+        '{"id": "Q1", "recipients": [], "message_id": ["<m@x>"]}\n':
+            "line 1 (id Q1): message_id is not a string",
+        '{"id": "Q1", "recipients": [], "received_at": "yesterday"}\n':
+            "line 1 (id Q1): received_at is not a number",
+    }  # fmt: skip
+    for text, message in bad.items():
+        with pytest.raises(QueueFormatError) as caught:
+            QUEUE_FORMATS["json-lines"](text)
+        assert str(caught.value).startswith(message), caught.value
+
+
+def test_headers_are_optional_only_for_the_neutral_listing(tmp_path: Path) -> None:
+    path = write_description(
+        tmp_path, "image: x\nadmin:\n  queue: {list: [q], format: json-lines}\n"
+    )
+    queue = load_description(path).admin.queue
+    assert queue is not None and queue.headers == () and queue.format == NEUTRAL_FORMAT
+    # Haraka's description: a script of its recipe prints the neutral listing
+    haraka = load_description(TARGETS / "haraka.yaml").admin
+    assert haraka.queue is not None and haraka.queue.format == "json-lines"
+    assert haraka.restarts and haraka.calls == {
+        ("GET", "/queues/active"), ("PUT", "/topology/next_hops")
+    }  # fmt: skip
+    # its outbound queue relays each next hop to the harness; Haraka refuses a retry
+    # interval under 5 s, so 0.5 s becomes 5 s, repeated for the message's 2 days
+    files = render_node(
+        load_description(TARGETS / "haraka.yaml"), plan_for(tmp_path), "mbx1", PORTS, "r"
+    ).files
+    forward = files["/haraka/config/smtp_forward.ini"][0].decode()
+    assert "enable_outbound=false" in forward
+    assert "[corp.test]\nhost=127.0.0.1\nport=41100" in forward
+    assert "temp_fail_intervals=5s*34560" in files["/haraka/config/outbound.ini"][0].decode()
+    assert files["/haraka/config/smtp.ini"][0].decode().startswith("[main]\nlisten=")
 
 
 def test_a_template_error_while_rendering_names_the_template_line(tmp_path: Path) -> None:

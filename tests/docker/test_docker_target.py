@@ -371,3 +371,43 @@ def test_exim_keeps_an_acknowledged_message_across_kill_and_restart(
     for node in ("mbx1", "mbx2"):
         assert "notifier" not in (tmp_path / "work" / f"{node}.log").read_text()
     assert leftovers(engine, tidy[-1]) == []
+
+
+@pytest.mark.usefixtures("images")
+def test_a_neutral_listing_needs_no_headers_command_but_names_every_message(
+    engine: Any,
+) -> None:
+    from pytest_shadowcheck.targets.docker.admin import QueueAdapter, list_queue
+
+    # the listing command really runs in a container (docker exec), as an MTA's would
+    listing = (
+        '{"id": "A1", "recipients": ["alice@corp.test"], "message_id": "<m1.r@shadowcheck.test>"}\n'
+        '{"id": "B2", "recipients": ["bob@corp.test"], "state": "deferred"}\n'
+    )
+    container = engine.containers.run(
+        POSTFIX, ["sleep", "120"], network_mode="none", detach=True,
+        environment={"LISTING": listing},
+    )  # fmt: skip
+    try:
+        printed = ("sh", "-c", 'printf %s "$LISTING"')
+        only_first = ("sh", "-c", 'printf %s "$LISTING" | head -1')
+        # an entry that carries its Message-ID needs no headers command
+        assert list_queue(container, QueueAdapter(only_first, "json-lines")) == [
+            {"id": "A1", "recipients": ["alice@corp.test"], "message_id": "<m1.r@shadowcheck.test>"}
+        ]
+        # one that does not, with no headers command, would read as lost: an error
+        with pytest.raises(RuntimeError, match="lists B2 without message_id"):
+            list_queue(container, QueueAdapter(printed, "json-lines"))
+        # with one, only the entry without message_id is looked at ({id} = B2)
+        headers = ("sh", "-c", 'test "$1" = B2 && echo "Message-ID: <m2.r@shadowcheck.test>"',
+                   "sh", "{id}")  # fmt: skip
+        entries = list_queue(container, QueueAdapter(printed, "json-lines", headers))
+        assert [(e["id"], e["message_id"]) for e in entries] == [
+            ("A1", "<m1.r@shadowcheck.test>"), ("B2", "<m2.r@shadowcheck.test>")
+        ]  # fmt: skip
+        # a malformed line is named
+        broken = ("sh", "-c", 'printf %s "$LISTING"; echo "{oops"')
+        with pytest.raises(RuntimeError, match="cannot read json-lines from sh: line 3 is not"):
+            list_queue(container, QueueAdapter(broken, "json-lines", headers))
+    finally:
+        container.remove(force=True)

@@ -9,8 +9,9 @@ admin:
   flush: [postqueue, -f]           # optional: deliver what waits now (after a route change)
   queue:                           # the node's mail queue, for GET /queues/active
     list: [postqueue, -j]
-    format: postqueue-json         # or exim-bp, sendmail-mailq
-    headers: [postcat, -hq, "{id}"]   # a queued message's header section ({id}: its queue id)
+    format: postqueue-json         # or json-lines (neutral), exim-bp, sendmail-mailq
+    headers: [postcat, -hq, "{id}"]   # a queued message's header section ({id}: its queue id);
+                                      # optional with json-lines entries that carry message_id
 ```
 
 The engine asks for these facts exactly where it would ask the control API for
@@ -39,11 +40,13 @@ from pytest_shadowcheck.errors import SourceRef
 
 __all__ = [
     "ACTIVE_QUEUE",
+    "NEUTRAL_FORMAT",
     "QUEUE_FORMATS",
     "RELOAD_BY_RESTART",
     "ROUTES",
     "AdminAdapters",
     "QueueAdapter",
+    "QueueFormatError",
     "message_id_of",
     "parse_admin",
 ]
@@ -69,7 +72,8 @@ class QueueAdapter:
 
     list: tuple[str, ...]
     format: str
-    headers: tuple[str, ...]
+    #: empty: the listing carries each entry's ``message_id`` (``json-lines`` only)
+    headers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,10 +102,68 @@ class AdminAdapters:
 
 
 # --------------------------------------------------------------------------- queue formats
+#
+# Every format is read into the same entry shape, the neutral ``json-lines`` one
+# (docs/targets.md, "Admin adapters"): ``id`` and ``recipients`` always, ``sender``,
+# ``state``, ``received_at`` and ``message_id`` when the listing has them. A built-in
+# converter never finds a Message-ID: the ``headers`` command reads it.
+
+
+class QueueFormatError(ValueError):
+    """A listing that does not read as its format: the message names the line."""
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    """The neutral format: one JSON object per queued message and line. ``id`` (string)
+    and ``recipients`` (list of addresses still to deliver) are required; ``sender``,
+    ``state``, ``message_id`` (strings) and ``received_at`` (unix seconds) optional;
+    other fields ignored; blank lines skipped."""
+    entries: list[dict[str, Any]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise QueueFormatError(f"line {number} is not JSON ({exc.msg}): {line[:120]}") from None
+        if not isinstance(item, dict):
+            raise QueueFormatError(f"line {number} is not a JSON object: {line[:120]}")
+        qid, recipients = item.get("id"), item.get("recipients")
+        if not isinstance(qid, str) or not qid:
+            raise QueueFormatError(f"line {number} has no id (a non-empty string): {line[:120]}")
+        if not isinstance(recipients, list) or not all(isinstance(r, str) for r in recipients):
+            raise QueueFormatError(
+                f"line {number} (id {qid}) has no recipients (a list of addresses): {line[:120]}"
+            )
+        entry: dict[str, Any] = {"id": qid, "recipients": list(recipients)}
+        for key in ("sender", "state", "message_id"):
+            value = item.get(key)
+            if value is not None and not isinstance(value, str):
+                raise QueueFormatError(f"line {number} (id {qid}): {key} is not a string")
+            if value is not None:
+                entry[key] = value
+        received = item.get("received_at")
+        if received is not None:
+            if isinstance(received, bool) or not isinstance(received, (int, float)):
+                raise QueueFormatError(
+                    f"line {number} (id {qid}): received_at is not a number (unix seconds)"
+                )
+            entry["received_at"] = received
+        if entry.get("message_id"):
+            # the header's value: the harness compares "<...>" as the MTA received it
+            mid = entry["message_id"].strip()
+            entry["message_id"] = mid if mid.startswith("<") else f"<{mid}>"
+        else:
+            entry.pop("message_id", None)
+        entries.append(entry)
+    return entries
 
 
 def _postqueue_json(text: str) -> list[dict[str, Any]]:
-    """``postqueue -j``: one JSON object per queued message."""
+    """``postqueue -j``: one JSON object per queued message (lines not starting with
+    ``{`` skipped). Reads ``queue_id`` as id, ``sender``, ``recipients[].address`` (Postfix
+    lists only the recipients still to deliver), ``queue_name`` as state (incoming, active,
+    deferred, hold) and ``arrival_time`` as received_at."""
     entries = []
     for line in text.splitlines():
         line = line.strip()
@@ -127,7 +189,9 @@ _EXIM_HEAD = re.compile(
 
 def _exim_bp(text: str) -> list[dict[str, Any]]:
     """``exim -bp``: per message a line ``AGE SIZE ID <SENDER> [*** frozen ***]``, then its
-    recipients indented (``D`` before one already delivered), then a blank line."""
+    recipients indented (``D`` before one already delivered), then a blank line. Reads the
+    id, the sender (``<>`` as ""), the recipients not marked ``D`` and the state
+    (``frozen`` or ``queued``); the age is not a time and is left out."""
     entries: list[dict[str, Any]] = []
     for line in text.splitlines():
         head = _EXIM_HEAD.match(line)
@@ -157,7 +221,9 @@ _MAILQ_HEAD = re.compile(
 def _sendmail_mailq(text: str) -> list[dict[str, Any]]:
     """sendmail's ``mailq``: per message a line ``ID[*] SIZE Q-TIME SENDER``, then an
     indented status in parentheses, then its recipients indented, one per line. The
-    listing has a section per queue (MSP, MTA) that may repeat a message: once each."""
+    listing has a section per queue (MSP, MTA) that may repeat a message: once each.
+    Reads the id, the sender (``<>`` as ""), the recipients and the state (``running`` for
+    an id flagged ``*``, else ``queued``); Q-Time has no year and is left out."""
     entries: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
     for line in text.splitlines():
@@ -184,7 +250,11 @@ def _sendmail_mailq(text: str) -> list[dict[str, Any]]:
     return entries
 
 
+#: the neutral listing format; the others are converted to its entry shape
+NEUTRAL_FORMAT = "json-lines"
+
 QUEUE_FORMATS: dict[str, Callable[[str], list[dict[str, Any]]]] = {
+    "json-lines": _json_lines,
     "postqueue-json": _postqueue_json,
     "exim-bp": _exim_bp,
     "sendmail-mailq": _sendmail_mailq,
@@ -217,6 +287,9 @@ def _command(raw: Any, what: str, where: SourceRef) -> tuple[str, ...]:
     return tuple(str(x) for x in raw)
 
 
+_QUEUE_KEYS = {"list", "format", "headers"}
+
+
 def parse_admin(raw: Any, at: Callable[[str], SourceRef]) -> AdminAdapters:
     """Check an ``admin`` mapping; ``at("admin.KEY")`` gives a key's line."""
     known = {"reload", "check", "flush", "queue"}
@@ -241,10 +314,11 @@ def parse_admin(raw: Any, at: Callable[[str], SourceRef]) -> AdminAdapters:
     if raw.get("queue") is not None:
         where = at("admin.queue")
         spec = raw["queue"]
-        if not isinstance(spec, dict) or set(spec) != {"list", "format", "headers"}:
+        if not isinstance(spec, dict) or not {"list", "format"} <= set(spec) <= _QUEUE_KEYS:
             raise AdminError(
                 "admin.queue is {list: [command], format: "
-                f"{' | '.join(QUEUE_FORMATS)}, headers: [command with {{id}}]}}",
+                f"{' | '.join(QUEUE_FORMATS)}, headers: [command with {{id}}]}}"
+                " (headers optional for json-lines)",
                 where,
             )
         if spec["format"] not in QUEUE_FORMATS:
@@ -252,9 +326,19 @@ def parse_admin(raw: Any, at: Callable[[str], SourceRef]) -> AdminAdapters:
                 f"admin.queue.format {spec['format']!r} is not one of {', '.join(QUEUE_FORMATS)}",
                 where,
             )
-        headers = _command(spec["headers"], "admin.queue.headers", where)
-        if not any("{id}" in item for item in headers):
-            raise AdminError("admin.queue.headers must name the message: put {id} in it", where)
+        headers: tuple[str, ...] = ()
+        if spec.get("headers") is not None:
+            headers = _command(spec["headers"], "admin.queue.headers", where)
+            if not any("{id}" in item for item in headers):
+                raise AdminError("admin.queue.headers must name the message: put {id} in it",
+                                 where)  # fmt: skip
+        elif spec["format"] != NEUTRAL_FORMAT:
+            # the built-in converters never find a Message-ID in the listing
+            raise AdminError(
+                f"admin.queue.headers is needed with format {spec['format']}: its listing has"
+                " no Message-ID (only json-lines entries can carry message_id)",
+                where,
+            )
         queue = QueueAdapter(
             _command(spec["list"], "admin.queue.list", where), str(spec["format"]), headers
         )
@@ -296,6 +380,14 @@ def list_queue(container: Any, adapter: QueueAdapter) -> list[dict[str, Any]]:
         raise RuntimeError(f"cannot read {adapter.format} from {adapter.list[0]}: {exc}") from None
     failed: dict[str, str] = {}
     for entry in entries:
+        if entry.get("message_id"):
+            continue  # the listing said it (json-lines): no look at the message needed
+        if not adapter.headers:
+            # a queued message without a Message-ID would read as lost to every check
+            raise RuntimeError(
+                f"{' '.join(adapter.list)} lists {entry['id']} without message_id, and"
+                " admin.queue has no headers command to read it"
+            )
         command = [item.replace("{id}", str(entry["id"])) for item in adapter.headers]
         code, headers = run_in(container, command)
         entry["message_id"] = message_id_of(headers) if code == 0 else None
