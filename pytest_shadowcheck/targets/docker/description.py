@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import posixpath
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +58,7 @@ _KEYS = {
     "max_nodes": "how many nodes the target can run at once",
     "queue_dir": "directory of the durable queue: a named volume per node (a lazy filesystem "
     "for power cuts and full disks)",
-    "files": "path in the container -> template (or {template, mode})",
+    "files": "path in the container (a template too) -> template (or {template, mode})",
     "command": "the command, a list of templates",
     "environment": "NAME -> template",
     "ready": "readiness: smtp_banner, command, control_path, timeout",
@@ -91,12 +92,15 @@ class Readiness:
 
 @dataclass(frozen=True)
 class FileTemplate:
+    #: the path in the container as written: a template rendered like the content
     path: str
     source: str
     mode: int
     where: SourceRef
     #: line of the description where the template's first line is
     first_line: int
+    #: line of the description where the path (the key) is
+    path_line: int = 0
 
 
 @dataclass
@@ -172,7 +176,8 @@ class Description:
     def renders(self, setting: str) -> bool:
         """Whether any template (files, command, environment) uses ``setting``: a
         setting no template names never reaches the MTA."""
-        sources = [f.source for f in self.files] + self.command + list(self.environment.values())
+        sources = [f.source for f in self.files] + [f.path for f in self.files]
+        sources += self.command + list(self.environment.values())
         return any(setting in source for source in sources)
 
 
@@ -214,6 +219,7 @@ def _marks(node: yaml.Node) -> dict[str, tuple[int, str | None]]:
                     template = next((v for k, v in fvalue.value if k.value == "template"), fvalue)
                 style = template.style if isinstance(template, yaml.ScalarNode) else None
                 out[f"files.{fkey.value}"] = (template.start_mark.line + 1, style)
+                out[f"files-key.{fkey.value}"] = (fkey.start_mark.line + 1, None)
     return out
 
 
@@ -237,6 +243,24 @@ def _template_env() -> Any:
 def _whole_seconds(value: Any, minimum: int = 1) -> int:
     """Round a timer up to whole seconds (most MTAs have no sub-second timers)."""
     return max(minimum, math.ceil(float(value)))
+
+
+def _is_template(text: str) -> bool:
+    return "{{" in text or "{%" in text
+
+
+def _check_path(path: str, written: str, where: SourceRef, node: str | None = None) -> str:
+    """The container path a ``files:`` key names (rendered for ``node``), normalised:
+    absolute, not empty, not a directory."""
+    shown = f"{written!r}" + (f" (for node {node}: {path!r})" if path != written else "")
+    if not path.strip():
+        empty = "is empty" if node is None else f"renders to nothing for node {node}"
+        raise DescriptionError(f"file {written!r}: the path {empty}", where)
+    if not path.startswith("/"):
+        raise DescriptionError(f"file {shown}: the path must be absolute", where)
+    if path.endswith("/"):
+        raise DescriptionError(f"file {shown}: the path names a directory, not a file", where)
+    return posixpath.normpath(path)
 
 
 def _str_list(value: Any, where: SourceRef, what: str) -> list[str]:
@@ -285,8 +309,14 @@ def load_description(path: str | Path) -> Description:
     for target_path, spec in raw_files.items():
         key = f"files.{target_path}"
         where = at(key)
-        if not str(target_path).startswith("/"):
-            raise DescriptionError(f"file {target_path!r}: the path must be absolute", where)
+        path_where = SourceRef(file, lines.get(f"files-key.{target_path}", where.line))
+        try:
+            env.from_string(str(target_path))
+        except jinja2.TemplateSyntaxError as exc:
+            raise DescriptionError(f"path {target_path}: {exc.message}", path_where) from None
+        # a templated path is checked once rendered (render_node), a fixed one here
+        if not _is_template(str(target_path)):
+            _check_path(str(target_path), str(target_path), path_where)
         mode = 0o644
         if isinstance(spec, dict):
             if set(spec) - {"template", "mode"} or "template" not in spec:
@@ -308,7 +338,7 @@ def load_description(path: str | Path) -> Description:
         except jinja2.TemplateSyntaxError as exc:
             at_line = SourceRef(file, first + (exc.lineno or 1) - 1)
             raise DescriptionError(f"template {target_path}: {exc.message}", at_line) from None
-        files.append(FileTemplate(str(target_path), spec, mode, where, first))
+        files.append(FileTemplate(str(target_path), spec, mode, where, first, path_where.line))
 
     command = _str_list(data.get("command") or [], at("command"), "'command'")
     environment = data.get("environment") or {}
@@ -509,10 +539,20 @@ def render_node(
                 line = SourceRef(where.path, first_line + lineno - 1)
             raise DescriptionError(f"cannot render for node {node}: {exc}", line) from None
 
-    files = {
-        f.path: (render(f.source, f.where, f.first_line).encode(), f.mode)
-        for f in description.files
-    }
+    files: dict[str, tuple[bytes, int]] = {}
+    written: dict[str, FileTemplate] = {}
+    for f in description.files:
+        path_where = SourceRef(f.where.path, f.path_line or f.where.line)
+        path = _check_path(render(f.path, path_where).strip(), f.path, path_where, node)
+        if path in written:
+            other = written[path]
+            raise DescriptionError(
+                f"files {other.path!r} (line {other.path_line}) and {f.path!r} both render to "
+                f"{path} for node {node}: each file of a node needs a path of its own",
+                path_where,
+            )
+        written[path] = f
+        files[path] = (render(f.source, f.where, f.first_line).encode(), f.mode)
     command = [render(item, description.where("command")) for item in description.command]
     command = [item for item in command if item.strip()]
     environment = {
