@@ -330,3 +330,23 @@ def test_a_path_template_with_a_syntax_error_names_its_line(tmp_path: Path) -> N
     with pytest.raises(DescriptionError) as caught:
         load_description(path)
     assert str(caught.value).startswith(f"{path}:3: path /etc/{{{{ node: "), str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        ('""', "'version' is empty"),
+        ("{text: '  '}", "'version' is empty"),
+        ("{command: [v], format: ''}", "version.format '' renders to nothing"),
+        ("{command: [v], format: 'MTA {version}'}", "{output} is the only placeholder"),
+    ],
+    ids=["empty", "blank-text", "blank-format", "placeholder"],
+)
+def test_a_version_that_says_nothing_is_an_error(
+    tmp_path: Path, version: str, message: str
+) -> None:
+    path = write_description(tmp_path, f"image: x\nversion: {version}\n")
+    with pytest.raises(DescriptionError) as caught:
+        load_description(path)
+    assert str(caught.value).startswith(f"{path}:2: "), str(caught.value)
+    assert message in str(caught.value)

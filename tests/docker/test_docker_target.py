@@ -371,3 +371,29 @@ def test_exim_keeps_an_acknowledged_message_across_kill_and_restart(
     for node in ("mbx1", "mbx2"):
         assert "notifier" not in (tmp_path / "work" / f"{node}.log").read_text()
     assert leftovers(engine, tidy[-1]) == []
+
+
+def test_an_empty_version_is_an_error_naming_the_description_line(
+    engine: Any, tmp_path: Path, pytester: pytest.Pytester
+) -> None:
+    path = write_description(
+        tmp_path,
+        f"""
+        name: silent
+        image: {POSTFIX}
+        version: {{command: [postconf, -h, no_such_parameter_here]}}
+        """,
+    )
+    # postconf prints nothing for an unknown parameter (a warning on stderr only)
+    with pytest.raises(TargetError) as caught:
+        DockerTarget(str(path)).version()
+    message = str(caught.value)
+    assert message.startswith(f"{path}:3: the version command (postconf -h "), message
+    assert "printed nothing" in message
+
+    # through pytest: a usage error before any scenario runs, not a blank header
+    result = pytester.runpytest_subprocess(
+        "--shadowcheck", f"--shadowcheck-target=docker:{path}", "-p", "no:cacheprovider"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{path}:3: the version command*printed nothing*"])

@@ -43,6 +43,7 @@ __all__ = [
     "RenderedNode",
     "load_description",
     "render_node",
+    "version_from_output",
 ]
 
 #: what docker itself gives: SIGKILL, the freezer, start again, a new queue volume
@@ -351,12 +352,14 @@ def load_description(path: str | Path) -> Description:
             raise DescriptionError(f"template {item!r}: {exc.message}", at("command")) from None
 
     ready = _readiness(data.get("ready"), at("ready"))
-    version = data.get("version") or {}
+    version = data.get("version")
+    version = {} if version is None else version
     if isinstance(version, str):
         version = {"text": version}
     if not isinstance(version, dict) or set(version) - {"command", "format", "text"}:
         raise DescriptionError("'version' is {command: [...], format: '... {output}'} or text",
                                at("version"))  # fmt: skip
+    _check_version(version, at("version"))
     claimed = set(_str_list(data.get("capabilities") or [], at("capabilities"), "'capabilities'"))
     bad = sorted(claimed - CLAIMABLE - DOCKER_CAPABILITIES)
     if bad:
@@ -411,6 +414,42 @@ def load_description(path: str | Path) -> Description:
         logs=tuple(logs),
         lines=lines,
     )
+
+
+def _check_version(version: dict[str, Any], where: SourceRef) -> None:
+    """A version that says nothing is an error, not an empty line in every report."""
+    if "text" in version and not str(version["text"] or "").strip():
+        raise DescriptionError("'version' is empty: name the MTA and its version", where)
+    fmt = str(version.get("format", "{output}"))
+    try:
+        sample = fmt.format(output="4.2")
+    except (KeyError, IndexError, ValueError) as exc:
+        raise DescriptionError(
+            f"version.format {fmt!r}: {{output}} is the only placeholder ({exc})", where
+        ) from None
+    if not sample.strip():
+        raise DescriptionError(f"version.format {fmt!r} renders to nothing", where)
+
+
+def version_from_output(description: Description, output: str) -> str:
+    """The version from what the version command printed; nothing printed (or a format
+    that renders to blank) is an error naming the description's ``version`` line."""
+    text = output.strip()
+    shown = " ".join(description.version_command)
+    if not text:
+        raise DescriptionError(
+            f"the version command ({shown}) printed nothing: the version of the MTA "
+            "under test would be blank in every report; fix the command or give "
+            "version: {text: ...}",
+            description.where("version"),
+        )
+    version = description.version_format.format(output=text).strip()
+    if not version:
+        raise DescriptionError(
+            f"version.format {description.version_format!r} renders {text!r} to nothing",
+            description.where("version"),
+        )
+    return version
 
 
 def _readiness(raw: Any, where: SourceRef) -> Readiness:

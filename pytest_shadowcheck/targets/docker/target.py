@@ -59,6 +59,7 @@ from pytest_shadowcheck.targets.docker.description import (
     RenderedNode,
     load_description,
     render_node,
+    version_from_output,
 )
 from pytest_shadowcheck.targets.docker.housekeeping import (
     LABEL_NODE,
@@ -237,8 +238,7 @@ class DockerTarget(Target):
             )
         except Exception as exc:
             return f"unknown (version command failed: {exc})" + suffix
-        text = output.decode(errors="replace").strip()
-        return desc.version_format.format(output=text) + suffix
+        return version_from_output(desc, output.decode(errors="replace")) + suffix
 
     def describe(self) -> str:
         return f"{self.description.name} in docker ({self.description.image})"
