@@ -27,7 +27,7 @@ from pytest_shadowcheck.errors import SourceRef, format_snippet
 from pytest_shadowcheck.scenario.durations import parse_duration
 from pytest_shadowcheck.scenario.loader import MTA_CAPABILITIES, PROCESS_CAPABILITIES
 from pytest_shadowcheck.scenario.steps import SettingsSpec
-from pytest_shadowcheck.targets.base import ClusterPlan, TargetError
+from pytest_shadowcheck.targets.base import ClusterPlan, Glue, TargetError
 from pytest_shadowcheck.targets.docker.admin import AdminAdapters, AdminError, parse_admin
 
 if TYPE_CHECKING:
@@ -69,6 +69,8 @@ _KEYS = {
     "added_headers": "header fields the MTA adds to every message beyond Received/Return-Path",
     "admin": "commands run in the container: reload, check, flush, queue (docker_admin.py)",
     "logs": "files in the container the MTA logs to, shown as the node's log",
+    "glue": "what the description adds that provides behaviours the MTA does not: "
+    "[{provides: [ID, ...], what: text}] (their PASS is not credited to the MTA)",
 }
 
 
@@ -127,6 +129,8 @@ class Description:
     admin: AdminAdapters = field(default_factory=AdminAdapters)
     #: files in the container the MTA logs to (beside its standard output)
     logs: tuple[str, ...] = ()
+    #: glue the description adds that provides behaviours in the MTA's stead
+    glue: tuple[Glue, ...] = ()
     lines: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -210,6 +214,9 @@ def _marks(node: yaml.Node) -> dict[str, tuple[int, str | None]]:
     for key, value in node.value:
         name = str(key.value)
         out[name] = (key.start_mark.line + 1, None)
+        if name == "glue" and isinstance(value, yaml.SequenceNode):
+            for index, item in enumerate(value.value):
+                out[f"glue.{index}"] = (item.start_mark.line + 1, None)
         if name == "admin" and isinstance(value, yaml.MappingNode):
             for akey, _ in value.value:
                 out[f"admin.{akey.value}"] = (akey.start_mark.line + 1, None)
@@ -412,8 +419,42 @@ def load_description(path: str | Path) -> Description:
         ),
         admin=admin,
         logs=tuple(logs),
+        glue=_glue(data.get("glue"), at),
         lines=lines,
     )
+
+
+def _glue(raw: Any, at: Any) -> tuple[Glue, ...]:
+    """``glue: [{provides: [ID, ...], what: text}]``, IDs from the behaviour catalogue."""
+    from pytest_shadowcheck.scenario.loader import load_behaviours
+
+    if raw is None:
+        return ()
+    form = "'glue' is a list of {provides: [BEHAVIOUR-ID, ...], what: what the glue is}"
+    if not isinstance(raw, list):
+        raise DescriptionError(form, at("glue"))
+    catalogue = load_behaviours()
+    out: list[Glue] = []
+    for index, item in enumerate(raw):
+        where = at(f"glue.{index}")
+        if not isinstance(item, dict) or set(item) != {"provides", "what"}:
+            raise DescriptionError(form, where)
+        provides = _str_list(item["provides"], where, "glue.provides")
+        if not provides:
+            raise DescriptionError("glue.provides names no behaviour", where)
+        unknown = [bid for bid in provides if bid not in catalogue]
+        if unknown:
+            raise DescriptionError(
+                f"glue.provides: {unknown[0]!r} is not a behaviour of the catalogue "
+                f"({', '.join(list(catalogue)[:3])}, ... {list(catalogue)[-1]}: README.md "
+                "lists them)",
+                where,
+            )
+        what = str(item["what"] or "").strip()
+        if not what:
+            raise DescriptionError("glue.what is empty: say what the glue is", where)
+        out.append(Glue(tuple(provides), what))
+    return tuple(out)
 
 
 def _check_version(version: dict[str, Any], where: SourceRef) -> None:

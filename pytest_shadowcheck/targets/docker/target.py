@@ -112,6 +112,7 @@ class DockerTarget(Target):
         self.name = f"docker:{self.description.name}"
         self.capabilities = self.description.capabilities
         self.added_headers = self.description.added_headers
+        self.glue = self.description.glue
         self.control_calls = self.description.admin.calls
         # every node's files are rendered from its own settings
         self.per_node_settings = True
