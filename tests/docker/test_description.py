@@ -5,6 +5,7 @@ No Docker engine needed: these read the YAML and fill the Jinja2 templates.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -350,3 +351,26 @@ def test_a_version_that_says_nothing_is_an_error(
         load_description(path)
     assert str(caught.value).startswith(f"{path}:2: "), str(caught.value)
     assert message in str(caught.value)
+
+
+def test_every_description_key_is_documented_with_an_example(tmp_path: Path) -> None:
+    """docs/targets.md shows each key of a description in a YAML example, and its
+    example of templated file paths renders as it says."""
+    from pytest_shadowcheck.targets.docker.description import _KEYS
+
+    docs = (TARGETS.parent / "docs" / "targets.md").read_text(encoding="utf-8")
+    shown: set[str] = set()
+    blocks = re.findall(r"```yaml\n(.*?)```", docs, re.S)
+    for block in blocks:
+        data = yaml.safe_load(block)
+        if isinstance(data, dict):
+            shown |= set(data)
+    assert sorted(set(_KEYS) - shown) == []
+    (paths,) = [b for b in blocks if b.startswith("files:\n  /etc/mta/{{ node }}.conf")]
+    (glue,) = [b for b in blocks if b.startswith("glue:")]
+    description = load_description(write_description(tmp_path, "image: x\n" + paths + glue))
+    assert description.glue[0].provides == ("TO-2", "CR-5")
+    node = render_node(description, plan_for(tmp_path), "mbx2", PORTS, "run-1")
+    assert set(node.files) == {"/etc/mta/mbx2.conf", "/etc/mta/shadow.conf"}
+    peers = b'peers = {"mbx1": {"host": "127.0.0.1", "port": 41001, "address": "127.0.0.1:41001"}}'
+    assert node.files["/etc/mta/shadow.conf"] == (peers, 0o600)
