@@ -14,6 +14,7 @@ import pytest
 from pytest_shadowcheck.plugin.junit import junit_xml
 from pytest_shadowcheck.plugin.state import ShadowcheckState
 from pytest_shadowcheck.report.certification import (
+    GLUE_PASS,
     build_report,
     library_scenarios,
     scenario_entry,
@@ -65,6 +66,7 @@ class CertificationRecorder:
             started_at=self.started_at,
             library=library_scenarios(state.library_paths or state.scenario_paths),
             collection_errors=self.errors,
+            glue=[{"provides": list(g.provides), "what": g.what} for g in state.target.glue],
         )
         partial = [b["id"] for b in self.report["behaviours"] if b["status"] == "PARTIAL"]
         xml = junit_xml(session.config)
@@ -88,6 +90,12 @@ class CertificationRecorder:
             ids = [b["id"] for b in self.report["behaviours"] if b["status"] == status]
             if ids:
                 terminalreporter.write_line(f"{status}: {', '.join(ids)}")
+        glued = [b for b in self.report["behaviours"] if b.get("by_glue")]
+        if glued:
+            terminalreporter.write_line(
+                f"{GLUE_PASS}, not credited to the MTA: "
+                + "; ".join(f"{b['id']} (by the description's glue: {b['by_glue']})" for b in glued)
+            )
         if self.report["not_run"]:
             terminalreporter.write_line(
                 f"not run: {len(self.report['not_run'])} scenario(s) of the library "

@@ -202,9 +202,13 @@ class SessionHooks:
         if STATE_KEY not in config.stash:
             return None
         state = get_state(config)
+        try:
+            version = state.target.version()
+        except TargetError as exc:  # an empty version names the description's line
+            raise pytest.UsageError(str(exc)) from None
         return [
             f"shadowcheck {__version__}: target {state.target_spec} "
-            f"({state.target.version()}), run {state.run_id}",
+            f"({version}), run {state.run_id}",
             "shadowcheck scenarios: " + ", ".join(str(p) for p in config.args),
             # failures name their kept workdirs relative to it (reports carry no machine path)
             f"shadowcheck workdirs: {BASETEMP} is {run_basetemp(config) or 'not used'}",

@@ -11,6 +11,12 @@ each (computed from the checks that evidence it, see :mod:`.verdict`), by
 not run (``-k``, ``-m``, a file argument) is PARTIAL unless a FAIL, an
 INCONCLUSIVE or an OUTSIDE-GUARANTEE was seen; one none of whose scenarios ran
 is UNTESTED. The words and colours are :data:`.statuses.LEGEND`.
+
+A PASS of a behaviour that the target's *glue* provides (a docker description's
+``glue:``, e.g. a delivery program that forwards) is the glue's, not the MTA's: the
+behaviour keeps its status PASS with ``by_glue`` (what the glue is), is shown as
+``PASS (glue)`` (:data:`GLUE_PASS`) and counted apart, and the opening sentences
+never credit it to the MTA. Any other status (a FAIL above all) stands as it is.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from pytest_shadowcheck.verdict import Verdict
 from pytest_shadowcheck.version import __version__
 
 __all__ = [
+    "GLUE_PASS",
     "admin_summary",
     "build_report",
     "is_scenario_file",
@@ -53,6 +60,8 @@ SUMMARY_ORDER = [
     Status.UNTESTABLE,
     Status.UNTESTED,
 ]
+#: how a PASS the description's glue earned is shown and counted (never as the MTA's)
+GLUE_PASS = "PASS (glue)"
 #: statuses a partial run cannot confirm (a FAIL or a crash is news whatever else ran)
 _PARTIAL_HIDES = {Status.PASS, Status.NOT_APPLICABLE, Status.UNTESTABLE}
 
@@ -93,6 +102,7 @@ def _behaviour_entry(
     catalogue_entry: dict[str, Any],
     results: list[dict[str, Any]],
     library: list[str],
+    glue: str | None = None,
 ) -> dict[str, Any]:
     ran = [r for r in results if bid in r["by_behaviour"]]
     statuses = [Status(r["by_behaviour"][bid]["status"]) for r in ran]
@@ -118,7 +128,7 @@ def _behaviour_entry(
                 "decided_by": decided_by,
             }
         )
-    return {
+    entry = {
         "id": bid,
         "group": catalogue_entry["group"],
         "group_title": catalogue_entry.get("group_title", catalogue_entry["group"]),
@@ -129,6 +139,26 @@ def _behaviour_entry(
         "not_run": not_run,
         "reason": _one_line_reason(status, scenarios, len(library), not_run),
     }
+    if glue and status == Status.PASS:
+        entry["by_glue"] = glue
+        entry["reason"] = f"by the description's glue: {glue} ({entry['reason']})"
+    return entry
+
+
+def glue_of(glue: list[dict[str, Any]]) -> dict[str, str]:
+    """Behaviour ID -> what provides it, from the target's glue
+    (``[{provides: [ID, ...], what: text}]``)."""
+    out: dict[str, str] = {}
+    for item in glue:
+        for bid in item["provides"]:
+            out[bid] = f"{out[bid]}; {item['what']}" if bid in out else str(item["what"])
+    return out
+
+
+def status_shown(entry: dict[str, Any]) -> str:
+    """A behaviour's status as pages and the terminal show it: PASS (glue) for a PASS
+    the description's glue earned."""
+    return GLUE_PASS if entry.get("by_glue") else str(entry["status"])
 
 
 def _one_line_reason(
@@ -154,17 +184,25 @@ def build_report(
     target_spec: str = "",
     library: dict[str, list[str]] | None = None,
     collection_errors: list[dict[str, str]] | None = None,
+    glue: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """The certification. ``glue`` is the target's (``[{provides, what}]``): a PASS of a
+    behaviour it provides is counted as :data:`GLUE_PASS`, not as the MTA's PASS."""
     catalogue = load_behaviours()
     library = library or {}
+    provided = glue_of(glue or [])
     behaviours = []
     for bid in [*catalogue, *sorted(set(library) - set(catalogue))]:
         entry = catalogue.get(bid, {"summary": "(not in the catalogue)", "group": bid[:2]})
         named_by = library.get(bid) or [r["scenario"] for r in results if bid in r["by_behaviour"]]
-        behaviours.append(_behaviour_entry(bid, entry, results, named_by))
-    summary = {str(status): 0 for status in SUMMARY_ORDER}
+        behaviours.append(_behaviour_entry(bid, entry, results, named_by, provided.get(bid)))
+    summary: dict[str, int] = {}
+    for status in SUMMARY_ORDER:
+        summary[str(status)] = 0
+        if status == Status.PASS and glue:
+            summary[GLUE_PASS] = 0  # beside the MTA's own, never in it
     for item in behaviours:
-        summary[item["status"]] += 1
+        summary[status_shown(item)] += 1
     run_names = {r["scenario"] for r in results}
     not_run = sorted({name for names in library.values() for name in names} - run_names)
     report = {
@@ -180,6 +218,7 @@ def build_report(
         "scenarios": results,
         "not_run": not_run,
         "collection_errors": collection_errors or [],
+        "glue": [{"provides": list(g["provides"]), "what": g["what"]} for g in glue or []],
     }
     report["admin_summary"] = admin_summary(report)
     return report
@@ -203,7 +242,7 @@ def admin_summary(report: dict[str, Any]) -> list[dict[str, Any]]:
     mta = _mta(report)
     by_status: dict[str, list[dict[str, Any]]] = {}
     for b in behaviours:
-        by_status.setdefault(b["status"], []).append(b)
+        by_status.setdefault(status_shown(b), []).append(b)
     out: list[dict[str, Any]] = []
 
     def add(status: Status, text: str, items: dict[str, str] | None = None) -> None:
@@ -216,6 +255,15 @@ def admin_summary(report: dict[str, Any]) -> list[dict[str, Any]]:
             f"{mta} keeps {_count(len(kept), total)}: each held in every scenario that tested it.",
             {b["id"]: f"{_rule(b)} Held in {_scenarios_named(b)}." for b in kept},
         )
+    glued = by_status.get(GLUE_PASS, [])
+    if glued:
+        add(
+            Status.PASS,
+            f"{_count(len(glued), total)} held only through glue the target description adds "
+            f"around {mta}, so they are not credited to it:",
+            {b["id"]: f"{_rule(b)} Provided by the description's glue: {b['by_glue']}."
+             for b in glued},
+        )  # fmt: skip
     broken = by_status.get(Status.FAIL, [])
     if broken:
         add(
@@ -397,14 +445,21 @@ def _commonest(causes: Counter[str]) -> str:
 # --------------------------------------------------------------------------- HTML
 
 
+#: a PASS the glue earned: the PASS green, faded, so it never reads as the MTA's
+GLUE_COLOUR = "#a5d6a7"
+
+
 def _badge(status: str, text: str | None = None, title: str = "", href: str = "") -> str:
-    info = LEGEND[Status(status)]
-    fg = "#000" if status in ("UNTESTED", "PARTIAL", "UNTESTABLE") else "#fff"
+    if status == GLUE_PASS:
+        colour, fg = GLUE_COLOUR, "#000"
+    else:
+        colour = LEGEND[Status(status)].colour
+        fg = "#000" if status in ("UNTESTED", "PARTIAL", "UNTESTABLE") else "#fff"
     body = html.escape(text if text is not None else status)
     if href:
         body = f'<a href="{html.escape(href)}" style="color:{fg}">{body}</a>'
     return (
-        f'<span class="b" style="background:{info.colour};color:{fg}" '
+        f'<span class="b" style="background:{colour};color:{fg}" '
         f'title="{html.escape(title)}">{body}</span>'
     )
 
@@ -500,8 +555,8 @@ def _workload_table(w: dict[str, Any]) -> str:
     )
 
 
-def _listing(report: dict[str, Any], status: Status) -> str:
-    items = [b for b in report["behaviours"] if b["status"] == status]
+def _listing(report: dict[str, Any], status: str) -> str:
+    items = [b for b in report["behaviours"] if status_shown(b) == status]
     if not items:
         return ""
     lis = "".join(
@@ -550,7 +605,7 @@ def render_html(report: dict[str, Any]) -> str:
         rows.append(
             f'<tr id="behaviour-{html.escape(entry["id"])}"><th>{html.escape(entry["id"])}</th>'
             f'<td class="t">{html.escape(entry["summary"])}</td>'
-            f'<td class="s">{_badge(entry["status"], None, entry["reason"])}</td>'
+            f'<td class="s">{_badge(status_shown(entry), None, entry["reason"])}</td>'
             f'<td class="t">{html.escape(entry["reason"])}</td>{"".join(cells)}</tr>'
         )
     details = "".join(
@@ -563,6 +618,13 @@ def render_html(report: dict[str, Any]) -> str:
         for e in report["collection_errors"]
     )
     summary = " ".join(_badge(k, f"{k}: {v}") for k, v in report["summary"].items() if v)
+    if report.get("glue"):
+        summary += "".join(
+            f"<p>{_badge(GLUE_PASS)} the target description adds glue around the MTA: "
+            f"{html.escape(g['what'])}; it provides {html.escape(', '.join(g['provides']))}, "
+            "whose PASS is the glue's and never credited to the MTA.</p>"
+            for g in report["glue"]
+        )
     banners = []
     if report["summary"].get("INCONCLUSIVE"):
         banners.append(
@@ -585,6 +647,7 @@ def render_html(report: dict[str, Any]) -> str:
             Status.UNTESTABLE,
             Status.NOT_APPLICABLE,
             Status.PARTIAL,
+            GLUE_PASS,
         )
     )
     meta = (

@@ -14,6 +14,10 @@ The reference MTA is a certification like any other (``docs/certifications/
 reference``, a real run of the suite against it): its column shows what the
 suite observed, not what the reference is meant to do. It comes first; the
 other columns follow in the order of their directory names.
+
+A PASS the certified description's glue earned (``by_glue`` in the certification)
+is shown as ``PASS (glue)`` with what the glue is, and totalled apart: the matrix
+never credits it to the MTA.
 """
 
 from __future__ import annotations
@@ -23,11 +27,12 @@ import json
 import re
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_shadowcheck.report.catalogue import replace_block
+from pytest_shadowcheck.report.certification import GLUE_PASS
 from pytest_shadowcheck.scenario.loader import load_behaviours
 from pytest_shadowcheck.statuses import RANK, Status
 
@@ -58,6 +63,8 @@ class Certification:
     cells: dict[str, tuple[str, str]]
     #: behaviours whose row on the certification page has an anchor to link to
     anchors: frozenset[str]
+    #: behaviours whose PASS the description's glue earned -> what the glue is
+    glue: dict[str, str] = field(default_factory=dict)
 
 
 def _title(data: dict[str, Any], directory: Path) -> str:
@@ -79,12 +86,13 @@ def _load(directory: Path) -> Certification:
             str(b["id"]): (Status(b["status"]).value, str(b.get("reason") or ""))
             for b in data["behaviours"]
         }
+        glue = {str(b["id"]): str(b["by_glue"]) for b in data["behaviours"] if b.get("by_glue")}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise MatrixError(f"{path}: not a certification report ({exc})") from None
     page = directory / "certification.html"
     html = page.read_text(encoding="utf-8") if page.is_file() else ""
     anchors = frozenset(b for b in cells if f'id="behaviour-{b}"' in html)
-    return Certification(directory, _title(data, directory), cells, anchors)
+    return Certification(directory, _title(data, directory), cells, anchors, glue)
 
 
 def load_certifications(root: Path) -> list[Certification]:
@@ -128,9 +136,11 @@ def short_reason(status: str, reason: str, width: int = REASON_WIDTH) -> str:
         r"\1 acknowledged, never",
         text,
     )
-    if len(text) > width:
-        text = text[: width - 1].rstrip() + "…"
-    return text
+    return _cut(text, width)
+
+
+def _cut(text: str, width: int = REASON_WIDTH) -> str:
+    return text if len(text) <= width else text[: width - 1].rstrip() + "…"
 
 
 def _escape(text: str) -> str:
@@ -138,14 +148,22 @@ def _escape(text: str) -> str:
     return text.replace("|", "\\|").replace("<", "&lt;")
 
 
+def _shown(cert: Certification, bid: str) -> str:
+    status = cert.cells.get(bid, (Status.UNTESTED.value, ""))[0]
+    return GLUE_PASS if bid in cert.glue else status
+
+
 def _cell(cert: Certification, bid: str, relative_to: Path) -> str:
     status, reason = cert.cells.get(bid, (Status.UNTESTED.value, "not in this certification"))
+    shown = _shown(cert, bid)
     page = cert.directory / "certification.html"
-    badge = status
+    badge = shown
     if page.is_file():
         anchor = f"#behaviour-{bid}" if bid in cert.anchors else ""
-        badge = f"[{status}]({_relative(page, relative_to)}{anchor})"
+        badge = f"[{shown}]({_relative(page, relative_to)}{anchor})"
     why = short_reason(status, reason)
+    if bid in cert.glue:
+        why = _cut(f"by the description's glue: {' '.join(cert.glue[bid].split())}")
     return f"{badge} {_escape(why)}".rstrip()
 
 
@@ -157,8 +175,10 @@ def _relative(path: Path, relative_to: Path) -> str:
 
 
 def _totals(cert: Certification, ids: list[str]) -> str:
-    counts = Counter(cert.cells.get(b, (Status.UNTESTED.value, ""))[0] for b in ids)
-    order = sorted(counts, key=lambda s: -RANK[Status(s)])  # FAIL first
+    counts = Counter(_shown(cert, b) for b in ids)
+    # FAIL first; the glue's PASS right after the MTA's own
+    rank = {s: RANK[Status.PASS] - 0.5 if s == GLUE_PASS else RANK[Status(s)] for s in counts}
+    order = sorted(counts, key=lambda s: -rank[s])
     return ", ".join(f"{counts[s]} {s}" for s in order)
 
 

@@ -27,11 +27,23 @@ __all__ = [
     "CAPABILITIES",
     "QUEUE_PATHS",
     "ClusterPlan",
+    "Glue",
     "NodeHandle",
     "Target",
     "TargetError",
     "control_call",
 ]
+
+@dataclass(frozen=True)
+class Glue:
+    """What a target's set-up adds around the MTA that provides behaviours the MTA does
+    not (a delivery program that forwards, a relay shim): a PASS of one of ``provides``
+    is the glue's, and the certification never credits it to the MTA."""
+
+    provides: tuple[str, ...]
+    #: what the glue is, in the description's words
+    what: str
+
 
 @dataclass
 class NodeHandle:
@@ -82,6 +94,8 @@ class Target(abc.ABC):
     #: header fields the MTA adds to every message beyond the trace fields (the
     #: integrity invariant permits them on top of the sender's header section)
     added_headers: frozenset[str] = frozenset()
+    #: glue around the MTA that provides behaviours in its stead (not credited to it)
+    glue: tuple[Glue, ...] = ()
     #: whether ClusterPlan.node_settings reach the nodes (scenarios giving one node
     #: settings of its own are UNTESTABLE on a target without it)
     per_node_settings: bool = False

@@ -5,6 +5,7 @@ No Docker engine needed: these read the YAML and fill the Jinja2 templates.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -340,3 +341,122 @@ def test_a_template_error_while_rendering_names_the_template_line(tmp_path: Path
     text = str(caught.value)
     assert text.startswith(f"{path}:5: cannot render for node mbx1:"), text
     assert "NoSuchSetting" in text
+
+
+def test_a_file_path_is_a_template_rendered_per_node(tmp_path: Path) -> None:
+    path = write_description(
+        tmp_path,
+        """
+        image: x
+        files:
+          /etc/mta/{{ node }}.conf: "name = {{ node }}"
+          "{{ '/etc/mta/retry' if settings.TransientFailureRetryInterval else '/tmp/none' }}":
+            {template: "{{ settings.TransientFailureRetryInterval | seconds }}", mode: "600"}
+        """,
+    )
+    description = load_description(path)
+    # a setting named only in a path still reaches the MTA
+    assert description.renders("TransientFailureRetryInterval")
+    plan = plan_for(tmp_path)
+    files = {n: render_node(description, plan, n, PORTS, "run-1").files for n in ("mbx1", "mbx2")}
+    assert files["mbx1"] == {
+        "/etc/mta/mbx1.conf": (b"name = mbx1", 0o644),
+        "/etc/mta/retry": (b"1", 0o600),
+    }
+    assert set(files["mbx2"]) == {"/etc/mta/mbx2.conf", "/etc/mta/retry"}
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        (
+            "\"{{ '' if node == 'mbx1' else '/etc/a' }}\"",
+            "the path renders to nothing for node mbx1",
+        ),
+        ("'{{ node }}/a.conf'", "file '{{ node }}/a.conf' (for node mbx1: 'mbx1/a.conf'): the "
+         "path must be absolute"),
+        ("/etc/{{ node }}/", "the path names a directory, not a file"),
+    ],
+    ids=["empty", "relative", "directory"],
+)
+def test_a_rendered_path_that_is_no_file_names_its_line(
+    tmp_path: Path, key: str, message: str
+) -> None:
+    path = write_description(tmp_path, f"image: x\nfiles:\n  /etc/b.conf: b\n  {key}: a\n")
+    description = load_description(path)
+    with pytest.raises(DescriptionError) as caught:
+        render_node(description, plan_for(tmp_path), "mbx1", PORTS, "run-1")
+    text = str(caught.value)
+    assert text.startswith(f"{path}:4: "), text
+    assert message in text
+
+
+def test_two_paths_rendering_to_one_file_is_an_error(tmp_path: Path) -> None:
+    path = write_description(
+        tmp_path,
+        """
+        image: x
+        files:
+          /etc/mta/{{ node }}.conf: a
+          /etc/mta/{{ 'mbx1' }}.conf: |
+            b
+        """,
+    )
+    description = load_description(path)
+    # mbx2 gets two files; for mbx1 both keys name the same file
+    assert len(render_node(description, plan_for(tmp_path), "mbx2", PORTS, "run-1").files) == 2
+    with pytest.raises(DescriptionError) as caught:
+        render_node(description, plan_for(tmp_path), "mbx1", PORTS, "run-1")
+    text = str(caught.value)
+    assert text.startswith(f"{path}:4: files '/etc/mta/{{{{ node }}}}.conf' (line 3) and "), text
+    assert "both render to /etc/mta/mbx1.conf for node mbx1" in text
+
+
+def test_a_path_template_with_a_syntax_error_names_its_line(tmp_path: Path) -> None:
+    path = write_description(tmp_path, "image: x\nfiles:\n  /etc/{{ node: |\n    text\n")
+    with pytest.raises(DescriptionError) as caught:
+        load_description(path)
+    assert str(caught.value).startswith(f"{path}:3: path /etc/{{{{ node: "), str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        ('""', "'version' is empty"),
+        ("{text: '  '}", "'version' is empty"),
+        ("{command: [v], format: ''}", "version.format '' renders to nothing"),
+        ("{command: [v], format: 'MTA {version}'}", "{output} is the only placeholder"),
+    ],
+    ids=["empty", "blank-text", "blank-format", "placeholder"],
+)
+def test_a_version_that_says_nothing_is_an_error(
+    tmp_path: Path, version: str, message: str
+) -> None:
+    path = write_description(tmp_path, f"image: x\nversion: {version}\n")
+    with pytest.raises(DescriptionError) as caught:
+        load_description(path)
+    assert str(caught.value).startswith(f"{path}:2: "), str(caught.value)
+    assert message in str(caught.value)
+
+
+def test_every_description_key_is_documented_with_an_example(tmp_path: Path) -> None:
+    """docs/targets.md shows each key of a description in a YAML example, and its
+    example of templated file paths renders as it says."""
+    from pytest_shadowcheck.targets.docker.description import _KEYS
+
+    docs = (TARGETS.parent / "docs" / "targets.md").read_text(encoding="utf-8")
+    shown: set[str] = set()
+    blocks = re.findall(r"```yaml\n(.*?)```", docs, re.S)
+    for block in blocks:
+        data = yaml.safe_load(block)
+        if isinstance(data, dict):
+            shown |= set(data)
+    assert sorted(set(_KEYS) - shown) == []
+    (paths,) = [b for b in blocks if b.startswith("files:\n  /etc/mta/{{ node }}.conf")]
+    (glue,) = [b for b in blocks if b.startswith("glue:")]
+    description = load_description(write_description(tmp_path, "image: x\n" + paths + glue))
+    assert description.glue[0].provides == ("TO-2", "CR-5")
+    node = render_node(description, plan_for(tmp_path), "mbx2", PORTS, "run-1")
+    assert set(node.files) == {"/etc/mta/mbx2.conf", "/etc/mta/shadow.conf"}
+    peers = b'peers = {"mbx1": {"host": "127.0.0.1", "port": 41001, "address": "127.0.0.1:41001"}}'
+    assert node.files["/etc/mta/shadow.conf"] == (peers, 0o600)

@@ -411,3 +411,29 @@ def test_a_neutral_listing_needs_no_headers_command_but_names_every_message(
             list_queue(container, QueueAdapter(broken, "json-lines", headers))
     finally:
         container.remove(force=True)
+
+
+def test_an_empty_version_is_an_error_naming_the_description_line(
+    engine: Any, tmp_path: Path, pytester: pytest.Pytester
+) -> None:
+    path = write_description(
+        tmp_path,
+        f"""
+        name: silent
+        image: {POSTFIX}
+        version: {{command: [postconf, -h, no_such_parameter_here]}}
+        """,
+    )
+    # postconf prints nothing for an unknown parameter (a warning on stderr only)
+    with pytest.raises(TargetError) as caught:
+        DockerTarget(str(path)).version()
+    message = str(caught.value)
+    assert message.startswith(f"{path}:3: the version command (postconf -h "), message
+    assert "printed nothing" in message
+
+    # through pytest: a usage error before any scenario runs, not a blank header
+    result = pytester.runpytest_subprocess(
+        "--shadowcheck", f"--shadowcheck-target=docker:{path}", "-p", "no:cacheprovider"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{path}:3: the version command*printed nothing*"])

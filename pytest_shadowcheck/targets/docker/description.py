@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import posixpath
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ from pytest_shadowcheck.errors import ScenarioError, SourceRef, format_snippet
 from pytest_shadowcheck.scenario.durations import parse_duration
 from pytest_shadowcheck.scenario.loader import MTA_CAPABILITIES, PROCESS_CAPABILITIES
 from pytest_shadowcheck.scenario.steps import SettingsSpec
-from pytest_shadowcheck.targets.base import ClusterPlan, TargetError
+from pytest_shadowcheck.targets.base import ClusterPlan, Glue, TargetError
 from pytest_shadowcheck.targets.docker.admin import AdminAdapters, AdminError, parse_admin
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ __all__ = [
     "RenderedNode",
     "load_description",
     "render_node",
+    "version_from_output",
 ]
 
 #: what docker itself gives: SIGKILL, the freezer, start again, a new queue volume
@@ -57,7 +59,7 @@ _KEYS = {
     "max_nodes": "how many nodes the target can run at once",
     "queue_dir": "directory of the durable queue: a named volume per node (a lazy filesystem "
     "for power cuts and full disks)",
-    "files": "path in the container -> template (or {template, mode})",
+    "files": "path in the container (a template too) -> template (or {template, mode})",
     "command": "the command, a list of templates",
     "environment": "NAME -> template",
     "ready": "readiness: smtp_banner, command, control_path, timeout",
@@ -68,6 +70,8 @@ _KEYS = {
     "admin": "commands run in the container: reload, check, flush, queue (docker_admin.py)",
     "logs": "files in the container the MTA logs to, shown as the node's log",
     "timers": "timers compiled into the MTA: SETTING -> duration or LOW-HIGH (e.g. 60s-119s)",
+    "glue": "what the description adds that provides behaviours the MTA does not: "
+    "[{provides: [ID, ...], what: text}] (their PASS is not credited to the MTA)",
 }
 
 
@@ -92,12 +96,15 @@ class Readiness:
 
 @dataclass(frozen=True)
 class FileTemplate:
+    #: the path in the container as written: a template rendered like the content
     path: str
     source: str
     mode: int
     where: SourceRef
     #: line of the description where the template's first line is
     first_line: int
+    #: line of the description where the path (the key) is
+    path_line: int = 0
 
 
 @dataclass
@@ -125,6 +132,8 @@ class Description:
     logs: tuple[str, ...] = ()
     #: timers compiled into the MTA: setting -> (shortest, longest) seconds
     timers: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: glue the description adds that provides behaviours in the MTA's stead
+    glue: tuple[Glue, ...] = ()
     lines: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -184,7 +193,8 @@ class Description:
     def renders(self, setting: str) -> bool:
         """Whether any template (files, command, environment) uses ``setting``: a
         setting no template names never reaches the MTA."""
-        sources = [f.source for f in self.files] + self.command + list(self.environment.values())
+        sources = [f.source for f in self.files] + [f.path for f in self.files]
+        sources += self.command + list(self.environment.values())
         return any(setting in source for source in sources)
 
 
@@ -242,6 +252,9 @@ def _marks(node: yaml.Node) -> dict[str, tuple[int, str | None]]:
     for key, value in node.value:
         name = str(key.value)
         out[name] = (key.start_mark.line + 1, None)
+        if name == "glue" and isinstance(value, yaml.SequenceNode):
+            for index, item in enumerate(value.value):
+                out[f"glue.{index}"] = (item.start_mark.line + 1, None)
         if name == "admin" and isinstance(value, yaml.MappingNode):
             for akey, _ in value.value:
                 out[f"admin.{akey.value}"] = (akey.start_mark.line + 1, None)
@@ -252,6 +265,7 @@ def _marks(node: yaml.Node) -> dict[str, tuple[int, str | None]]:
                     template = next((v for k, v in fvalue.value if k.value == "template"), fvalue)
                 style = template.style if isinstance(template, yaml.ScalarNode) else None
                 out[f"files.{fkey.value}"] = (template.start_mark.line + 1, style)
+                out[f"files-key.{fkey.value}"] = (fkey.start_mark.line + 1, None)
     return out
 
 
@@ -275,6 +289,24 @@ def _template_env() -> Any:
 def _whole_seconds(value: Any, minimum: int = 1) -> int:
     """Round a timer up to whole seconds (most MTAs have no sub-second timers)."""
     return max(minimum, math.ceil(float(value)))
+
+
+def _is_template(text: str) -> bool:
+    return "{{" in text or "{%" in text
+
+
+def _check_path(path: str, written: str, where: SourceRef, node: str | None = None) -> str:
+    """The container path a ``files:`` key names (rendered for ``node``), normalised:
+    absolute, not empty, not a directory."""
+    shown = f"{written!r}" + (f" (for node {node}: {path!r})" if path != written else "")
+    if not path.strip():
+        empty = "is empty" if node is None else f"renders to nothing for node {node}"
+        raise DescriptionError(f"file {written!r}: the path {empty}", where)
+    if not path.startswith("/"):
+        raise DescriptionError(f"file {shown}: the path must be absolute", where)
+    if path.endswith("/"):
+        raise DescriptionError(f"file {shown}: the path names a directory, not a file", where)
+    return posixpath.normpath(path)
 
 
 def _str_list(value: Any, where: SourceRef, what: str) -> list[str]:
@@ -323,8 +355,14 @@ def load_description(path: str | Path) -> Description:
     for target_path, spec in raw_files.items():
         key = f"files.{target_path}"
         where = at(key)
-        if not str(target_path).startswith("/"):
-            raise DescriptionError(f"file {target_path!r}: the path must be absolute", where)
+        path_where = SourceRef(file, lines.get(f"files-key.{target_path}", where.line))
+        try:
+            env.from_string(str(target_path))
+        except jinja2.TemplateSyntaxError as exc:
+            raise DescriptionError(f"path {target_path}: {exc.message}", path_where) from None
+        # a templated path is checked once rendered (render_node), a fixed one here
+        if not _is_template(str(target_path)):
+            _check_path(str(target_path), str(target_path), path_where)
         mode = 0o644
         if isinstance(spec, dict):
             if set(spec) - {"template", "mode"} or "template" not in spec:
@@ -346,7 +384,7 @@ def load_description(path: str | Path) -> Description:
         except jinja2.TemplateSyntaxError as exc:
             at_line = SourceRef(file, first + (exc.lineno or 1) - 1)
             raise DescriptionError(f"template {target_path}: {exc.message}", at_line) from None
-        files.append(FileTemplate(str(target_path), spec, mode, where, first))
+        files.append(FileTemplate(str(target_path), spec, mode, where, first, path_where.line))
 
     command = _str_list(data.get("command") or [], at("command"), "'command'")
     environment = data.get("environment") or {}
@@ -359,12 +397,14 @@ def load_description(path: str | Path) -> Description:
             raise DescriptionError(f"template {item!r}: {exc.message}", at("command")) from None
 
     ready = _readiness(data.get("ready"), at("ready"))
-    version = data.get("version") or {}
+    version = data.get("version")
+    version = {} if version is None else version
     if isinstance(version, str):
         version = {"text": version}
     if not isinstance(version, dict) or set(version) - {"command", "format", "text"}:
         raise DescriptionError("'version' is {command: [...], format: '... {output}'} or text",
                                at("version"))  # fmt: skip
+    _check_version(version, at("version"))
     claimed = set(_str_list(data.get("capabilities") or [], at("capabilities"), "'capabilities'"))
     bad = sorted(claimed - CLAIMABLE - DOCKER_CAPABILITIES)
     if bad:
@@ -419,8 +459,78 @@ def load_description(path: str | Path) -> Description:
         ),
         admin=admin,
         logs=tuple(logs),
+        glue=_glue(data.get("glue"), at),
         lines=lines,
     )
+
+
+def _glue(raw: Any, at: Any) -> tuple[Glue, ...]:
+    """``glue: [{provides: [ID, ...], what: text}]``, IDs from the behaviour catalogue."""
+    from pytest_shadowcheck.scenario.loader import load_behaviours
+
+    if raw is None:
+        return ()
+    form = "'glue' is a list of {provides: [BEHAVIOUR-ID, ...], what: what the glue is}"
+    if not isinstance(raw, list):
+        raise DescriptionError(form, at("glue"))
+    catalogue = load_behaviours()
+    out: list[Glue] = []
+    for index, item in enumerate(raw):
+        where = at(f"glue.{index}")
+        if not isinstance(item, dict) or set(item) != {"provides", "what"}:
+            raise DescriptionError(form, where)
+        provides = _str_list(item["provides"], where, "glue.provides")
+        if not provides:
+            raise DescriptionError("glue.provides names no behaviour", where)
+        unknown = [bid for bid in provides if bid not in catalogue]
+        if unknown:
+            raise DescriptionError(
+                f"glue.provides: {unknown[0]!r} is not a behaviour of the catalogue "
+                f"({', '.join(list(catalogue)[:3])}, ... {list(catalogue)[-1]}: README.md "
+                "lists them)",
+                where,
+            )
+        what = str(item["what"] or "").strip()
+        if not what:
+            raise DescriptionError("glue.what is empty: say what the glue is", where)
+        out.append(Glue(tuple(provides), what))
+    return tuple(out)
+
+
+def _check_version(version: dict[str, Any], where: SourceRef) -> None:
+    """A version that says nothing is an error, not an empty line in every report."""
+    if "text" in version and not str(version["text"] or "").strip():
+        raise DescriptionError("'version' is empty: name the MTA and its version", where)
+    fmt = str(version.get("format", "{output}"))
+    try:
+        sample = fmt.format(output="4.2")
+    except (KeyError, IndexError, ValueError) as exc:
+        raise DescriptionError(
+            f"version.format {fmt!r}: {{output}} is the only placeholder ({exc})", where
+        ) from None
+    if not sample.strip():
+        raise DescriptionError(f"version.format {fmt!r} renders to nothing", where)
+
+
+def version_from_output(description: Description, output: str) -> str:
+    """The version from what the version command printed; nothing printed (or a format
+    that renders to blank) is an error naming the description's ``version`` line."""
+    text = output.strip()
+    shown = " ".join(description.version_command)
+    if not text:
+        raise DescriptionError(
+            f"the version command ({shown}) printed nothing: the version of the MTA "
+            "under test would be blank in every report; fix the command or give "
+            "version: {text: ...}",
+            description.where("version"),
+        )
+    version = description.version_format.format(output=text).strip()
+    if not version:
+        raise DescriptionError(
+            f"version.format {description.version_format!r} renders {text!r} to nothing",
+            description.where("version"),
+        )
+    return version
 
 
 def _readiness(raw: Any, where: SourceRef) -> Readiness:
@@ -549,10 +659,20 @@ def render_node(
                 line = SourceRef(where.path, first_line + lineno - 1)
             raise DescriptionError(f"cannot render for node {node}: {exc}", line) from None
 
-    files = {
-        f.path: (render(f.source, f.where, f.first_line).encode(), f.mode)
-        for f in description.files
-    }
+    files: dict[str, tuple[bytes, int]] = {}
+    written: dict[str, FileTemplate] = {}
+    for f in description.files:
+        path_where = SourceRef(f.where.path, f.path_line or f.where.line)
+        path = _check_path(render(f.path, path_where).strip(), f.path, path_where, node)
+        if path in written:
+            other = written[path]
+            raise DescriptionError(
+                f"files {other.path!r} (line {other.path_line}) and {f.path!r} both render to "
+                f"{path} for node {node}: each file of a node needs a path of its own",
+                path_where,
+            )
+        written[path] = f
+        files[path] = (render(f.source, f.where, f.first_line).encode(), f.mode)
     command = [render(item, description.where("command")) for item in description.command]
     command = [item for item in command if item.strip()]
     environment = {

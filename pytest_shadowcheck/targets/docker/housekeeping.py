@@ -81,7 +81,10 @@ def reap_leftovers(client: Any) -> list[str]:
     from docker.errors import APIError, NotFound
 
     removed = []
-    for container in client.containers.list(all=True, filters={"label": LABEL_OWNER}):
+    # ignore_removed: a short-lived container of a live run (a version command, run with
+    # remove=True) may go between the listing and its inspection
+    listed = client.containers.list(all=True, filters={"label": LABEL_OWNER}, ignore_removed=True)
+    for container in listed:
         if _owner_alive(container.labels.get(LABEL_OWNER, "")):
             continue
         with contextlib.suppress(NotFound, APIError):

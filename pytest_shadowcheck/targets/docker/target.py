@@ -59,6 +59,7 @@ from pytest_shadowcheck.targets.docker.description import (
     RenderedNode,
     load_description,
     render_node,
+    version_from_output,
 )
 from pytest_shadowcheck.targets.docker.housekeeping import (
     LABEL_NODE,
@@ -112,6 +113,7 @@ class DockerTarget(Target):
         self.capabilities = self.description.capabilities
         self.added_headers = self.description.added_headers
         self.timers = self.description.timers
+        self.glue = self.description.glue
         self.control_calls = self.description.admin.calls
         # every node's files are rendered from its own settings
         self.per_node_settings = True
@@ -238,8 +240,7 @@ class DockerTarget(Target):
             )
         except Exception as exc:
             return f"unknown (version command failed: {exc})" + suffix
-        text = output.decode(errors="replace").strip()
-        return desc.version_format.format(output=text) + suffix
+        return version_from_output(desc, output.decode(errors="replace")) + suffix
 
     def describe(self) -> str:
         return f"{self.description.name} in docker ({self.description.image})"

@@ -14,7 +14,9 @@
   image build itself fetches nothing but Debian packages.
 
 Each image carries the label ``org.shadowcheck.recipe-hash``: a hash of its
-recipe, of the base's, and for ``reference`` of the sources it installs. A
+recipe (every file of its directory but ``__pycache__`` and the target
+descriptions whose ``recipe:`` is that directory), of the base's, and for
+``reference`` of the sources it installs. A
 build whose image with that hash exists is skipped; the docker target refuses
 an image whose label does not match the current recipe.
 """
@@ -43,6 +45,8 @@ __all__ = [
     "base_image",
     "build",
     "debian_mirrors",
+    "describes",
+    "hashed_files",
     "recipe_hash",
     "source_root",
     "user_recipe",
@@ -160,6 +164,33 @@ def base_hash() -> str:
     return hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
 
 
+def describes(path: Path, directory: Path) -> bool:
+    """Whether ``path`` is a target description whose ``recipe:`` is ``directory``: the
+    harness reads it on the host, the image never uses it."""
+    if path.suffix not in (".yaml", ".yml"):
+        return False
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False  # not a description the target could load: the image may use it
+    if not isinstance(data, dict) or "image" not in data or not data.get("recipe"):
+        return False
+    return (path.parent / str(data["recipe"])).resolve() == directory.resolve()
+
+
+def hashed_files(recipe: Recipe) -> list[Path]:
+    """The recipe's files its hash covers: every file of its directory (and below) but
+    ``__pycache__`` and the target descriptions that name the directory as their recipe."""
+    directory = _recipe_dir(recipe)
+    return [
+        path
+        for path in sorted(directory.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts and not describes(path, directory)
+    ]
+
+
 def recipe_hash(name: str | Recipe) -> str:
     """Hash of everything the recipe's image is made of (base, recipe files, sources)."""
     if isinstance(name, str) and name not in RECIPES:
@@ -167,9 +198,8 @@ def recipe_hash(name: str | Recipe) -> str:
     recipe = RECIPES[name] if isinstance(name, str) else name
     digest = hashlib.sha256(base_hash().encode())
     directory = _recipe_dir(recipe)
-    for path in sorted(directory.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(str(path.relative_to(directory)).encode() + b"\0" + path.read_bytes())
+    for path in hashed_files(recipe):
+        digest.update(str(path.relative_to(directory)).encode() + b"\0" + path.read_bytes())
     if recipe.sources:
         root = source_root()
         for path in _files(root, recipe.sources):
@@ -345,6 +375,19 @@ def _build_recipe(client: Any, recipe: Recipe, base_tag: str, digest: str, log: 
                 log(f"  {text}")
 
 
+def _covered(recipe: Recipe) -> str:
+    """What a user's recipe hash covers, and the descriptions it leaves out."""
+    directory = _recipe_dir(recipe)
+    hashed = hashed_files(recipe)
+    left = [p for p in sorted(directory.rglob("*")) if p.is_file() and describes(p, directory)]
+    covered = ", ".join(str(p.relative_to(directory)) for p in hashed)
+    text = f"{recipe.image}: the recipe hash covers {covered}"
+    if left:
+        names = ", ".join(str(p.relative_to(directory)) for p in left)
+        text += f" (not {names}: target descriptions of this recipe, read on the host)"
+    return text
+
+
 @contextlib.contextmanager
 def _locked() -> Iterator[None]:
     """One build at a time on this machine (pytest-xdist workers, CI, people)."""
@@ -381,6 +424,8 @@ def build(
         base_tag = base_image()
         for recipe in todo:
             digest = recipe_hash(recipe)
+            if recipe.directory is not None:
+                log(_covered(recipe))
             if not force and _image_hash(client, recipe.image) == digest:
                 log(f"{recipe.image}: up to date (recipe hash {digest})")
                 outcome[recipe.image] = "cached"
