@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from pytest_shadowcheck.errors import SourceRef, format_snippet
+from pytest_shadowcheck.network.dns import mx_host
 from pytest_shadowcheck.scenario.durations import parse_duration
 from pytest_shadowcheck.scenario.loader import MTA_CAPABILITIES, PROCESS_CAPABILITIES
 from pytest_shadowcheck.scenario.steps import SettingsSpec
@@ -67,7 +68,11 @@ _KEYS = {
     "added_headers": "header fields the MTA adds to every message beyond Received/Return-Path",
     "admin": "commands run in the container: reload, check, flush, queue (docker_admin.py)",
     "logs": "files in the container the MTA logs to, shown as the node's log",
+    "routing": "how nodes find next hops: relay (host:port in the templates, the default) "
+    "or mx (the harness serves DNS; docs/targets.md, MX routing)",
 }
+#: values of ``routing``
+ROUTINGS = ("relay", "mx")
 
 
 class DescriptionError(TargetError):
@@ -123,6 +128,8 @@ class Description:
     #: files in the container the MTA logs to (beside its standard output)
     logs: tuple[str, ...] = ()
     lines: dict[str, int] = field(default_factory=dict)
+    #: "relay": templates route each domain to its hop's host:port; "mx": by DNS
+    routing: str = "relay"
 
     @property
     def capabilities(self) -> frozenset[str]:
@@ -356,6 +363,13 @@ def load_description(path: str | Path) -> Description:
         raise DescriptionError(
             f"logs: {relative[0]!r} must be an absolute path in the container", at("logs")
         )
+    routing = data.get("routing", "relay")
+    if routing not in ROUTINGS:
+        raise DescriptionError(
+            f"routing is relay (next hops as host:port, the default) or mx (the harness "
+            f"serves DNS for them), not {routing!r}",
+            at("routing"),
+        )
     return Description(
         path=file,
         name=str(data.get("name") or file.stem),
@@ -380,6 +394,7 @@ def load_description(path: str | Path) -> Description:
         admin=admin,
         logs=tuple(logs),
         lines=lines,
+        routing=str(routing),
     )
 
 
@@ -429,18 +444,13 @@ def node_context(
     ports: dict[str, NodePorts],
     run_id: str,
     virtual_now: float | None = None,
+    dns_server: str | None = None,
 ) -> dict[str, Any]:
     """The variables a template sees for ``node`` (listed in docs/targets.md)."""
     topo = plan.topology
     spec = topo.nodes[node]
     peers = {other: _hop(address) for other, address in plan.peers.get(node, {}).items()}
-    next_hops: dict[str, Any] = {}
-    for domain, hop in plan.next_hops.get(node, {}).items():
-        if "node" in hop:
-            # another node of the cluster: reached through the harness proxy to it
-            next_hops[domain] = {**peers[hop["node"]], "kind": "node", "node": hop["node"]}
-        else:
-            next_hops[domain] = {**_hop(hop["address"]), "kind": hop.get("kind", "mailbox")}
+    next_hops = node_next_hops(plan, node)
     return {
         "node": node,
         "site": spec.site,
@@ -470,7 +480,28 @@ def node_context(
         "secret": plan.secret,
         "run_id": run_id,
         "cluster": cluster_context(plan, ports),
+        # MX routing: the address of the harness DNS this node's resolv.conf names
+        "dns_server": dns_server,
     }
+
+
+def node_next_hops(plan: ClusterPlan, node: str) -> dict[str, dict[str, Any]]:
+    """``next_hops`` as templates see it: per domain the proxy's host, port and
+    address (host:port), kind, and with MX routing ``mx_host`` (the name the domain's
+    MX record gives) and ``mx_address`` (where that proxy listens on port 25)."""
+    peers = plan.peers.get(node, {})
+    next_hops: dict[str, dict[str, Any]] = {}
+    for domain, hop in plan.next_hops.get(node, {}).items():
+        if "node" in hop:
+            # another node of the cluster: reached through the harness proxy to it
+            entry = {**_hop(peers[hop["node"]]), "kind": "node", "node": hop["node"]}
+        else:
+            entry = {**_hop(hop["address"]), "kind": hop.get("kind", "mailbox")}
+        if entry["address"] in plan.mx_addresses:
+            entry["mx_host"] = mx_host(domain)
+            entry["mx_address"] = plan.mx_addresses[entry["address"]]
+        next_hops[domain] = entry
+    return next_hops
 
 
 def _template_line(exc: BaseException) -> int | None:
@@ -491,13 +522,14 @@ def render_node(
     ports: dict[str, NodePorts],
     run_id: str,
     virtual_now: float | None = None,
+    dns_server: str | None = None,
 ) -> RenderedNode:
     """Fill every template for ``node``; a template error names the description line.
     Command items that render to nothing are left out."""
     import jinja2
 
     env = _template_env()
-    context = node_context(plan, node, ports, run_id, virtual_now)
+    context = node_context(plan, node, ports, run_id, virtual_now, dns_server)
 
     def render(source: str, where: SourceRef, first_line: int | None = None) -> str:
         try:
