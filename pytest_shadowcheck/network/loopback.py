@@ -26,6 +26,9 @@ ATTEMPTS = 50
 class LoopbackError(OSError):
     """No loopback address could be bound (port taken on every address, or no rights)."""
 
+    def __str__(self) -> str:
+        return str(self.strerror)  # the sentence, without OSError's "[Errno 98]"
+
 
 def random_loopback(rng: random.Random | None = None) -> str:
     """A random address in 127.16.0.0 - 127.254.255.254: clear of 127.0.0.1, the

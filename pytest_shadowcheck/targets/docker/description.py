@@ -530,6 +530,7 @@ def render_node(
 
     env = _template_env()
     context = node_context(plan, node, ports, run_id, virtual_now, dns_server)
+    context["routing"] = description.routing
 
     def render(source: str, where: SourceRef, first_line: int | None = None) -> str:
         try:

@@ -363,7 +363,7 @@ class DockerTarget(Target):
             server.set_zone({d: h["mx_address"] for d, h in hops.items() if "mx_address" in h})
             resolv = self._resolv_conf(node)
             resolv.parent.mkdir(parents=True, exist_ok=True)
-            # no search list: a name is asked as written; one try, short timeout
+            # no search list: a name is asked as written; two tries of 2 s each
             resolv.write_text(f"nameserver {dns_server}\noptions timeout:2 attempts:2\n")
         self.rendered[node] = rendered
         base = self.plan.workdir / node / "files"
@@ -484,6 +484,11 @@ class DockerTarget(Target):
         for path, content in files.items():
             tail = "\n".join(content.splitlines()[-lines:])
             parts.append(f"--- last lines of {path} in {node} ---\n{tail}")
+        asked = self.dns_queries.get(node)
+        if asked:
+            # routing: mx - where the MTA was told its next hops are
+            tail = "\n".join(str(q) for q in asked[-lines:])
+            parts.append(f"--- last questions {node} asked the harness DNS ---\n{tail}")
         return "\n".join(parts)
 
     def _log_files(self, container: Any) -> dict[str, str]:
