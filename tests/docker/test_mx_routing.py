@@ -79,6 +79,26 @@ def test_routing_mx_gives_templates_the_dns_server_and_each_hops_mx(tmp_path: Pa
     assert "smtp_dns_support_level = enabled" in main_cf
 
 
+def test_postfix_mx_is_postfix_but_for_the_route(tmp_path: Path) -> None:
+    """The two Postfix descriptions compared are the same MTA: image, command, queue,
+    admin, timers; only how a next hop is found differs."""
+    relay = load_description(TARGETS / "postfix.yaml")
+    mx = load_description(TARGETS / "postfix-mx.yaml")
+    same = ("image", "command", "environment", "admin", "ready", "queue_dir", "claimed")
+    assert [getattr(mx, key) for key in same] == [getattr(relay, key) for key in same]
+    ours = {f.path: f.source.splitlines() for f in relay.files}
+    theirs = {f.path: f.source.splitlines() for f in mx.files}
+    assert ours["/etc/postfix/master.cf"] == theirs["/etc/postfix/master.cf"]
+    removed = sorted(set(ours["/etc/postfix/main.cf"]) - set(theirs["/etc/postfix/main.cf"]))
+    added = sorted(set(theirs["/etc/postfix/main.cf"]) - set(ours["/etc/postfix/main.cf"]))
+    assert [line.split(" =")[0].strip() for line in removed if "=" in line] == [
+        "smtp_dns_support_level", "smtp_host_lookup", "transport_maps"
+    ]  # fmt: skip
+    assert [line.strip() for line in added if "=" in line] == [
+        "smtp_dns_support_level = enabled", "smtp_host_lookup = dns"
+    ]  # fmt: skip
+
+
 def test_routing_is_relay_or_mx(tmp_path: Path) -> None:
     path = write_description(tmp_path, "image: x\nrouting: dns\n")
     with pytest.raises(DescriptionError) as caught:
