@@ -48,6 +48,8 @@ __all__ = ["Run", "TimelineWriter", "run_scenario"]
 TimelineWriter = Callable[[History, WorkloadReport, str], Path]
 
 START_TIMEOUT = 60.0
+#: where an MTA routing by MX connects (SMTP relay, RFC 5321 section 4.5.4.2)
+MX_PORT = 25
 
 
 @dataclass
@@ -217,6 +219,14 @@ class Run:
             a: {b: _hp(self.proxies[f"{a}->{b}"].address) for b in topo.nodes if b != a}
             for a in topo.nodes
         }
+        mx_addresses: dict[str, str] = {}
+        if self.target.mx_routing:
+            # an MTA routing by MX connects to port 25 of what DNS names: the same proxy
+            # (same faults, same recording) listens there too, on an address of its own
+            for link, proxy in self.proxies.items():
+                if link.partition("->")[0] in topo.nodes:
+                    host, _ = await proxy.listen_also(MX_PORT)
+                    mx_addresses[_hp(proxy.address)] = host
         next_hops: dict[str, dict[str, Any]] = {}
         for node in topo.nodes:
             hops: dict[str, Any] = {}
@@ -236,6 +246,7 @@ class Run:
             secret=self.peer_secret,
             node_settings={n: dict(v) for n, v in self.scenario.node_settings.items()},
             lazy_storage=needs_lazy_storage(self.scenario),
+            mx_addresses=mx_addresses,
         )
         self.history.record(
             "step", text=f"start nodes {', '.join(topo.nodes)} ({self.target.name})"

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_shadowcheck.history import History
+from pytest_shadowcheck.network.loopback import on_free_loopback
 from pytest_shadowcheck.network.smtp_text import (
     HEADER_SCAN_LIMIT,
     mask_auth_line,
@@ -66,6 +67,9 @@ class FaultProxy:
         self.upstream: tuple[str, int] | None = None
         self._server: asyncio.Server | None = None
         self._address: tuple[str, int] | None = None
+        #: further addresses the same link is reached at (listen_also)
+        self._also: list[asyncio.Server] = []
+        self.also_at: list[tuple[str, int]] = []
         self._connections: dict[int, _Connection] = {}
         self._next_conn = 1
         #: client (host, port) -> connection number, so a client's own events can carry it
@@ -96,6 +100,23 @@ class FaultProxy:
         self._address = (host, port)
         return self._address
 
+    async def listen_also(self, port: int, host: str | None = None) -> tuple[str, int]:
+        """Accept the link's connections on ``port`` of ``host`` too (None: a loopback
+        address of its own, where no concurrent run listens): an MTA routing by MX
+        reaches its next hop on port 25 of the address DNS gave. The same link: the
+        same faults, recording and connection numbers."""
+
+        async def bind(address: str) -> tuple[str, int]:
+            server = await asyncio.start_server(self._handle_client, address, port)
+            self._also.append(server)
+            where = server.sockets[0].getsockname()[:2]
+            self.also_at.append((where[0], where[1]))
+            return self.also_at[-1]
+
+        if host is not None:
+            return await bind(host)
+        return await on_free_loopback(port, bind, f"the proxy of {self.link}")
+
     @property
     def address(self) -> tuple[str, int]:
         """(host, port) the proxy listens on; RuntimeError before :meth:`start`."""
@@ -116,6 +137,8 @@ class FaultProxy:
         """Stop listening and close every connection (recorded as "proxy stopped")."""
         if self._server is not None:
             self._server.close()
+        for server in self._also:
+            server.close()
         for conn in list(self._connections.values()):
             conn.abort("proxy stopped", rst=False)
         tasks = [c.task for c in self._connections.values() if c.task is not None]
@@ -126,6 +149,9 @@ class FaultProxy:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
+        for server in self._also:
+            await server.wait_closed()
+        self._also, self.also_at = [], []
         self._flowing.set()
 
     @property

@@ -63,7 +63,10 @@ class ClusterPlan:
     ``peers[node][other]`` is the ``host:port`` (a harness proxy) that ``node``
     must use to reach ``other``. ``next_hops[node][domain]`` is either
     ``{"address": "host:port", "kind": "mailbox"|"boundary"}`` (a proxy in
-    front of a harness sink) or ``{"node": other}``. ``settings`` are
+    front of a harness sink) or ``{"node": other}``. For a target that routes by MX
+    (:attr:`Target.mx_routing`), ``mx_addresses`` maps each such proxy ``host:port``
+    (a next hop's or a peer's) to the loopback address where the same proxy also
+    listens on port 25. ``settings`` are
     Exchange names with timers in seconds. ``workdir`` is a fresh directory the
     target may use (data directories, logs).
     """
@@ -82,6 +85,8 @@ class ClusterPlan:
     #: the scenario cuts power or fills a disk: every node's queue directory must be on
     #: a lazy filesystem (capabilities power_cut, disk_faults)
     lazy_storage: bool = False
+    #: proxy "host:port" -> loopback address where it also listens on port 25 (MX routing)
+    mx_addresses: dict[str, str] = field(default_factory=dict)
 
 
 class Target(abc.ABC):
@@ -109,6 +114,10 @@ class Target(abc.ABC):
     #: (shortest, longest) seconds (a retry schedule of 60-119 s is (60.0, 119.0)); a
     #: scenario counting a window from such a setting at another value is UNTESTABLE
     timers: Mapping[str, tuple[float, float]] = MappingProxyType({})
+    #: the nodes find their next hops by MX and connect to port 25: every proxy a node
+    #: sends through also listens on port 25 of a loopback address of its own
+    #: (ClusterPlan.mx_addresses), which the target's DNS answers with
+    mx_routing: bool = False
 
     def can(self, capability: str, call: tuple[str, str] | None = None) -> bool:
         """Whether the target has ``capability``, or - for control_api - answers the one

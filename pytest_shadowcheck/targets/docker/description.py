@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from pytest_shadowcheck.errors import ScenarioError, SourceRef, format_snippet
+from pytest_shadowcheck.network.dns import mx_host
 from pytest_shadowcheck.scenario.durations import parse_duration
 from pytest_shadowcheck.scenario.loader import MTA_CAPABILITIES, PROCESS_CAPABILITIES
 from pytest_shadowcheck.scenario.steps import SettingsSpec
@@ -72,7 +73,11 @@ _KEYS = {
     "timers": "timers compiled into the MTA: SETTING -> duration or LOW-HIGH (e.g. 60s-119s)",
     "glue": "what the description adds that provides behaviours the MTA does not: "
     "[{provides: [ID, ...], what: text}] (their PASS is not credited to the MTA)",
+    "routing": "how nodes find next hops: relay (host:port in the templates, the default) "
+    "or mx (the harness serves DNS; docs/targets.md, MX routing)",
 }
+#: values of ``routing``
+ROUTINGS = ("relay", "mx")
 
 
 class DescriptionError(TargetError):
@@ -135,6 +140,8 @@ class Description:
     #: glue the description adds that provides behaviours in the MTA's stead
     glue: tuple[Glue, ...] = ()
     lines: dict[str, int] = field(default_factory=dict)
+    #: "relay": templates route each domain to its hop's host:port; "mx": by DNS
+    routing: str = "relay"
 
     @property
     def capabilities(self) -> frozenset[str]:
@@ -435,6 +442,13 @@ def load_description(path: str | Path) -> Description:
             f"logs: {relative[0]!r} must be an absolute path in the container", at("logs")
         )
     timers = _timers(data.get("timers"), at("timers"))
+    routing = data.get("routing", "relay")
+    if routing not in ROUTINGS:
+        raise DescriptionError(
+            f"routing is relay (next hops as host:port, the default) or mx (the harness "
+            f"serves DNS for them), not {routing!r}",
+            at("routing"),
+        )
     return Description(
         timers=timers,
         path=file,
@@ -461,6 +475,7 @@ def load_description(path: str | Path) -> Description:
         logs=tuple(logs),
         glue=_glue(data.get("glue"), at),
         lines=lines,
+        routing=str(routing),
     )
 
 
@@ -579,18 +594,13 @@ def node_context(
     ports: dict[str, NodePorts],
     run_id: str,
     virtual_now: float | None = None,
+    dns_server: str | None = None,
 ) -> dict[str, Any]:
     """The variables a template sees for ``node`` (listed in docs/targets.md)."""
     topo = plan.topology
     spec = topo.nodes[node]
     peers = {other: _hop(address) for other, address in plan.peers.get(node, {}).items()}
-    next_hops: dict[str, Any] = {}
-    for domain, hop in plan.next_hops.get(node, {}).items():
-        if "node" in hop:
-            # another node of the cluster: reached through the harness proxy to it
-            next_hops[domain] = {**peers[hop["node"]], "kind": "node", "node": hop["node"]}
-        else:
-            next_hops[domain] = {**_hop(hop["address"]), "kind": hop.get("kind", "mailbox")}
+    next_hops = node_next_hops(plan, node)
     return {
         "node": node,
         "site": spec.site,
@@ -620,7 +630,28 @@ def node_context(
         "secret": plan.secret,
         "run_id": run_id,
         "cluster": cluster_context(plan, ports),
+        # MX routing: the address of the harness DNS this node's resolv.conf names
+        "dns_server": dns_server,
     }
+
+
+def node_next_hops(plan: ClusterPlan, node: str) -> dict[str, dict[str, Any]]:
+    """``next_hops`` as templates see it: per domain the proxy's host, port and
+    address (host:port), kind, and with MX routing ``mx_host`` (the name the domain's
+    MX record gives) and ``mx_address`` (where that proxy listens on port 25)."""
+    peers = plan.peers.get(node, {})
+    next_hops: dict[str, dict[str, Any]] = {}
+    for domain, hop in plan.next_hops.get(node, {}).items():
+        if "node" in hop:
+            # another node of the cluster: reached through the harness proxy to it
+            entry = {**_hop(peers[hop["node"]]), "kind": "node", "node": hop["node"]}
+        else:
+            entry = {**_hop(hop["address"]), "kind": hop.get("kind", "mailbox")}
+        if entry["address"] in plan.mx_addresses:
+            entry["mx_host"] = mx_host(domain)
+            entry["mx_address"] = plan.mx_addresses[entry["address"]]
+        next_hops[domain] = entry
+    return next_hops
 
 
 def _template_line(exc: BaseException) -> int | None:
@@ -641,13 +672,15 @@ def render_node(
     ports: dict[str, NodePorts],
     run_id: str,
     virtual_now: float | None = None,
+    dns_server: str | None = None,
 ) -> RenderedNode:
     """Fill every template for ``node``; a template error names the description line.
     Command items that render to nothing are left out."""
     import jinja2
 
     env = _template_env()
-    context = node_context(plan, node, ports, run_id, virtual_now)
+    context = node_context(plan, node, ports, run_id, virtual_now, dns_server)
+    context["routing"] = description.routing
 
     def render(source: str, where: SourceRef, first_line: int | None = None) -> str:
         try:

@@ -29,6 +29,13 @@ Without a control API, a description's admin adapters (:mod:`.admin`)
 run commands in the container: ``set_settings`` and route changes render the
 files again and reload the MTA (or restart it on its queue, ``reload: restart``);
 a queue listing answers GET /queues/active.
+
+With ``routing: mx`` each node gets a DNS server of the harness (:mod:`..network.dns`,
+on port 53 of a loopback address of its own) as the only ``nameserver`` of its
+``/etc/resolv.conf`` (a bind mount): it answers MX and A for the node's next-hop
+domains with the loopback addresses where their proxies also listen on port 25. A
+route change renders the files and changes the answers. What each node asked is
+kept in :attr:`DockerTarget.dns_queries` and written to ``NODE.dns.log``.
 """
 
 from __future__ import annotations
@@ -37,9 +44,12 @@ import asyncio
 import contextlib
 import secrets
 import shutil
+import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+from pytest_shadowcheck.network.dns import DnsQuery, DnsServer
 from pytest_shadowcheck.scenario.capabilities import STORAGE_CAPABILITIES
 from pytest_shadowcheck.scenario.loader import Scenario
 from pytest_shadowcheck.storage.mount import fuse_unavailable
@@ -58,6 +68,7 @@ from pytest_shadowcheck.targets.docker.description import (
     NodePorts,
     RenderedNode,
     load_description,
+    node_next_hops,
     render_node,
     version_from_output,
 )
@@ -143,6 +154,10 @@ class DockerTarget(Target):
         # the cluster's virtual time as the last clock move reported it: a node
         # started again starts there (its templates see it as virtual_now)
         self.virtual_now: float | None = None
+        # routing: mx - each node's DNS server, and what it was asked (kept after stop)
+        self.mx_routing = self.description.routing == "mx"
+        self.dns: dict[str, DnsServer] = {}
+        self.dns_queries: dict[str, list[DnsQuery]] = {}
 
     # -- description -------------------------------------------------------------
 
@@ -269,9 +284,11 @@ class DockerTarget(Target):
             self.ports[node] = NodePorts(
                 smtp=ports[index * step], control=ports[index * step + 1] if with_control else None
             )
-        for node in nodes:
-            self._render(node)
         try:
+            if self.mx_routing:
+                await self._start_dns(nodes)
+            for node in nodes:
+                self._render(node)
             if plan.lazy_storage:
                 await self._mount_queues(plan, nodes)
         except BaseException:
@@ -285,6 +302,18 @@ class DockerTarget(Target):
             await self.stop()  # nothing of a failed start survives it
             raise failure
         return dict(self.handles)
+
+    async def _start_dns(self, nodes: list[str]) -> None:
+        self.dns_queries = {}
+        for node in nodes:
+            server = DnsServer(node)
+            self.dns[node] = server  # before start: stop() closes what a failure left
+            await server.start()
+            self.dns_queries[node] = server.queries
+
+    def _resolv_conf(self, node: str) -> Path:
+        assert self.plan is not None
+        return (self.plan.workdir / node / "resolv.conf").resolve()
 
     async def _mount_queues(self, plan: ClusterPlan, nodes: list[str]) -> None:
         """Each node's queue directory: a lazy filesystem over a disk that starts with
@@ -325,9 +354,19 @@ class DockerTarget(Target):
                 node_settings={**plan.node_settings, node: own},
                 next_hops={**plan.next_hops, node: {d: h for d, h in hops.items() if h}},
             )
+        server = self.dns.get(node)
+        dns_server = server.address[0] if server is not None else None
         rendered = render_node(
-            self.description, plan, node, self.ports, self.run_id, self.virtual_now
+            self.description, plan, node, self.ports, self.run_id, self.virtual_now, dns_server
         )
+        if server is not None:
+            # the answers follow the routes as the files do (a route step re-renders)
+            hops = node_next_hops(plan, node)
+            server.set_zone({d: h["mx_address"] for d, h in hops.items() if "mx_address" in h})
+            resolv = self._resolv_conf(node)
+            resolv.parent.mkdir(parents=True, exist_ok=True)
+            # no search list: a name is asked as written; two tries of 2 s each
+            resolv.write_text(f"nameserver {dns_server}\noptions timeout:2 attempts:2\n")
         self.rendered[node] = rendered
         base = self.plan.workdir / node / "files"
         for path, (content, _) in rendered.files.items():
@@ -359,6 +398,9 @@ class DockerTarget(Target):
             LIVE_VOLUMES.add(name)
             self.volumes[node] = name
             mounts[name] = {"bind": desc.queue_dir, "mode": "rw"}
+        if node in self.dns:
+            # Docker writes no resolv.conf of its own over a file mounted there
+            mounts[str(self._resolv_conf(node))] = {"bind": "/etc/resolv.conf", "mode": "ro"}
         container = self.client.containers.create(
             desc.image,
             command=rendered.command or None,
@@ -444,6 +486,11 @@ class DockerTarget(Target):
         for path, content in files.items():
             tail = "\n".join(content.splitlines()[-lines:])
             parts.append(f"--- last lines of {path} in {node} ---\n{tail}")
+        asked = self.dns_queries.get(node)
+        if asked:
+            # routing: mx - where the MTA was told its next hops are
+            tail = "\n".join(str(q) for q in asked[-lines:])
+            parts.append(f"--- last questions {node} asked the harness DNS ---\n{tail}")
         return "\n".join(parts)
 
     def _log_files(self, container: Any) -> dict[str, str]:
@@ -517,6 +564,7 @@ class DockerTarget(Target):
             )
             self.handles.clear()
         finally:
+            await self._stop_dns()
             # unmounted whatever happened to the containers (the mounts would outlive us)
             storage, self.storage = self.storage, None
             if storage is not None:
@@ -524,6 +572,19 @@ class DockerTarget(Target):
                     await storage.stop()
                 finally:
                     LIVE_STORAGE.discard(storage)
+
+    async def _stop_dns(self) -> None:
+        servers, self.dns = self.dns, {}
+        for node, server in servers.items():
+            with contextlib.suppress(Exception):
+                await server.stop()
+            if self.plan is not None and server.queries:
+                with contextlib.suppress(OSError):
+                    lines = [
+                        f"{time.strftime('%H:%M:%S', time.localtime(q.t))} {q}"
+                        for q in server.queries
+                    ]
+                    (self.plan.workdir / f"{node}.dns.log").write_text("\n".join(lines) + "\n")
 
     # -- node actions ------------------------------------------------------------------
 
