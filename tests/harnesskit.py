@@ -17,6 +17,23 @@ XSD = Path("/work/shared/data/junit-10.xsd")
 BUNDLED_XSD = Path(__file__).parent / "junit-10.xsd"
 
 
+#: one node, two checks of one reply: a plain SMTP server that accepts is wrong for the
+#: CR-4 check (451 wanted) and right for the CR-5 one (250 wanted)
+CR4_FAILS_CR5_PASSES = """\
+defaults:
+  topology:
+    nodes: {mbx1: {}}
+scenarios:
+  - name: rejects_but_logs_fine
+    behaviours: [CR-4, CR-5]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+    expect:
+      - reply: {message: m1, code: 451, behaviours: [CR-4]}
+      - reply: {message: m1, code: 250, behaviours: [CR-5]}
+"""
+
+
 class ThreadedSink:
     """A MailSink on its own event loop thread: a plain SMTP server standing in for
     an already-running node of the ``external`` target."""

@@ -19,22 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harnesskit import ThreadedSink
+from harnesskit import CR4_FAILS_CR5_PASSES, ThreadedSink
 
-TWO_BEHAVIOURS = """\
-defaults:
-  topology:
-    nodes: {mbx1: {}}
-scenarios:
-  - name: rejects_but_logs_fine
-    behaviours: [CR-4, CR-5]
-    steps:
-      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
-    expect:
-      # a plain SMTP server accepts: wrong for the CR-4 check, right for the CR-5 one
-      - reply: {message: m1, code: 451, behaviours: [CR-4]}
-      - reply: {message: m1, code: 250, behaviours: [CR-5]}
-"""
+TWO_BEHAVIOURS = CR4_FAILS_CR5_PASSES
 
 NEVER_STARTED_CLOCK = """\
 defaults:

@@ -9,25 +9,12 @@ import re
 from pathlib import Path
 
 import pytest
-from harnesskit import ThreadedSink
+from harnesskit import CR4_FAILS_CR5_PASSES, ThreadedSink
 
 from pytest_shadowcheck.report.matrix import END, START, main
 from pytest_shadowcheck.targets.docker.description import DescriptionError, load_description
 
-# a plain SMTP server accepts: wrong for the CR-4 check, right for the CR-5 one
-SCENARIOS = """\
-defaults:
-  topology:
-    nodes: {mbx1: {}}
-scenarios:
-  - name: rejects_but_logs_fine
-    behaviours: [CR-4, CR-5]
-    steps:
-      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
-    expect:
-      - reply: {message: m1, code: 451, behaviours: [CR-4]}
-      - reply: {message: m1, code: 250, behaviours: [CR-5]}
-"""
+SCENARIOS = CR4_FAILS_CR5_PASSES
 
 WHAT = "a delivery program that forwards each local domain to the next hop"
 

@@ -7,27 +7,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from harnesskit import ThreadedSink
+from harnesskit import CR4_FAILS_CR5_PASSES, ThreadedSink
 
 from pytest_shadowcheck.report.matrix import END, START, main, short_reason
 from pytest_shadowcheck.scenario.loader import load_behaviours
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# a plain SMTP server accepts: wrong for the CR-4 check, right for the CR-5 one
-SCENARIOS = """\
-defaults:
-  topology:
-    nodes: {mbx1: {}}
-scenarios:
-  - name: rejects_but_logs_fine
-    behaviours: [CR-4, CR-5]
-    steps:
-      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
-    expect:
-      - reply: {message: m1, code: 451, behaviours: [CR-4]}
-      - reply: {message: m1, code: 250, behaviours: [CR-5]}
-"""
+SCENARIOS = CR4_FAILS_CR5_PASSES
 
 
 def _rows(text: str) -> dict[str, list[str]]:
