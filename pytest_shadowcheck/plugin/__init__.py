@@ -81,6 +81,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="seed every workload and nemesis with N instead of the scenario's own seed "
         "(a failure prints the seed to replay)",
     )
+    group.addoption(
+        "--shadowcheck-stretch-budget",
+        metavar="SECONDS",
+        type=float,
+        default=150.0,  # targets.fit.DEFAULT_STRETCH_BUDGET (not imported: this module is light)
+        help="how much longer a scenario may run when its windows stretch to a timer the "
+        "target has compiled in (a docker description's timers:); beyond it the scenario is "
+        "UNTESTABLE, naming the timer (default 150)",
+    )
     parser.addini(
         "shadowcheck", "enable shadowcheck (like --shadowcheck)", type="bool", default=False
     )

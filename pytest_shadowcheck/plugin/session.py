@@ -225,7 +225,10 @@ class SessionHooks:
             return None
         state = get_state(config)
         scenarios = [item for item in items if isinstance(item, ScenarioItem)]
-        needs = {item.nodeid: why_untestable(item.scenario, state.target) for item in scenarios}
+        budget = config.getoption("shadowcheck_stretch_budget")
+        needs = {
+            item.nodeid: why_untestable(item.scenario, state.target, budget) for item in scenarios
+        }
         runnable = sum(1 for why in needs.values() if why is None)
         lines = [f"target {state.target.label}: {runnable} of {len(scenarios)} scenario(s) can run"]
         for nodeid, why in needs.items():

@@ -151,8 +151,12 @@ def _build_topology(
     )
 
 
-def load_scenario_file(path: Path) -> list[Scenario]:
-    """Load, validate and check one scenario file; raise ScenarioError on any problem."""
+def load_scenario_file(path: Path, timers: dict[str, float] | None = None) -> list[Scenario]:
+    """Load, validate and check one scenario file; raise ScenarioError on any problem.
+
+    ``timers`` (setting -> seconds) replaces those settings wherever the file sets them,
+    before any window is counted from them: the scenarios as they run on an MTA that has
+    those timers compiled in (targets/fit.py stretches a scenario so)."""
     path = Path(path)
     doc = load_marked_yaml(path)
     if not isinstance(doc, dict):
@@ -201,6 +205,8 @@ def load_scenario_file(path: Path) -> list[Scenario]:
             spath = [*base, "settings", key] if in_raw else ["defaults", "settings", key]
             at = SourceRef(path, *locate(doc, spath))
             settings[key] = parse_duration(value, at) if key in DURATION_SETTINGS else value
+            if timers and key in timers:
+                settings[key] = timers[key]
         node_settings: dict[str, dict[str, Any]] = {}
         for node, values in raw.get("node_settings", {}).items():
             if node not in topology.nodes:
@@ -215,6 +221,8 @@ def load_scenario_file(path: Path) -> list[Scenario]:
                 else value
                 for key, value in values.items()
             }
+            for key in set(node_settings[node]) & set(timers or {}):
+                node_settings[node][key] = (timers or {})[key]
         context = StepChecker(
             path, doc, topology, settings, list(merged["behaviours"]), scenario=name
         )
@@ -260,7 +268,7 @@ def load_scenario_file(path: Path) -> list[Scenario]:
                 start_refused=raw.get("start", {}).get("refused"),
                 permitted_headers=list(merged.get("permitted_headers", [])),
                 given=scenario_given,
-                timer_settings=frozenset(context.timer_settings),
+                timer_settings=dict(context.timer_settings),
                 needs_settings=tuple(raw.get("needs_settings", ())),
             )
         )

@@ -150,10 +150,10 @@ class Scenario:
     #: it never happened, the scenario's checks are NOT-APPLICABLE, and the behaviour
     #: that required the event is judged in scenarios of its own
     given: dict[str, Any] | None = None
-    #: settings the scenario's windows are counted from (``within: RetryInterval + 3s``)
-    #: or that it names in ``needs_settings``: a target that cannot be given them, or has
-    #: them compiled in at other values, cannot run it (targets/fit.py)
-    timer_settings: frozenset[str] = frozenset()
+    #: settings the scenario's windows are counted from (``within: RetryInterval + 3s``),
+    #: with how many windows count on each: a target that has one compiled in at another
+    #: value runs the scenario stretched to it, or cannot run it (targets/fit.py)
+    timer_settings: dict[str, int] = field(default_factory=dict)
     #: settings that must reach the MTA for the scenario to mean anything (a warning
     #: about a configuration is only owed by an MTA that was given it)
     needs_settings: tuple[str, ...] = ()

@@ -69,8 +69,8 @@ class StepChecker:
         self.behaviours = behaviours
         self.sent: list[str] = []
         self.sent_all = False
-        #: settings the scenario's windows and waits are counted from
-        self.timer_settings: set[str] = set()
+        #: settings the scenario's windows and waits are counted from: how often each is
+        self.timer_settings: dict[str, int] = {}
 
     def at(self, doc_path: list[Any]) -> SourceRef:
         return SourceRef(self.path, *locate(self.doc, doc_path))
@@ -117,7 +117,9 @@ class StepChecker:
             # a window counted from a setting: a target whose timer for it is compiled in
             # at another value cannot keep the window (targets/fit.py)
             terms = re.split(r"\s*[+-]\s*", value.strip())
-            self.timer_settings.update(t for t in terms if t in self.settings)
+            for term in terms:
+                if term in self.settings:
+                    self.timer_settings[term] = self.timer_settings.get(term, 0) + 1
         return seconds
 
     def count(self, value: Any, doc_path: list[Any]) -> int:

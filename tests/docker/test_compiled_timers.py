@@ -14,7 +14,7 @@ from dockerkit import TARGETS
 from pytest_shadowcheck.scenario.loader import load_scenario_file
 from pytest_shadowcheck.targets.docker.description import DescriptionError, load_description
 from pytest_shadowcheck.targets.docker.target import DockerTarget
-from pytest_shadowcheck.targets.fit import why_untestable
+from pytest_shadowcheck.targets.fit import stretch, why_untestable
 
 SUITE = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -58,21 +58,65 @@ def test_a_bad_timer_names_the_line(tmp_path: Path, timers: str, message: str) -
     assert message in str(caught.value)
 
 
-def test_a_window_counted_from_a_compiled_in_timer_is_untestable(tmp_path: Path) -> None:
+def test_a_window_counted_from_a_compiled_in_timer_stretches_within_the_budget(
+    tmp_path: Path,
+) -> None:
     target = DockerTarget(
         str(_postfix_with(tmp_path, "timers: {TransientFailureRetryInterval: 60s-119s}\n"))
     )
+    power = _scenario("power.yaml", "pr3_power_cut_after_the_250_keeps_the_message")
+    assert why_untestable(power, target) is None
+    stretched = stretch(power, target)
+    # the delivery window, TransientFailureRetryInterval + 9.5s, counted at 119 s
+    (delivered,) = [c for c in stretched.expect if c.kind == "delivered"]
+    assert delivered.arg["within"] == 128.5
+    assert stretched.settings["TransientFailureRetryInterval"] == 119.0
+    assert stretched.timeout == power.timeout + 118.5
+    assert stretched.title.endswith(
+        "[windows stretched: TransientFailureRetryInterval counted at 119s (compiled in), not "
+        "500ms]"
+    )
+    # xs5 counts on it three times: 356 s more, beyond the default budget of 150 s
     xs5 = _scenario("security.yaml", "xs5_next_hop_without_shadow_redundancy")
     assert why_untestable(xs5, target) == (
-        "target postfix has its TransientFailureRetryInterval compiled in at 1m to 119s (its "
-        "description's timers), and this scenario's windows count on "
-        "TransientFailureRetryInterval = 500ms: the MTA cannot be given that value, so it "
-        "cannot be held to the windows"
+        "target postfix has timers compiled in that this scenario's windows count on "
+        "(TransientFailureRetryInterval = 500ms, compiled in at 1m to 119s; its description's "
+        "timers): stretched to them it would run 356s longer, beyond the stretch budget of "
+        "150s (--shadowcheck-stretch-budget)"
     )
-    # a scenario that counts nothing from the retry interval runs
-    assert why_untestable(_scenario("security.yaml", "xs3_stranger_cannot_shadow"), target) is None
+    assert why_untestable(xs5, target, budget=400) is None
+    # a scenario that counts nothing from the retry interval runs as it is
+    xs3 = _scenario("security.yaml", "xs3_stranger_cannot_shadow")
+    assert why_untestable(xs3, target) is None and stretch(xs3, target) is xs3
     # and without the declaration the MTA is told the setting and held to it
-    assert why_untestable(xs5, DockerTarget(str(TARGETS / "postfix.yaml"))) is None
+    plain = DockerTarget(str(TARGETS / "postfix.yaml"))
+    assert why_untestable(xs5, plain) is None and stretch(xs5, plain) is xs5
+
+
+LIVE_CHANGE = """\
+scenarios:
+  - name: retry_changed_live
+    behaviours: [CR-5]
+    topology: {nodes: {mbx1: {}}, next_hops: {corp.test: {sink: mailbox}}}
+    settings: {TransientFailureRetryInterval: 60s}
+    steps:
+      - set_settings: {values: {TransientFailureRetryInterval: 1s}}
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - wait: {delivered: m1, timeout: TransientFailureRetryInterval + 5s}
+"""
+
+
+def test_a_compiled_in_timer_the_scenario_changes_live_is_untestable(tmp_path: Path) -> None:
+    target = DockerTarget(
+        str(_postfix_with(tmp_path, "timers: {TransientFailureRetryInterval: 60s}\n"))
+    )
+    (tmp_path / "live.yaml").write_text(LIVE_CHANGE)
+    (scenario,) = load_scenario_file(tmp_path / "live.yaml")
+    assert why_untestable(scenario, target) == (
+        "target postfix has its TransientFailureRetryInterval compiled in at 1m (its "
+        "description's timers), and this scenario changes it (1s): the MTA cannot be given "
+        "that value, so it cannot be held to it"
+    )
 
 
 def test_a_configuration_no_template_gives_the_mta_is_untestable() -> None:

@@ -38,6 +38,11 @@ def _retries_every_minute() -> None:
     force_settings(TransientFailureRetryInterval=60.0)
 
 
+def _retries_every_two_seconds() -> None:
+    # The same, at a value short enough for the windows to stretch to it in a test.
+    force_settings(TransientFailureRetryInterval=2.0)
+
+
 VARIANTS = [
     Variant(
         name="closes-with-421-after-three-errors",
@@ -52,5 +57,13 @@ VARIANTS = [
         fails=(),
         apply=_retries_every_minute,
         timers={"TransientFailureRetryInterval": (60.0, 60.0)},
+    ),
+    Variant(
+        name="retries-every-two-seconds",
+        breaks="nothing: its retry interval is compiled in at 2 s (declared): the scenarios "
+        "whose windows count on it run stretched to it",
+        fails=(),
+        apply=_retries_every_two_seconds,
+        timers={"TransientFailureRetryInterval": (2.0, 2.0)},
     ),
 ]
