@@ -92,13 +92,17 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
         excerpt = run.excerpt(run.history.now(), msg.links(all_nodes=True), before=settle + 5)
         if holders and len(failed) == len(holders):
             why = ", ".join(f"{n} {w}" for n, w in failed.items())
+            # blamed on the scenario's behaviours (a PR-4 case) only when a shadow copy
+            # existed: with none, whether one was owed is CR-1's question, judged apart,
+            # and the loss evidences no behaviour that presupposes a copy
+            blamed: list[str] = []
             if len(holders) > 1:
                 said = (
                     f"{ref} lost, but every node holding a copy failed ({why}): primary and "
                     "shadow failing together is outside the guarantee (PR-4)"
                 )
             else:
-                # no shadow copy: whether one was owed is CR-1's question, judged apart
+                blamed = [INVARIANT]
                 said = (
                     f"{ref} lost with the only node that held it ({why}); no other node was "
                     "seen holding a copy, and no transport keeps what the one node holding "
@@ -112,6 +116,7 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
                     said,
                     excerpt=excerpt,
                     where=str(run.scenario.where),
+                    behaviours=blamed,
                 )
             )
         else:

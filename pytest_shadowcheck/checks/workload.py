@@ -431,8 +431,7 @@ def results(
         out.append(_liveness(report, behaviours, where, settle, retry))
     if unmet:
         for found in out:
-            if found.status != Status.PASS:
-                found.observed = f"{unmet}, so this is not judged here: {found.observed}"
+            found.observed = f"{unmet}, so this is not judged here: {found.observed}"
             found.status = Status.NOT_APPLICABLE
     return out
 
