@@ -429,11 +429,46 @@ def results(
     out = _results(report, behaviours, where, excerpt, outside, all_delivered, evidence)
     if all_delivered:
         out.append(_liveness(report, behaviours, where, settle, retry))
+    _uncopied(report, out, where)
     if unmet:
         for found in out:
             found.observed = f"{unmet}, so this is not judged here: {found.observed}"
             found.status = Status.NOT_APPLICABLE
     return out
+
+
+#: behaviours only a shadow copy can act on (the catalogue: the shadow promotes itself,
+#: PR-1; promotes at once on a new queue database, PR-2; copy and primary fail together,
+#: PR-4): a workload in which no message was copied to another node cannot pass them
+PROMOTIONS = ("PR-1", "PR-2", "PR-4")
+
+
+def _uncopied(report: WorkloadReport, out: list[CheckResult], where: str) -> None:
+    """With no message copied to another node, a passing result evidences no promotion:
+    those behaviours are NOT-APPLICABLE here (a loss still FAILs whom it is blamed on)."""
+    if any(f.copied_to for f in report.fates.values()):
+        return
+    dropped: list[str] = []
+    for found in out:
+        if found.status != Status.PASS:
+            continue
+        kept = [b for b in found.behaviours if b not in PROMOTIONS]
+        dropped += [b for b in found.behaviours if b in PROMOTIONS and b not in dropped]
+        found.behaviours = kept
+        if not kept:
+            found.status = Status.NOT_APPLICABLE
+    if dropped:
+        out.append(
+            CheckResult(
+                f"workload {report.workload}: a shadow copy for {', '.join(dropped)} to act on",
+                Status.NOT_APPLICABLE,
+                "messages copied to another node, which a promotion could deliver",
+                f"no message of the workload was copied to another node (no shadow copy was "
+                f"made), so there was nothing for {', '.join(dropped)} to promote",
+                where=where,
+                behaviours=dropped,
+            )
+        )
 
 
 def _liveness(

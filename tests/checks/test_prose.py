@@ -327,6 +327,7 @@ def test_a_workload_loss_says_the_count_and_each_message_once() -> None:
     fates = {f"w-{n:05}": _fate(f"w-{n:05}", "lost" if n < 3 else "delivered") for n in range(8)}
     counts = Counter(f.fate for f in fates.values())
     report = WorkloadReport("w", 7, fates, counts, Counter(), {}, {}, 1.0, 0, [], 0)
+    fates["w-00007"].copied_to = {"mbx2"}  # a shadow copy was made
     loss, dup, settled = results(report, ["PR-2"], "here.yaml:3")
     assert loss.observed.startswith(
         "3 of 8 acknowledged messages lost (never delivered, in no queue): w-00000, w-00001, "

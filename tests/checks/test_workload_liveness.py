@@ -16,6 +16,7 @@ def _report(queued: int, lost: int = 0) -> WorkloadReport:
         fate = "queued" if n < queued else "lost" if n < queued + lost else "delivered"
         ref = f"links-{n:05}"
         fates[ref] = Fate(ref, f"<{ref}.abc@shadowcheck.test>", "mbx1", fate, 1.0, 2.0)
+        fates[ref].copied_to = {"mbx2"}  # the shadow copy PR-1 acts on
     counts = Counter(f.fate for f in fates.values())
     return WorkloadReport("links", 19, fates, counts, Counter(), {}, {}, 1.0, 0, [], 0)
 
@@ -58,3 +59,20 @@ def test_an_unmet_given_makes_every_result_not_applicable_and_keeps_the_figures(
     assert out[0].observed.startswith(
         "mbx1 never sent XSHADOW to mbx2, so this is not judged here: 1 of 10 acknowledged"
     )
+
+
+def test_with_no_shadow_copy_a_passing_workload_evidences_no_promotion() -> None:
+    report = _report(queued=0)
+    for fate in report.fates.values():
+        fate.copied_to = set()
+    loss, dup, liveness, promotion = results(report, ["PR-1", "PR-3"], "here", settle=20)
+    # nothing lost through the kills: PR-3's, never PR-1's (nothing was there to promote)
+    assert loss.status == Status.PASS and loss.behaviours == ["PR-3"]
+    assert promotion.status == Status.NOT_APPLICABLE and promotion.behaviours == ["PR-1"]
+    assert promotion.observed == (
+        "no message of the workload was copied to another node (no shadow copy was made), "
+        "so there was nothing for PR-1 to promote"
+    )
+    # a workload of PR-1 alone has nothing left to pass
+    loss, *_ = results(report, ["PR-1"], "here", settle=20)
+    assert loss.status == Status.NOT_APPLICABLE
