@@ -16,6 +16,7 @@ from pytest_shadowcheck.checks.events import (
     why_not,
 )
 from pytest_shadowcheck.checks.storage import power_cut_evidence
+from pytest_shadowcheck.checks.workload import PROMOTIONS
 from pytest_shadowcheck.scenario.capabilities import QUEUE_PATHS
 from pytest_shadowcheck.verdict import CheckResult, Status
 
@@ -92,9 +93,9 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
         excerpt = run.excerpt(run.history.now(), msg.links(all_nodes=True), before=settle + 5)
         if holders and len(failed) == len(holders):
             why = ", ".join(f"{n} {w}" for n, w in failed.items())
-            # blamed on the scenario's behaviours (a PR-4 case) only when a shadow copy
-            # existed: with none, whether one was owed is CR-1's question, judged apart,
-            # and the loss evidences no behaviour that presupposes a copy
+            # with a shadow copy this is PR-4's case, blamed on every behaviour; with none,
+            # whether one was owed is CR-1's question, judged apart, and the loss evidences
+            # no behaviour that only a copy can act on (a promotion)
             blamed: list[str] = []
             if len(holders) > 1:
                 said = (
@@ -102,7 +103,8 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
                     "shadow failing together is outside the guarantee (PR-4)"
                 )
             else:
-                blamed = [INVARIANT]
+                blamed = [b for b in run.scenario.behaviours if b not in PROMOTIONS]
+                blamed = blamed or [INVARIANT]
                 said = (
                     f"{ref} lost with the only node that held it ({why}); no other node was "
                     "seen holding a copy, and no transport keeps what the one node holding "
