@@ -65,7 +65,7 @@ def test_with_no_shadow_copy_a_passing_workload_evidences_no_promotion() -> None
     report = _report(queued=0)
     for fate in report.fates.values():
         fate.copied_to = set()
-    loss, dup, liveness, promotion = results(report, ["PR-1", "PR-3"], "here", settle=20)
+    loss, _, _, promotion = results(report, ["PR-1", "PR-3"], "here", settle=20)
     # nothing lost through the kills: PR-3's, never PR-1's (nothing was there to promote)
     assert loss.status == Status.PASS and loss.behaviours == ["PR-3"]
     assert promotion.status == Status.NOT_APPLICABLE and promotion.behaviours == ["PR-1"]
