@@ -23,7 +23,7 @@ from pytest_shadowcheck.verdict import CheckResult, Status
 if TYPE_CHECKING:
     from pytest_shadowcheck.checks.view import RunView as Run
 
-__all__ = ["INVARIANT", "no_loss_invariant", "premise_missing"]
+__all__ = ["INVARIANT", "no_loss_invariant", "premise_missing", "scenario_given_unmet"]
 
 #: the pseudo-behaviour a passing no-loss check evidences (no behaviour of the catalogue)
 INVARIANT = "no-loss"
@@ -33,15 +33,13 @@ def premise_missing(run: Run, results: list[CheckResult]) -> list[CheckResult]:
     """The invariants' results when the scenario's ``given`` event never happened: a loss
     there is the failure of the behaviour that required the event (no shadow copy: CR-1),
     judged in its own scenarios; here it is NOT-APPLICABLE, with the loss named."""
-    given = run.scenario.given
-    if given is None or find_event(run, given) is not None:
+    unmet = scenario_given_unmet(run)
+    if not unmet:
         return results
-    said = matcher_phrase(given, run)
-    fact = why_not(run, given)
     for result in results:
         if result.status not in (Status.PASS, Status.NOT_APPLICABLE):
             result.observed = (
-                f"{said.never}" + (f" ({fact})" if fact else "") + ", which every behaviour "
+                f"{unmet}, which every behaviour "
                 f"of this scenario presupposes, so this is not judged here: {result.observed}"
             )
             result.status = Status.NOT_APPLICABLE
@@ -150,3 +148,13 @@ def _not_held(run: Run) -> str:
     if any(run.target.can("control_api", ("GET", QUEUE_PATHS[q])) for q in ("active", "shadow")):
         return "no live node still holds it"
     return "the target lists no queues, so whether a live node still holds it is not known"
+
+
+def scenario_given_unmet(run: Run) -> str:
+    """How the scenario's ``given`` event never happened, in words ("mbx1 never sent
+    XSHADOW to mbx2 (...)"); "" when there is none or it happened."""
+    given = run.scenario.given
+    if given is None or find_event(run, given) is not None:
+        return ""
+    fact = why_not(run, given)
+    return matcher_phrase(given, run).never + (f" ({fact})" if fact else "")

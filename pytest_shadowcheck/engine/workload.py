@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from pytest_shadowcheck.checks.events import find_event, matcher_phrase, why_not
+from pytest_shadowcheck.checks.no_loss import scenario_given_unmet
 from pytest_shadowcheck.checks.storage import power_cut_evidence
 from pytest_shadowcheck.checks.workload import check_workload, results
 from pytest_shadowcheck.engine.nemesis import plan_faults, run_nemesis, usable_kinds
@@ -98,11 +98,7 @@ async def run_workload(run: StepContext, step: Step, verdict: Verdict) -> None:
     outside = "PR-4" if "PR-4" in run.scenario.behaviours else None
     where = f"{step.where} (replay: --shadowcheck-workload-seed {spec.seed}){timeline}"
     # the given every behaviour of the scenario presupposes (a shadow copy made)
-    given = run.scenario.given
-    unmet = ""
-    if given is not None and find_event(run, given) is None:
-        fact = why_not(run, given)
-        unmet = matcher_phrase(given, run).never + (f" ({fact})" if fact else "")
+    unmet = scenario_given_unmet(run)
     retry = run.target.timers.get("TransientFailureRetryInterval")
     for result in results(
         report, behaviours, where, excerpt, outside, spec.all_delivered, evidence,
