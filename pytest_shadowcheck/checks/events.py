@@ -63,13 +63,27 @@ async def poll(condition: Callable[[], Awaitable[bool]], within: float) -> bool:
         await asyncio.sleep(POLL)
 
 
-def deliveries(run: Run, ref: str, sink: str | None = None, by: str | None = None) -> list[Any]:
+def deliveries(
+    run: Run, ref: str, sink: str | None = None, by: str | None = None, *, exact: bool = False
+) -> list[Any]:
+    """(sink, delivery) of every copy of message ``ref`` delivered.
+
+    A copy is the message's by the harness's trace. Messages to which the scenario gave
+    one Message-ID are one message to its expectations, as to a recipient's duplicate
+    detection (a sender's resend, CR-8); ``exact``: this message's own copies only, as
+    the no-loss and integrity invariants count them. A copy that lost its trace is
+    matched by its Message-ID."""
     msg = run.messages[ref]
+    traces = {msg.trace} if exact else {
+        m.trace for m in run.messages.values() if m.message_id == msg.message_id
+    }  # fmt: skip
     out = []
     for name, s in run.sinks.items():
         if sink and name != sink:
             continue
-        for d in s.deliveries_for(msg.message_id):
+        for d in s.deliveries:
+            if d.trace not in traces and (d.trace or d.message_id != msg.message_id):
+                continue
             if by and not helo_is(d.helo, by):
                 continue
             out.append((name, d))

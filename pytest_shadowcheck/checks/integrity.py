@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pytest_shadowcheck.checks.events import node_of
+from pytest_shadowcheck.checks.events import deliveries, node_of
 from pytest_shadowcheck.network.smtp_text import header_section
 from pytest_shadowcheck.verdict import CheckResult, Status
 
@@ -153,7 +153,8 @@ def integrity_invariant(run: RunView) -> list[CheckResult]:
     permitted = TRACE_HEADERS | {h.lower() for h in run.scenario.permitted_headers}
     permitted |= {h.lower() for h in run.target.added_headers}
     groups = _expandable(run)
-    # a sender that sends again reuses its Message-ID (CR-8): a copy may be any of them
+    # a copy that lost the harness's trace is matched by Message-ID, which a resending
+    # sender reuses (CR-8): such a copy may be any of the messages carrying it
     same_id: dict[str, list[Message]] = {}
     for message in run.messages.values():
         if message.content:
@@ -162,20 +163,17 @@ def integrity_invariant(run: RunView) -> list[CheckResult]:
     for ref, message in run.messages.items():
         if not message.content:
             continue
-        copies = [
-            (name, d)
-            for name, sink in run.sinks.items()
-            for d in sink.deliveries_for(message.message_id)
-        ]
+        copies = deliveries(run, ref, exact=True)
         if not copies:
             continue
         problems = []
         for sink, delivery in copies:
-            found = [compare_copy(m, delivery, permitted) for m in same_id[message.message_id]]
+            alike = [message] if delivery.trace else same_id[message.message_id]
+            found = [compare_copy(m, delivery, permitted) for m in alike]
             if all(found):
                 by = node_of(delivery.helo)
                 copy = f"the copy {by} delivered to {sink} at +{delivery.t:.2f}s"
-                mine = found[same_id[message.message_id].index(message)]
+                mine = found[alike.index(message)]
                 problems += [f"{copy}: {p}" for p in mine]
         problems += _recipient_problems(message, copies, groups)
         sender = (message.mail_from or "").strip("<>")

@@ -60,7 +60,7 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
     settle = run.scenario.settle
 
     async def all_delivered() -> bool:
-        return all(deliveries(run, ref) for ref in acknowledged)
+        return all(deliveries(run, ref, exact=True) for ref in acknowledged)
 
     if not await all_delivered():
         run.progress.waiting(settle, "for acknowledged messages to be delivered (no-loss check)")
@@ -68,7 +68,7 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
     results = []
     for ref in acknowledged:
         msg = run.messages[ref]
-        found = deliveries(run, ref)
+        found = deliveries(run, ref, exact=True)
         name = f"no loss of {ref}"
         expected = f"acknowledged message {ref} is delivered (or still queued on a live node)"
         if found:
@@ -131,7 +131,13 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
                     f"{msg.via} acknowledged {ref} (`{msg.code} {msg.text}`), yet it was "
                     f"never delivered within {settle:g}s and {_not_held(run)}; "
                     + (
-                        f"copies were on {', '.join(holders)} ({', '.join(alive)} still up)"
+                        f"copies were on {', '.join(holders)} ({', '.join(alive)} still up"
+                        + (
+                            f"; a shadow copy is not held for it while its primary "
+                            f"{msg.via} is up: no rule delivers it)"
+                            if len(alive) > 1 and msg.via in alive
+                            else ")"
+                        )
                         if holders
                         else "no node was seen holding a copy"
                     )

@@ -31,6 +31,8 @@ from pytest_shadowcheck.statuses import Status
 from pytest_shadowcheck.verdict import CheckResult
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pytest_shadowcheck.history import Event, History
 
 __all__ = ["FATES", "Fate", "WorkloadReport", "check_workload", "results"]
@@ -60,6 +62,25 @@ class Fate:
     cause: str = ""
     #: nodes the content was relayed to (shadow copies), from the node-to-node links
     copied_to: set[str] = field(default_factory=set)
+    #: the harness's identity of the message (its trace header)
+    trace: str = ""
+    #: the recipients never delivered (accounting is per message and recipient)
+    missing: list[str] = field(default_factory=list)
+    recipients: int = 0
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry of a queue snapshot taken after the settle."""
+
+    node: str
+    queue: str
+    t: float
+    message_id: str
+    #: the harness's trace, when the target's listing shows it
+    trace: str = ""
+    #: for a shadow copy, the primary it is kept for (when the listing names it)
+    primary: str = ""
 
 
 @dataclass
@@ -166,9 +187,8 @@ def check_workload(
     ``nodes`` (the topology's) tells node-to-node links, where shadow copies travel."""
     fates: dict[str, Fate] = {}
     rcpts: dict[str, list[str]] = {}
-    by_id: dict[str, Fate] = {}
     windows: dict[int, Window] = {}
-    held: set[str] = set()
+    entries: list[Entry] = []
     temporary = 0
     acks: list[float] = []
     deliveries: list[Event] = []
@@ -180,10 +200,10 @@ def check_workload(
             code = data.get("code")
             acked = code == 250 and data.get("command") == "EOD"
             fate = Fate(
-                data["ref"], data["message_id"], data["via"], "unacked",
-                float(data["sent"]), event.t if acked else None,
+                data["ref"], data.get("message_id") or "", data["via"], "unacked",
+                float(data["sent"]), event.t if acked else None, trace=data.get("trace") or "",
             )  # fmt: skip
-            fates[fate.ref] = by_id[fate.message_id] = fate
+            fates[fate.ref] = fate
             rcpts[fate.ref] = [r.lower() for r in data.get("rcpt_tos", [])]
             if acked:
                 acks.append(event.t)
@@ -203,20 +223,28 @@ def check_workload(
             elif index in windows:
                 windows[index].end = event.t
         elif event.kind == "snapshot" and data.get("workload") == workload:
-            held |= {str(e.get("message_id")) for e in _entries(data.get("answer"))}
+            entries += [
+                Entry(str(data.get("node")), str(data.get("queue")), event.t,
+                      str(e.get("message_id") or ""), str(e.get("trace") or ""),
+                      str(e.get("primary_node") or ""))
+                for e in _entries(data.get("answer"))
+            ]  # fmt: skip
+    identify = _identifier(fates)
     # a fast next hop can record its delivery before the client records the 250
     for event in deliveries:
-        found = by_id.get(str(event.data.get("message_id")))
+        found = identify(event.data)
         if found is not None:
             helo = str(event.data.get("helo"))
             for rcpt in event.data.get("rcpt_tos", []):
                 found.deliveries.append((event.t, helo, str(rcpt).lower()))
     for event in copies:
-        found = by_id.get(str(event.data.get("message_id")))
+        found = identify(event.data)
         if found is not None and event.link and not event.link.startswith("client->"):
             found.copied_to.add(event.link.partition("->")[2])
     faults = sorted(windows.values(), key=lambda w: w.start)
     causes: Counter[str] = Counter()
+    down = {n for w in faults if w.end is None and w.kind in NODE_FAULTS for n in w.nodes}
+    held = _held(fates, rcpts, entries, down | ({"?"} if down else set()))
     for fate in fates.values():
         _judge(fate, rcpts[fate.ref], faults, held)
         if fate.fate == "duplicated":
@@ -243,14 +271,68 @@ def check_workload(
     )
 
 
+def _identifier(fates: dict[str, Fate]) -> Callable[[dict[str, Any]], Fate | None]:
+    """Which workload message a recorded content (a delivery, a relayed copy) is: by
+    the harness's trace; a copy that lost it, by a Message-ID no other message shares
+    (a sender's Message-ID is not an identity: resends and some mailers reuse one)."""
+    by_trace = {f.trace: f for f in fates.values() if f.trace}
+    shared = Counter(f.message_id for f in fates.values())
+    by_id = {f.message_id: f for f in fates.values() if f.message_id and shared[f.message_id] == 1}
+
+    def identify(data: dict[str, Any]) -> Fate | None:
+        trace = data.get("trace")
+        if trace:
+            return by_trace.get(str(trace))
+        return by_id.get(str(data.get("message_id") or ""))
+
+    return identify
+
+
+def _held(
+    fates: dict[str, Fate], rcpts: dict[str, list[str]], entries: list[Entry], down: set[str]
+) -> set[str]:
+    """The refs of undelivered messages a queue entry still holds.
+
+    An entry names its message by the trace when the listing shows it, else by its
+    Message-ID; messages sharing one Message-ID (or carrying none, which the MTA may
+    replace by its own) are held as many as the entries that could be theirs. ``down``:
+    the nodes still down when the snapshot was taken ("?" when one is and a shadow
+    entry does not name its primary)."""
+    # a shadow copy on a live node whose primary is up, without the message, is
+    # delivered by no rule of the catalogue (promotion needs the primary unreachable,
+    # PR-1, or back on a new queue database, PR-2): it holds nothing
+    entries = [e for e in entries if e.queue != "shadow" or (e.primary or "?") in down]
+    traced = {e.trace for e in entries if e.trace}
+    ids = {f.message_id for f in fates.values() if f.message_id}
+    by_id: Counter[str] = Counter()
+    for entry in {(e.node, e.queue, e.message_id) for e in entries}:
+        by_id[entry[2] if entry[2] in ids else ""] += 1
+    undelivered: dict[str, list[Fate]] = defaultdict(list)
+    held: set[str] = set()
+    for fate in fates.values():
+        got = {r for _, _, r in fate.deliveries}
+        if all(r in got for r in rcpts[fate.ref]):
+            continue
+        if fate.trace in traced:
+            held.add(fate.ref)
+        else:
+            undelivered[fate.message_id].append(fate)
+    for message_id, waiting in undelivered.items():
+        # a Message-ID only one of them carries names it; a shared one, up to as many
+        if len(waiting) <= by_id[message_id]:
+            held |= {f.ref for f in waiting}
+    return held
+
+
 def _judge(fate: Fate, rcpts: list[str], faults: list[Window], held: set[str]) -> None:
     per_rcpt = Counter(r for _, _, r in fate.deliveries)
     missing = [r for r in rcpts if per_rcpt[r] == 0]
+    fate.missing, fate.recipients = missing, len(rcpts)
     duplicated = any(n > 1 for n in per_rcpt.values())
     if fate.acked_t is None:
         fate.fate = "unacked-delivered" if fate.deliveries else "unacked"
     elif missing:
-        if fate.message_id in held:
+        if fate.ref in held:
             fate.fate = "queued"
         elif _overlapped(fate, faults):
             fate.fate = "lost-outside"
@@ -396,7 +478,11 @@ def _listed(fates: list[Fate]) -> str:
     named_once = len(shown) > 1 and len(own) == 1 and next(iter(own)).startswith("<REF.")
     parts = []
     for (via, copied), members in groups.items():
-        refs = ", ".join(f.ref if named_once else f"{f.ref} {f.message_id}" for f in members)
+        refs = ", ".join(
+            (f.ref if named_once else f"{f.ref} {f.message_id or '(no Message-ID)'}")
+            + _partly(f)
+            for f in members
+        )
         where = f"copied to {', '.join(copied)}" if copied else "no copy seen on another node"
         parts.append(f"{refs} (sent through {via}, {where})")
     more = len(fates) - LISTED
@@ -404,6 +490,15 @@ def _listed(fates: list[Fate]) -> str:
     if named_once:
         text += f" (Message-IDs {own.pop()})"
     return text
+
+
+def _partly(fate: Fate) -> str:
+    """" (not delivered to carol@corp.test, 1 of its 3 recipients)" when only some of a
+    message's recipients are missing."""
+    if not fate.missing or len(fate.missing) >= fate.recipients:
+        return ""
+    shown = ", ".join(fate.missing[:3]) + (" and more" if len(fate.missing) > 3 else "")
+    return f" (not delivered to {shown}, {len(fate.missing)} of its {fate.recipients} recipients)"
 
 
 def results(

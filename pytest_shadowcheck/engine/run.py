@@ -35,6 +35,7 @@ from pytest_shadowcheck.errors import ScenarioError
 from pytest_shadowcheck.history import History
 from pytest_shadowcheck.network import FaultProxy, MailSink
 from pytest_shadowcheck.network.messages import Message
+from pytest_shadowcheck.network.smtp_text import trace_value
 from pytest_shadowcheck.progress import Progress
 from pytest_shadowcheck.scenario.capabilities import QUEUE_PATHS
 from pytest_shadowcheck.scenario.model import Scenario, Step, needs_lazy_storage
@@ -119,11 +120,19 @@ class Run:
         return msg
 
     async def still_held(self, ref: str) -> str | None:
-        """Name of a live node whose active or shadow queue holds ``ref`` (control API)."""
+        """Name of a live node whose active or shadow queue holds ``ref`` (control API).
+
+        A shadow copy counts only while the message's primary is down: with the primary
+        up and without the message, no rule of the catalogue delivers that copy (a
+        shadow promotes when its primary is unreachable, PR-1, or back on a new queue
+        database, PR-2, which the settle has given it time to see)."""
         queues = [q for q in ("active", "shadow") if self.target.can(*_queue_call(q))]
+        msg = self.messages[ref]
+        if msg.via not in self.down and msg.via not in self.paused:
+            queues = [q for q in queues if q != "shadow"]
         if not queues:
             return None
-        wanted = self.messages[ref].message_id
+        wanted = msg.message_id
         for node in self.scenario.topology.nodes:
             if node in self.down or node in self.paused:
                 continue
@@ -142,7 +151,7 @@ class Run:
         holders = [msg.via]
         nodes = self.scenario.topology.nodes
         for event in self.history.events(kind="data"):
-            if event.data.get("message_id") != msg.message_id or not event.link:
+            if not event.link or not msg.carried_in(event.data):
                 continue
             src, _, dst = event.link.partition("->")
             if src in nodes and dst in nodes and dst not in holders:
@@ -184,6 +193,7 @@ class Run:
             content=content,
             mail_from=mail_from,
             rcpt_to=list(rcpt_to or []),
+            trace=trace_value(ref, self.token),
         )
         self.messages[ref] = msg
         return msg

@@ -45,10 +45,12 @@ from pytest_shadowcheck.network.client import (
     make_message,
 )
 from pytest_shadowcheck.network.smtp_text import (
+    TRACE_HEADER,
     dot_stuff,
     mask_auth_line,
     parse_enhanced_code,
     peer_auth_line,
+    trace_value,
 )
 from pytest_shadowcheck.verdict import CheckResult, Status, Verdict
 
@@ -125,6 +127,7 @@ async def run_session(run: Run, step: Step, verdict: Verdict) -> None:
                 message_id,
                 subject=f"shadowcheck {run.scenario.name} {ref} (raw session)",
                 body=f"scenario {run.scenario.name}, message {ref}\n",
+                headers={TRACE_HEADER: trace_value(ref, run.token)},
             )
             sender, recipients = envelope_of([{"send": i.send or ""} for i in items], index)
             run.register_message(ref, message_id, via, raw, sender, recipients)

@@ -19,6 +19,7 @@ from pytest_shadowcheck.engine.session import run_session, session_label
 from pytest_shadowcheck.engine.workload import run_workload, workload_label
 from pytest_shadowcheck.errors import TargetError
 from pytest_shadowcheck.network.client import RecordingClient, SendResult, make_message
+from pytest_shadowcheck.network.smtp_text import TRACE_HEADER, trace_value
 from pytest_shadowcheck.scenario.capabilities import QUEUE_PATHS
 from pytest_shadowcheck.scenario.steps import (
     AdvanceSpec,
@@ -70,6 +71,7 @@ async def send(run: Run, spec: SendSpec, step: Step, verdict: Verdict) -> None:
         subject=spec.subject,
         body=spec.body,
         size=spec.size,
+        headers={TRACE_HEADER: trace_value(ref, run.token)},
         mail_from=spec.sender,
         to=", ".join(spec.to),
     )

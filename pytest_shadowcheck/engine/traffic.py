@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_shadowcheck.network.client import make_message
+from pytest_shadowcheck.network.smtp_text import TRACE_HEADER, trace_value
 from pytest_shadowcheck.network.workload_client import SessionError, WorkloadSession
 from pytest_shadowcheck.scenario.workload_spec import WorkloadSpec
 
@@ -41,6 +42,8 @@ class Planned:
     index: int
     ref: str
     message_id: str
+    #: the harness's identity of the message (its trace header): the accounting's key
+    trace: str
     via: str
     mail_from: str
     rcpt_tos: tuple[str, ...]
@@ -63,6 +66,7 @@ def plan_messages(spec: WorkloadSpec, token: str) -> list[Planned]:
                 index=i,
                 ref=ref,
                 message_id=f"<{ref}.{token}@shadowcheck.test>",
+                trace=trace_value(ref, token),
                 via=rng.choice(spec.via),
                 mail_from="" if rng.random() < spec.null_sender else DEFAULT_SENDER,
                 rcpt_tos=tuple(rng.sample(spec.to, count)),
@@ -78,6 +82,7 @@ def render(planned: Planned, scenario: str) -> bytes:
         subject=f"shadowcheck {scenario} {planned.ref}",
         body=f"workload message {planned.ref}\n",
         size=planned.size,
+        headers={TRACE_HEADER: planned.trace},
         mail_from=planned.mail_from or "mailer-daemon@ext.test",
         to=", ".join(planned.rcpt_tos),
     )
@@ -177,6 +182,7 @@ def _record(
         workload=spec.name,
         ref=message.ref,
         message_id=message.message_id,
+        trace=message.trace,
         via=message.via,
         mail_from=message.mail_from,
         rcpt_tos=list(message.rcpt_tos),

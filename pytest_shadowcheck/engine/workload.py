@@ -116,7 +116,7 @@ def _scaled(spec: WorkloadSpec, scale: float, seed: int) -> WorkloadSpec:
 async def _settle(run: StepContext, accepted: list[Planned], settle: float) -> None:
     """Wait until every recipient of every accepted message was delivered, or ``settle``
     passed; reads only the deliveries new since the last look."""
-    pending = {(p.message_id, r.lower()) for p in accepted for r in p.rcpt_tos}
+    pending = {(p.trace, r.lower()) for p in accepted for r in p.rcpt_tos}
     seen = dict.fromkeys(run.sinks, 0)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + settle
@@ -127,7 +127,7 @@ async def _settle(run: StepContext, accepted: list[Planned], settle: float) -> N
             seen[name] += len(new)
             for d in new:
                 for rcpt in d.rcpt_tos:
-                    pending.discard((d.message_id, rcpt.lower()))
+                    pending.discard((d.trace, rcpt.lower()))
         if pending:
             await asyncio.sleep(POLL)
 

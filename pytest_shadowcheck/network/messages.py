@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from pytest_shadowcheck.network.client import SendResult
 
@@ -29,6 +31,17 @@ class Message:
     #: why the content was never sent (a raw session ended before it), else None: no
     #: check judges a message that never left the sender
     unsent: str | None = None
+    #: the harness's identity of the message (its ``X-Shadowcheck-Trace`` header):
+    #: unlike the Message-ID, never shared with another message
+    trace: str = ""
+
+    def carried_in(self, data: Mapping[str, Any]) -> bool:
+        """Whether a recorded content (a ``data`` or ``delivery`` event's data) is this
+        message's: by its trace; by its Message-ID only for a copy that lost the trace."""
+        trace = data.get("trace")
+        if trace:
+            return bool(trace == self.trace)
+        return bool(data.get("message_id") == self.message_id)
 
     @property
     def code(self) -> int | None:

@@ -36,8 +36,8 @@ from pytest_shadowcheck.history import History
 from pytest_shadowcheck.network.loopback import on_free_loopback
 from pytest_shadowcheck.network.smtp_text import (
     HEADER_SCAN_LIMIT,
+    identity_from_bytes,
     mask_auth_line,
-    message_id_from_bytes,
 )
 
 __all__ = ["DIRECTIONS", "FaultProxy"]
@@ -660,12 +660,13 @@ class _SmtpRecorder:
 
     def _record_content(self, size: int, **details: Any) -> None:
         """One ``data`` event for a message's content (DATA or BDAT), with the Message-ID
-        read from its first bytes."""
+        and the harness's trace read from its first bytes."""
         head = bytes(self._data_head)
         self._data_head = bytearray()
+        message_id, trace = identity_from_bytes(head)
         self.history.record(
             "data", self.link, self.conn, "c2s",
-            size=size, message_id=message_id_from_bytes(head), **details,
+            size=size, message_id=message_id, trace=trace, **details,
         )  # fmt: skip
 
 

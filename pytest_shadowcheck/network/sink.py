@@ -30,6 +30,7 @@ from pytest_shadowcheck.network.sink_smtp import HANG, SinkProtocol
 from pytest_shadowcheck.network.smtp_text import (
     header_section,
     normalize_message_id,
+    trace_from_headers,
 )
 
 __all__ = ["HANG", "SCRIPT_STAGES", "Delivery", "MailSink", "ScriptedReply"]
@@ -46,6 +47,8 @@ class Delivery:
     "host:port" of the delivering socket. ``size``: bytes of the message
     content. ``headers``: first occurrence of each header, by name as written.
     ``raw``: the message content as received (CRLF line endings, un-stuffed).
+    ``trace``: the harness's trace header (which message this is), None when the copy
+    carries none (the harness did not compose it, or the transport removed it).
     """
 
     t: float
@@ -57,6 +60,7 @@ class Delivery:
     size: int
     headers: dict[str, str]
     raw: bytes
+    trace: str | None = None
 
 
 @dataclass
@@ -227,6 +231,7 @@ class MailSink:
             size=len(raw),
             headers=headers,
             raw=raw,
+            trace=trace_from_headers(headers),
         )
         self.deliveries.append(delivery)
         self.history.record(
@@ -234,6 +239,7 @@ class MailSink:
             self.link,
             sink=self.name,
             message_id=message_id,
+            trace=delivery.trace,
             mail_from=delivery.mail_from,
             rcpt_tos=delivery.rcpt_tos,
             helo=delivery.helo,
@@ -249,6 +255,10 @@ class MailSink:
         """Every delivery of the message with this Message-ID (with or without <>)."""
         wanted = normalize_message_id(message_id)
         return [d for d in self.deliveries if d.message_id == wanted]
+
+    def deliveries_traced(self, traces: set[str]) -> list[Delivery]:
+        """Every delivery of the messages with these traces (the harness's identity)."""
+        return [d for d in self.deliveries if d.trace in traces]
 
     def count(self, message_id: str) -> int:
         """How many times the message with this Message-ID was delivered here."""

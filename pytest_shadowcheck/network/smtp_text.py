@@ -1,4 +1,5 @@
-"""Small, pure helpers for reading SMTP text: reply codes, Message-IDs, secrets.
+"""Small, pure helpers for reading SMTP text: reply codes, Message-IDs, the harness's
+trace, secrets.
 
 Shared by the proxy (which records what it carries), the sink (which records
 what it accepts) and the client (which records what it was told), so that all
@@ -15,12 +16,16 @@ from email.parser import BytesHeaderParser
 from email.policy import compat32
 
 __all__ = [
+    "TRACE_HEADER",
     "dot_stuff",
     "header_section",
+    "identity_from_bytes",
     "mask_auth_line",
     "message_id_from_bytes",
     "normalize_message_id",
     "parse_enhanced_code",
+    "trace_from_headers",
+    "trace_value",
 ]
 
 # RFC 3463 enhanced status code at the start of the reply text: class.subject.detail
@@ -58,6 +63,26 @@ def normalize_message_id(message_id: str | None) -> str | None:
     return f"<{core}>" if core else None
 
 
+#: the header the harness adds to every message it composes: the message's identity in
+#: the accounting. A Message-ID is the sender's to choose (resends and some mailers
+#: reuse one, some send none), so two messages sharing one must never count as one.
+TRACE_HEADER = "X-Shadowcheck-Trace"
+
+
+def trace_value(ref: str, token: str) -> str:
+    """The trace of message ``ref`` in the run with ``token``: unique to the message."""
+    return f"{ref}.{token}"
+
+
+def trace_from_headers(headers: dict[str, str]) -> str | None:
+    """The harness's trace among a message's headers (any spelling of the name)."""
+    wanted = TRACE_HEADER.lower()
+    for name, value in headers.items():
+        if name.lower() == wanted:
+            return value.strip() or None
+    return None
+
+
 def header_section(raw: bytes) -> bytes:
     """The header section of a message (up to the first blank line), capped."""
     head = raw[:HEADER_SCAN_LIMIT]
@@ -74,9 +99,19 @@ def message_id_from_bytes(raw: bytes) -> str | None:
     Only the header section is parsed. Works on dot-stuffed wire content too,
     since header lines never start with a dot.
     """
+    return identity_from_bytes(raw)[0]
+
+
+def identity_from_bytes(raw: bytes) -> tuple[str | None, str | None]:
+    """The normalised Message-ID and the harness's trace of a raw message (each None
+    when absent), from one parse of its header section."""
     headers = BytesHeaderParser(policy=compat32).parsebytes(header_section(raw))
     value = headers.get("Message-ID")
-    return normalize_message_id(str(value)) if value is not None else None
+    trace = headers.get(TRACE_HEADER)
+    return (
+        normalize_message_id(str(value)) if value is not None else None,
+        str(trace).strip() or None if trace is not None else None,
+    )
 
 
 def peer_auth_line(secret: str, node: str) -> str:

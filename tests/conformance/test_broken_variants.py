@@ -62,9 +62,10 @@ def run_suite(
     extra: tuple[str, ...] = (),
     timeout: float = 280,
     scenarios: Path = SUITE,
+    transcript: list[str] | None = None,
 ) -> Outcomes:
     """The bundled suite (or the scenarios named in ``only``; or those of ``scenarios``)
-    in a child pytest."""
+    in a child pytest; its terminal output is appended to ``transcript`` when given."""
     junit = tmp_path / "junit.xml"
     command = [
         sys.executable, "-m", "pytest", "--shadowcheck",
@@ -81,6 +82,8 @@ def run_suite(
     proc = subprocess.run(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
     )
+    if transcript is not None:
+        transcript.append(proc.stdout)
     assert junit.exists(), f"the child pytest wrote no JUnit XML:\n{proc.stdout}\n{proc.stderr}"
     found = outcomes(junit)
     missing = set(only) - set(found)

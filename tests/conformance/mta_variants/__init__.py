@@ -42,6 +42,7 @@ def all_variants() -> list[Variant]:
         creation,
         discard,
         durability,
+        identity,
         promotion,
         safetynet,
         security,
@@ -52,8 +53,9 @@ def all_variants() -> list[Variant]:
 
     found: list[Variant] = []
     families = (
-        creation, discard, durability, promotion, safetynet, security, timeouts, tarpit, unusual
-    )
+        creation, discard, durability, identity, promotion, safetynet, security, timeouts,
+        tarpit, unusual,
+    )  # fmt: skip
     for family in families:
         found.extend(family.VARIANTS)
     return found

@@ -1,0 +1,97 @@
+"""A workload's accounting identifies messages by the harness's trace, per message and
+recipient: never by the Message-ID, which the sender chooses (resends and some mailers
+reuse one, some send none). The checker is a function of the history, so these build one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_shadowcheck.checks.workload import check_workload, results
+from pytest_shadowcheck.history import History
+from pytest_shadowcheck.statuses import Status
+
+SHARED = "<resent@example.test>"
+
+
+def _attempt(h: History, ref: str, message_id: str, rcpts: list[str], via: str = "mbx1") -> None:
+    h.record(
+        "attempt", f"client->{via}", 1, workload="w", ref=ref, message_id=message_id,
+        trace=f"{ref}.tok", via=via, mail_from="a@ext.test", rcpt_tos=rcpts, size=500,
+        sent=h.now(), command="EOD", code=250, text="2.0.0 queued", error=None,
+    )  # fmt: skip
+
+
+def _delivery(h: History, rcpts: list[str], trace: str | None, message_id: str) -> None:
+    h.record(
+        "delivery", None, sink="corp.test", message_id=message_id, trace=trace,
+        mail_from="a@ext.test", rcpt_tos=rcpts, helo="mbx1", peer=None, size=500,
+    )  # fmt: skip
+
+
+def _snapshot(h: History, node: str, queue: str, entries: list[dict[str, Any]]) -> None:
+    h.record("snapshot", node=node, queue=queue, answer=entries, workload="w")
+
+
+def test_two_messages_sharing_a_message_id_one_lost_is_a_loss_naming_it() -> None:
+    h = History()
+    _attempt(h, "w-00000", SHARED, ["bob@corp.test"])
+    _attempt(h, "w-00001", SHARED, ["bob@corp.test"])
+    _delivery(h, ["bob@corp.test"], "w-00000.tok", SHARED)
+    report = check_workload(h, "w", 1, nodes=frozenset({"mbx1", "mbx2"}))
+    assert report.fates["w-00000"].fate == "delivered"
+    assert report.fates["w-00001"].fate == "lost"
+    loss = results(report, ["PR-3"], "here", settle=5)[0]
+    assert loss.status == Status.FAIL
+    assert "1 of 2 acknowledged messages lost" in loss.observed
+    assert "w-00001 <resent@example.test>" in loss.observed
+    assert "w-00000" not in loss.observed.split("Figures")[0]
+
+
+def test_accounting_is_per_recipient() -> None:
+    h = History()
+    _attempt(h, "w-00000", "<a@x>", ["bob@corp.test", "carol@corp.test", "dave@corp.test"])
+    _delivery(h, ["bob@corp.test", "dave@corp.test"], "w-00000.tok", "<a@x>")
+    report = check_workload(h, "w", 1)
+    fate = report.fates["w-00000"]
+    assert fate.fate == "lost" and fate.missing == ["carol@corp.test"]
+    loss = results(report, ["PR-3"], "here", settle=5)[0]
+    assert "w-00000 <a@x> (not delivered to carol@corp.test, 1 of its 3 recipients)" in (
+        loss.observed
+    )
+
+
+def test_a_copy_that_lost_the_trace_is_matched_by_a_message_id_no_other_message_shares() -> None:
+    h = History()
+    _attempt(h, "w-00000", "<only@x>", ["bob@corp.test"])
+    _attempt(h, "w-00001", SHARED, ["bob@corp.test"])
+    _attempt(h, "w-00002", SHARED, ["bob@corp.test"])
+    _delivery(h, ["bob@corp.test"], None, "<only@x>")
+    _delivery(h, ["bob@corp.test"], None, SHARED)  # whose? it cannot say
+    report = check_workload(h, "w", 1)
+    assert report.fates["w-00000"].fate == "delivered"
+    assert {report.fates[r].fate for r in ("w-00001", "w-00002")} == {"lost"}
+
+
+def test_a_shared_message_id_in_a_queue_holds_one_message_not_all_of_them() -> None:
+    h = History()
+    for ref in ("w-00000", "w-00001"):
+        _attempt(h, ref, SHARED, ["bob@corp.test"])
+    _snapshot(h, "mbx1", "active", [{"id": "q1", "message_id": SHARED}])
+    report = check_workload(h, "w", 1)
+    assert sorted(f.fate for f in report.fates.values()) == ["lost", "lost"]
+    _snapshot(h, "mbx2", "active", [{"id": "q7", "message_id": SHARED}])
+    report = check_workload(h, "w", 1)
+    assert sorted(f.fate for f in report.fates.values()) == ["queued", "queued"]
+
+
+def test_a_shadow_copy_whose_primary_is_up_holds_nothing() -> None:
+    h = History()
+    _attempt(h, "w-00000", "<a@x>", ["bob@corp.test"])
+    _snapshot(h, "mbx2", "shadow", [{"message_id": "<a@x>", "primary_node": "mbx1"}])
+    report = check_workload(h, "w", 1)
+    assert report.fates["w-00000"].fate == "lost"
+    # while its primary is down, it is the copy a promotion will deliver
+    h.record("note", nemesis="start", index=0, fault="kill", nodes=["mbx1"], links=[])
+    report = check_workload(h, "w", 1)
+    assert report.fates["w-00000"].fate == "queued"
