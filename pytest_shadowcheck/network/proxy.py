@@ -664,10 +664,11 @@ class _SmtpRecorder:
         head = bytes(self._data_head)
         self._data_head = bytearray()
         message_id, trace = identity_from_bytes(head)
+        if trace:
+            details["trace"] = trace
         self.history.record(
-            "data", self.link, self.conn, "c2s",
-            size=size, message_id=message_id, trace=trace, **details,
-        )  # fmt: skip
+            "data", self.link, self.conn, "c2s", size=size, message_id=message_id, **details
+        )
 
 
 #: how long the server may still answer a client that half-closed its side

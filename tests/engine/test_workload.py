@@ -221,7 +221,8 @@ def test_the_checker_gives_every_message_its_fate() -> None:
     # the count first, each message once, grouped by where it was sent and copied
     assert loss.observed.startswith(
         "2 of 7 acknowledged messages lost (never delivered, in no queue): "
-        "lost <lost@x>, half <half@x> (sent through mbx2, no copy seen on another node)"
+        "lost <lost@x>, half <half@x> (not delivered to a@corp.test, 1 of its 2 recipients) "
+        "(sent through mbx2, no copy seen on another node)"
     ), loss.observed
     assert loss.observed.count("lost <lost@x>") == 1
     assert "seed 5" in loss.observed
