@@ -44,6 +44,10 @@ def queue_entries(answer: Any) -> list[dict[str, Any]]:
     return []
 
 
+#: how many messages a queue check's text names before "and N more"
+LISTED = 20
+
+
 async def check_queue(run: Run, step: Step) -> CheckResult:
     arg = step.arg
     node, queue = arg["node"], arg["queue"]
@@ -71,10 +75,14 @@ async def check_queue(run: Run, step: Step) -> CheckResult:
         run.progress.waiting(within, f"for the {queue} queue of {node}")
     ok = await poll(satisfied, within)
     by_id = {m.message_id: ref for ref, m in run.messages.items()}
+    # a workload's messages by their ref too (its attempts name them)
+    for event in run.history.events(kind="attempt"):
+        by_id.setdefault(str(event.data.get("message_id")), str(event.data.get("ref")))
     held = [by_id.get(e.get("message_id"), e.get("message_id")) for e in state["entries"]]
-    observed = state["error"] or (
-        f"it holds {len(held)}: {', '.join(map(str, held))}" if held else "it is empty"
+    shown = ", ".join(map(str, held[:LISTED])) + (
+        f" and {len(held) - LISTED} more" if len(held) > LISTED else ""
     )
+    observed = state["error"] or (f"it holds {len(held)}: {shown}" if held else "it is empty")
     run.history.record("snapshot", node=node, queue=queue, entries=held)
     return result(
         step,

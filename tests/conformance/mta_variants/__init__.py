@@ -43,6 +43,7 @@ def all_variants() -> list[Variant]:
         discard,
         durability,
         identity,
+        liveness,
         promotion,
         safetynet,
         security,
@@ -53,8 +54,8 @@ def all_variants() -> list[Variant]:
 
     found: list[Variant] = []
     families = (
-        creation, discard, durability, identity, promotion, safetynet, security, timeouts,
-        tarpit, unusual,
+        creation, discard, durability, identity, liveness, promotion, safetynet, security,
+        timeouts, tarpit, unusual,
     )  # fmt: skip
     for family in families:
         found.extend(family.VARIANTS)
