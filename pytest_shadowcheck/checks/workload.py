@@ -67,6 +67,8 @@ class Fate:
     #: the recipients never delivered (accounting is per message and recipient)
     missing: list[str] = field(default_factory=list)
     recipients: int = 0
+    #: where a queued message was held when the settle ended ("mbx2's active queue")
+    held_on: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -309,18 +311,27 @@ def _held(
         by_id[entry[2] if entry[2] in ids else ""] += 1
     undelivered: dict[str, list[Fate]] = defaultdict(list)
     held: set[str] = set()
+    where: dict[str, list[str]] = defaultdict(list)
+    for e in entries:
+        label = f"{e.node}'s {e.queue} queue"
+        for key in (e.trace, e.message_id if e.message_id in ids else ""):
+            if label not in where[key]:
+                where[key].append(label)
     for fate in fates.values():
         got = {r for _, _, r in fate.deliveries}
         if all(r in got for r in rcpts[fate.ref]):
             continue
         if fate.trace in traced:
             held.add(fate.ref)
+            fate.held_on = where[fate.trace]
         else:
             undelivered[fate.message_id].append(fate)
     for message_id, waiting in undelivered.items():
         # a Message-ID only one of them carries names it; a shared one, up to as many
         if len(waiting) <= by_id[message_id]:
             held |= {f.ref for f in waiting}
+            for fate in waiting:
+                fate.held_on = where[message_id]
     return held
 
 
@@ -481,6 +492,7 @@ def _listed(fates: list[Fate]) -> str:
         refs = ", ".join(
             (f.ref if named_once else f"{f.ref} {f.message_id or '(no Message-ID)'}")
             + _partly(f)
+            + (f" (held on {', '.join(f.held_on)})" if f.fate == "queued" and f.held_on else "")
             for f in members
         )
         where = f"copied to {', '.join(copied)}" if copied else "no copy seen on another node"

@@ -213,7 +213,8 @@ def test_the_checker_gives_every_message_its_fate() -> None:
     assert settled.status == Status.FAIL
     assert settled.observed.startswith(
         "not delivered in time (liveness): 1 of 7 acknowledged messages still queued on a live "
-        "node when the settle ended, none of them lost: held <held@x> (sent through mbx1, no "
+        "node when the settle ended, none of them lost: held <held@x> (held on mbx1's active "
+        "queue) (sent through mbx1, no "
         "copy seen on another node);"
     ), settled.observed
     assert len(results(report, ["PR-1"], "here.yaml:3", all_delivered=False)) == 2
