@@ -42,6 +42,7 @@ def all_variants() -> list[Variant]:
         creation,
         discard,
         durability,
+        needle,
         promotion,
         safetynet,
         security,
@@ -52,7 +53,8 @@ def all_variants() -> list[Variant]:
 
     found: list[Variant] = []
     families = (
-        creation, discard, durability, promotion, safetynet, security, timeouts, tarpit, unusual
+        creation, discard, durability, needle, promotion, safetynet, security, timeouts, tarpit,
+        unusual,
     )
     for family in families:
         found.extend(family.VARIANTS)
