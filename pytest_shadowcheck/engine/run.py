@@ -39,6 +39,7 @@ from pytest_shadowcheck.network.smtp_text import trace_value
 from pytest_shadowcheck.progress import Progress
 from pytest_shadowcheck.scenario.capabilities import QUEUE_PATHS
 from pytest_shadowcheck.scenario.model import Scenario, Step, needs_lazy_storage
+from pytest_shadowcheck.scenario.replay import Selection
 from pytest_shadowcheck.scenario.steps import ACTION_SPECS, SEND_TIMEOUT, settings_text
 from pytest_shadowcheck.targets.base import ClusterPlan, NodeHandle, Target, TargetError
 from pytest_shadowcheck.verdict import CheckResult, Status, Verdict
@@ -83,6 +84,10 @@ class Run:
     #: by this when given (--shadowcheck-workload-seed)
     workload_scale: float = 1.0
     workload_seed: int | None = None
+    #: workload name -> the part of its plan to play (--shadowcheck-replay)
+    workload_selection: dict[str, Selection] = field(default_factory=dict)
+    #: the command line that runs this scenario again, for a workload's replay command
+    replay_command: str = ""
     #: writes a workload's timeline page and says where (the report layer's, handed down
     #: by whoever runs the scenario: the engine does not know where reports go)
     timeline_writer: TimelineWriter | None = None
@@ -501,6 +506,8 @@ def run_scenario(
     workload_scale: float = 1.0,
     workload_seed: int | None = None,
     timeline_writer: TimelineWriter | None = None,
+    workload_selection: dict[str, Selection] | None = None,
+    replay_command: str = "",
 ) -> Verdict:
     """Run ``scenario`` on ``target`` (blocking) and return its verdict."""
     verdict = verdict or Verdict(scenario.name, scenario.behaviours, source=str(scenario.where))
@@ -508,6 +515,7 @@ def run_scenario(
     run = Run(scenario, target, history, progress or Progress(scenario.name), workdir)
     run.workload_scale, run.workload_seed = workload_scale, workload_seed
     run.timeline_writer = timeline_writer
+    run.workload_selection, run.replay_command = dict(workload_selection or {}), replay_command
     timeout = scenario.timeout
     if any(step.kind == "workload" for step in scenario.steps):
         # a scaled workload takes proportionally longer

@@ -6,27 +6,38 @@ plans the messages and the nemesis from the seed, drives the workload while the 
 plays, ends every fault, waits up to ``settle`` for the acknowledged messages, snapshots
 the queues (when the target shows them), and adds the history checker's results to the
 verdict with the figures recorded in the history.
+
+With a selection (``--shadowcheck-replay``, :mod:`pytest_shadowcheck.scenario.replay`)
+only the kept messages are sent and only the kept faults played, each at its planned
+moment. Each workload's summary carries what a shrinker needs to choose the next
+selection (``replay``: how many messages were planned, the faults played, the messages
+that failed and the faults that met them).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+import dataclasses
+import shlex
+from typing import TYPE_CHECKING, Any
 
 from pytest_shadowcheck.checks.no_loss import scenario_given_unmet
 from pytest_shadowcheck.checks.storage import power_cut_evidence
 from pytest_shadowcheck.checks.workload import check_workload, results
-from pytest_shadowcheck.engine.nemesis import plan_faults, run_nemesis, usable_kinds
+from pytest_shadowcheck.engine.nemesis import Fault, plan_faults, run_nemesis, usable_kinds
 from pytest_shadowcheck.engine.traffic import Planned, drive, plan_messages
-from pytest_shadowcheck.errors import TargetError
+from pytest_shadowcheck.errors import ScenarioError, TargetError
+from pytest_shadowcheck.scenario.replay import Selection, format_indices
 from pytest_shadowcheck.scenario.workload_spec import WorkloadSpec, nemesis_spec
 
 if TYPE_CHECKING:
+    from pytest_shadowcheck.checks.workload import WorkloadReport
     from pytest_shadowcheck.engine.context import StepContext
+    from pytest_shadowcheck.errors import SourceRef
     from pytest_shadowcheck.scenario.model import Step
     from pytest_shadowcheck.verdict import Verdict
 
-__all__ = ["run_workload", "workload_label"]
+__all__ = ["kept_faults", "replay_args", "run_workload", "workload_label"]
 
 #: faults planned ahead; a nemesis never gets near this many in one workload
 MAX_FAULTS = 10_000
@@ -40,26 +51,37 @@ async def run_workload(run: StepContext, step: Step, verdict: Verdict) -> None:
     scale = getattr(run, "workload_scale", 1.0)
     seed = getattr(run, "workload_seed", None)
     spec = _scaled(base, scale, base.seed if seed is None else seed)
+    selection: Selection | None = (getattr(run, "workload_selection", None) or {}).get(spec.name)
     history = run.history
     since = history.now()
     planned = plan_messages(spec, run.token)
+    if selection is not None:
+        planned = _kept_messages(planned, selection, step.where)
     proxies = {node: run.proxies[f"client->{node}"] for node in spec.via}
     addresses = {node: proxy.address for node, proxy in proxies.items()}
     numbering = {node: proxy.connection_number for node, proxy in proxies.items()}
     stop = asyncio.Event()
     nemesis_task = None
+    # a selection of faults is played whole: the workload waits for its last fault
+    whole = selection is not None and selection.faults is not None
     if spec.nemesis:
         nspec = nemesis_spec(spec.nemesis, run.scenario.topology, spec.seed, step.where)
         kinds = usable_kinds(nspec, run.target.capabilities)
         if kinds:
             faults = plan_faults(nspec, kinds, run.scenario.topology, MAX_FAULTS)
-            nemesis_task = asyncio.create_task(run_nemesis(run, faults, stop, verdict))
+            if selection is not None and selection.faults is not None:
+                faults = kept_faults(faults, selection.faults)
+            never = asyncio.Event()
+            nemesis_task = asyncio.create_task(
+                run_nemesis(run, faults, never if whole else stop, verdict)
+            )
         else:
             history.record("note", text=f"nemesis: target {run.target.name} can do none of "
                            f"{', '.join(nspec.faults)}")  # fmt: skip
+    kept = f" ({selection.describe()} of the plan)" if selection is not None else ""
     run.progress.note(
         f"workload {spec.name}: {spec.messages} messages over {spec.sessions} sessions, "
-        f"seed {spec.seed}"
+        f"seed {spec.seed}{kept}"
     )
     try:
         accepted = await drive(spec, planned, history, addresses, run.scenario.name, numbering)
@@ -78,7 +100,11 @@ async def run_workload(run: StepContext, step: Step, verdict: Verdict) -> None:
     )
     report.queues_seen = listable
     history.record("note", text=f"workload {spec.name} summary", summary=report.summary())
-    verdict.workloads.append(report.summary())
+    summary = report.summary()
+    args = replay_args(spec.seed, scale, selection)
+    prefix = getattr(run, "replay_command", "")
+    summary["replay"] = _replay_facts(report, planned, spec, args, prefix)
+    verdict.workloads.append(summary)
     timeline = ""
     if run.timeline_writer is not None:
         timeline = f" (timeline: {run.timeline_writer(history, report, run.scenario.name)})"
@@ -96,7 +122,7 @@ async def run_workload(run: StepContext, step: Step, verdict: Verdict) -> None:
         evidence = power_cut_evidence(history, holders, first.acked_t, said, first.ref)
     behaviours = list(spec.behaviours)
     outside = "PR-4" if "PR-4" in run.scenario.behaviours else None
-    where = f"{step.where} (replay: --shadowcheck-workload-seed {spec.seed}){timeline}"
+    where = f"{step.where} (replay: {summary['replay']['command']}){timeline}"
     # the given every behaviour of the scenario presupposes (a shadow copy made)
     unmet = scenario_given_unmet(run)
     retry = run.target.timers.get("TransientFailureRetryInterval")
@@ -108,9 +134,82 @@ async def run_workload(run: StepContext, step: Step, verdict: Verdict) -> None:
 
 
 def _scaled(spec: WorkloadSpec, scale: float, seed: int) -> WorkloadSpec:
-    from dataclasses import replace
+    return dataclasses.replace(spec, messages=max(1, round(spec.messages * scale)), seed=seed)
 
-    return replace(spec, messages=max(1, round(spec.messages * scale)), seed=seed)
+
+def _kept_messages(planned: list[Planned], selection: Selection, where: SourceRef) -> list[Planned]:
+    """The planned messages the selection keeps (each still sent at its planned moment:
+    the driver paces by the message's number in the plan)."""
+    if selection.messages is None:
+        return planned
+    beyond = sorted(i for i in selection.messages if i >= len(planned))
+    if beyond:
+        raise ScenarioError(
+            f"--shadowcheck-replay keeps message {beyond[0]} of workload {selection.workload}, "
+            f"which plans only {len(planned)} (numbered 0 to {len(planned) - 1})",
+            where,
+            "the --shadowcheck-workload-scale of the run that printed the selection",
+        )
+    return [p for p in planned if p.index in selection.messages]
+
+
+def kept_faults(faults: list[Fault], keep: frozenset[int]) -> list[Fault]:
+    """The kept faults of a planned schedule, each starting when it was planned to: the
+    quiet time and the length of every dropped fault before it are added to its own quiet
+    time, as if the dropped fault had happened (a restart has no length: it is over once
+    the node is back). What a dropped fault's actions themselves took (a node's restart)
+    is not waited out, so a kept fault may land that much earlier."""
+    out: list[Fault] = []
+    carried = 0.0
+    for fault in faults[: max(keep, default=-1) + 1]:
+        if fault.index in keep:
+            out.append(dataclasses.replace(fault, gap=fault.gap + carried))
+            carried = 0.0
+        else:
+            carried += fault.gap + (0.0 if fault.kind == "restart" else fault.duration)
+    return out
+
+
+def replay_args(seed: int, scale: float, selection: Selection | None) -> list[str]:
+    """The options that replay a workload: its seed, the scale, the selection."""
+    args = ["--shadowcheck-workload-seed", str(seed)]
+    if scale != 1.0:
+        args += ["--shadowcheck-workload-scale", f"{scale:g}"]
+    if selection is not None:
+        args += ["--shadowcheck-replay", selection.text()]
+    return args
+
+
+def _replay_facts(
+    report: WorkloadReport, planned: list[Planned], spec: WorkloadSpec, args: list[str],
+    prefix: str,
+) -> dict[str, Any]:  # fmt: skip
+    """What a shrinker reads of one run of the workload: the messages planned and the
+    faults played (by number in the plan), which messages failed (lost, still queued, or
+    duplicated with no fault to explain it) and which faults met them (a fault of a node
+    that held the message, between its sending and its last delivery)."""
+    number = {p.ref: p.index for p in planned}
+    failing = [
+        f for f in report.fates.values()
+        if f.fate in ("lost", "queued") or (f.fate == "duplicated" and "with no fault" in f.cause)
+    ]  # fmt: skip
+    met: set[int] = set()
+    for fate in failing:
+        until = max((t for t, _, _ in fate.deliveries), default=float("inf"))
+        holders = {fate.via, *fate.copied_to}
+        met |= {
+            w.index for w in report.windows
+            if w.meets(fate.sent, until) and any(w.touches(n) for n in holders)
+        }  # fmt: skip
+    return {
+        "planned_messages": spec.messages,
+        "messages": format_indices({p.index for p in planned}),
+        "faults": format_indices({w.index for w in report.windows}),
+        "failing_messages": format_indices({number[f.ref] for f in failing if f.ref in number}),
+        "failing_faults": format_indices(met),
+        "args": args,
+        "command": shlex.join(args) if not prefix else f"{prefix} {shlex.join(args)}",
+    }
 
 
 async def _settle(run: StepContext, accepted: list[Planned], settle: float) -> None:

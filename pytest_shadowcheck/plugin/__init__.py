@@ -82,6 +82,37 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(a failure prints the seed to replay)",
     )
     group.addoption(
+        "--shadowcheck-replay",
+        metavar="WORKLOAD:messages=N,..;faults=N,..",
+        action="append",
+        default=None,
+        help="play only part of a workload's plan: the messages and faults numbered (from 0, "
+        "ranges like 40-42, or none), each at its planned moment; what a shrunk "
+        "reproduction prints, e.g. 'single:messages=69;faults=0'",
+    )
+    group.addoption(
+        "--shadowcheck-shrink",
+        action="store_true",
+        default=False,
+        help="when a workload scenario FAILs, re-run it to find the fewest messages and "
+        "faults that still fail the same way, and print the command replaying them",
+    )
+    group.addoption(
+        "--shadowcheck-shrink-attempts",
+        metavar="N",
+        type=int,
+        default=40,
+        help="at most N re-runs of a scenario while shrinking it (default 40)",
+    )
+    group.addoption(
+        "--shadowcheck-shrink-time",
+        metavar="SECONDS",
+        type=float,
+        default=1200.0,
+        help="stop shrinking a scenario after SECONDS, keeping the smallest reproduction "
+        "found (default 1200)",
+    )
+    group.addoption(
         "--shadowcheck-stretch-budget",
         metavar="SECONDS",
         type=float,

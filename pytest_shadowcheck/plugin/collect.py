@@ -77,7 +77,7 @@ class ScenarioItem(pytest.Item):
         from pytest_shadowcheck.plugin.state import get_state
 
         state = get_state(self.config)
-        verdict = self.verdict = run_item(state, self.scenario, self.nodeid)
+        verdict = self.verdict = run_item(state, self.scenario, self.nodeid, self.location_arg())
         if state.junit_properties_per_case:
             self.user_properties.append(("shadowcheck.behaviours", ",".join(verdict.behaviours)))
             self.user_properties.append(("shadowcheck.verdict", str(verdict.status)))
@@ -85,6 +85,14 @@ class ScenarioItem(pytest.Item):
             self.user_properties.extend(workload_properties(verdict.workloads))
         if verdict.status == Status.INCONCLUSIVE:
             raise ScenarioInconclusive(verdict)
+
+    def location_arg(self) -> str:
+        """The argument that selects this item on a command line run where this one was:
+        its file relative to that directory (absolute when outside it), then its name."""
+        path = self.path.resolve()
+        here = self.config.invocation_params.dir.resolve()
+        shown = path.relative_to(here) if path.is_relative_to(here) else path
+        return f"{shown}::{self.name}"
 
     def runtest(self) -> None:
         verdict = self.verdict
@@ -102,7 +110,10 @@ class ScenarioItem(pytest.Item):
         self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
     ) -> str | TerminalRepr:
         if isinstance(excinfo.value, ScenarioFailure):
-            return excinfo.value.verdict.render(rule_sentences())
+            from pytest_shadowcheck.plugin.shrinking import shrink_text
+
+            verdict = excinfo.value.verdict
+            return "\n".join([verdict.render(rule_sentences()), *shrink_text(verdict.workloads)])
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:

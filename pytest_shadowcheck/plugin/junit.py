@@ -14,7 +14,9 @@ the ``xunit1``/``legacy`` families, a Jenkins ``[[PROPERTY|name=value]]`` line
 in the test case's ``system-out`` for xunit2, whose schema forbids properties
 in a test case. A scenario with workload steps adds, the same way, the figures
 of each workload as ``shadowcheck.workload.NAME.FIGURE`` (see
-:func:`workload_properties`).
+:func:`workload_properties`), with the command replaying it and, when it was shrunk
+(``--shadowcheck-shrink``), the messages and faults before and after and the command
+replaying the shrunk reproduction.
 """
 
 from __future__ import annotations
@@ -69,6 +71,14 @@ def workload_properties(workloads: list[dict[str, Any]]) -> list[tuple[str, str]
             "temporary_failures": w.get("temporary_failures"),
             "faults": w.get("faults"),
         }
+        replay, shrunk = w.get("replay") or {}, w.get("shrunk") or {}
+        figures["replay"] = replay.get("command")
+        if shrunk:
+            figures |= {
+                "shrunk_messages": f"{shrunk['messages_before']}->{shrunk['messages_after']}",
+                "shrunk_faults": f"{shrunk['faults_before']}->{shrunk['faults_after']}",
+                "shrunk_replay": shrunk["command"],
+            }
         prefix = f"shadowcheck.workload.{w.get('workload', 'workload')}"
         out += [(f"{prefix}.{k}", str(v)) for k, v in figures.items() if v is not None]
     return out

@@ -1,14 +1,18 @@
 """Running one collected scenario: the target's fitness first (UNTESTABLE), then the
-engine in a fresh workdir, kept as evidence when the verdict is not a clean one."""
+engine in a fresh workdir, kept as evidence when the verdict is not a clean one; with
+``--shadowcheck-shrink``, a failing workload shrunk by re-running it
+(:mod:`pytest_shadowcheck.plugin.shrinking`)."""
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_shadowcheck.engine.run import run_scenario
 from pytest_shadowcheck.history import History
+from pytest_shadowcheck.plugin.shrinking import shrink_failure
 from pytest_shadowcheck.plugin.state import ShadowcheckState, shown_workdir
 from pytest_shadowcheck.plugin.terminal import note_writer
 from pytest_shadowcheck.progress import Progress
@@ -17,15 +21,32 @@ from pytest_shadowcheck.targets.fit import DEFAULT_STRETCH_BUDGET, stretch, why_
 from pytest_shadowcheck.verdict import Status, Verdict
 
 if TYPE_CHECKING:
+    import pytest
+
     from pytest_shadowcheck.checks.workload import WorkloadReport
     from pytest_shadowcheck.scenario.model import Scenario
 
-__all__ = ["run_item"]
+__all__ = ["replay_command", "run_item"]
 
 
-def run_item(state: ShadowcheckState, scenario: Scenario, nodeid: str) -> Verdict:
+def replay_command(config: pytest.Config, target_spec: str, location: str) -> str:
+    """The command line that runs the item at ``location`` (``path::name`` from the
+    directory pytest was run in) again, against the same target with the same plugins;
+    a workload adds its seed and selection."""
+    args = ["pytest", "--shadowcheck", "--shadowcheck-target", target_spec]
+    for module in config.getoption("shadowcheck_target_plugin") or []:
+        args += ["--shadowcheck-target-plugin", module]
+    budget = config.getoption("shadowcheck_stretch_budget", DEFAULT_STRETCH_BUDGET)
+    if budget != DEFAULT_STRETCH_BUDGET:
+        args += ["--shadowcheck-stretch-budget", f"{budget:g}"]
+    return shlex.join([*args, location])
+
+
+def run_item(
+    state: ShadowcheckState, scenario: Scenario, nodeid: str, location: str = ""
+) -> Verdict:
     """Run the scenario of the item ``nodeid`` against the configured target and return
-    its verdict."""
+    its verdict; ``location`` selects the item on a command line (for replay commands)."""
     target = state.target
     verdict = Verdict(
         scenario=scenario.name,
@@ -55,6 +76,7 @@ def run_item(state: ShadowcheckState, scenario: Scenario, nodeid: str) -> Verdic
         return Path(write_timeline(report_dir, history, report, name).name)
 
     config = state.config
+    replay = replay_command(config, state.target_spec, location) if location else ""
     run_scenario(
         scenario,
         target,
@@ -66,10 +88,14 @@ def run_item(state: ShadowcheckState, scenario: Scenario, nodeid: str) -> Verdic
         workload_scale=config.getoption("shadowcheck_workload_scale", 1.0),
         workload_seed=config.getoption("shadowcheck_workload_seed", None),
         timeline_writer=timeline if report_dir is not None else None,
+        workload_selection=state.selections,
+        replay_command=replay,
     )
     if verdict.status in (Status.PASS, Status.NOT_APPLICABLE, Status.UNTESTABLE):
         shutil.rmtree(workdir, ignore_errors=True)
     else:
         # keep the workdir: node data and logs are evidence
         verdict.reason += f" (node data and logs kept in {shown_workdir(config, workdir)})"
+    if verdict.status == Status.FAIL and config.getoption("shadowcheck_shrink", False):
+        shrink_failure(state, scenario, verdict, replay)
     return verdict

@@ -28,6 +28,8 @@ from pytest_shadowcheck.plugin.state import (
 from pytest_shadowcheck.report.certification import is_scenario_file
 from pytest_shadowcheck.report.rules import rule_sentences
 from pytest_shadowcheck.scenario.loader import load_behaviours
+from pytest_shadowcheck.scenario.replay import ReplayError, parse_selections
+from pytest_shadowcheck.scenario.workload_spec import WorkloadSpec
 from pytest_shadowcheck.targets import registry
 from pytest_shadowcheck.targets.fit import why_untestable
 from pytest_shadowcheck.verdict import Verdict
@@ -113,6 +115,10 @@ def configure(config: pytest.Config) -> None:
     if spec == "help":
         return  # pytest_cmdline_main lists the targets and ends the run
     _check_behaviour_markers(config, catalogue)
+    try:
+        selections = parse_selections(config.getoption("shadowcheck_replay") or [])
+    except ReplayError as exc:
+        raise pytest.UsageError(str(exc)) from None
     family = str(config.getini("junit_family") or "xunit2")
     state = ShadowcheckState(
         config=config,
@@ -123,6 +129,7 @@ def configure(config: pytest.Config) -> None:
         report_dir=Path(report).resolve() if report else None,
         history_dir=Path(history).resolve() if history else None,
         junit_properties_per_case=family in ("xunit1", "legacy"),
+        selections=selections,
     )
     try:
         registry.make_target(manager, spec, run_id)  # fail early on an unknown target
@@ -178,6 +185,28 @@ class SessionHooks:
             return None
         return ScenarioFile.from_parent(parent, path=file_path)
 
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        """A --shadowcheck-replay for a workload no selected scenario has would replay
+        nothing, silently: name the workloads there are."""
+        wanted = get_state(config).selections
+        if not wanted:
+            return
+        names = {
+            step.arg.name
+            for item in items
+            if isinstance(item, ScenarioItem)
+            for step in item.scenario.steps
+            if isinstance(step.arg, WorkloadSpec)
+        }
+        unknown = sorted(set(wanted) - names)
+        if unknown:
+            raise pytest.UsageError(
+                f"--shadowcheck-replay names workload {', '.join(map(repr, unknown))}, which no "
+                "selected scenario has; workloads of the selected scenarios: "
+                + (", ".join(sorted(names)) or "none")
+            )
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:

@@ -15,6 +15,7 @@ import pluggy
 import pytest
 
 from pytest_shadowcheck.errors import TargetError
+from pytest_shadowcheck.scenario.replay import Selection
 from pytest_shadowcheck.targets.base import Target
 from pytest_shadowcheck.targets.registry import make_target
 
@@ -79,6 +80,8 @@ class ShadowcheckState:
     junit_properties_per_case: bool
     #: what the certification counts as the whole library (see plugin._library)
     library_paths: list[Path] = field(default_factory=list)
+    #: --shadowcheck-replay: workload name -> the part of its plan to play
+    selections: dict[str, Selection] = field(default_factory=dict)
     _target: Target | None = None
 
     @property

@@ -533,6 +533,43 @@ def _workloads_section(report: dict[str, Any]) -> str:
     return f"<h2>Durability workloads</h2>{''.join(parts)}" if parts else ""
 
 
+def _shrunk_section(report: dict[str, Any]) -> str:
+    """Each failing workload that was shrunk (``--shadowcheck-shrink``): the messages and
+    faults it took to fail, before and after, and the command replaying each."""
+    rows = []
+    for s in report["scenarios"]:
+        for w in s.get("workloads", []):
+            shrunk, facts = w.get("shrunk"), w.get("replay") or {}
+            if not isinstance(shrunk, dict):
+                continue
+            early = f"; stopped early: {shrunk['stopped']}" if shrunk.get("stopped") else ""
+            cells = [
+                f"{s['scenario']} / {w.get('workload')}",
+                f"{shrunk['messages_before']} -> {shrunk['messages_after']} "
+                f"(kept: {shrunk['messages']})",
+                f"{shrunk['faults_before']} -> {shrunk['faults_after']} "
+                f"(kept: {shrunk['faults']})",
+                f"{shrunk['attempts']} runs, {shrunk['seconds']:g}s{early}",
+            ]
+            commands = (
+                f"shrunk: <code>{html.escape(shrunk['command'])}</code><br>"
+                f"full: <code>{html.escape(str(facts.get('command', '')))}</code>"
+            )
+            rows.append(
+                "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells)
+                + f"<td>{commands}</td></tr>"
+            )
+    if not rows:
+        return ""
+    return (
+        "<h2>Shrunk reproductions</h2><p>Each failing workload re-run on parts of its plan "
+        "until the fewest messages and faults that still fail the same way were left "
+        "(same checks failing, same behaviour IDs).</p><table><thead><tr><th>scenario / "
+        "workload</th><th>messages</th><th>faults</th><th>search</th><th>replay</th></tr>"
+        f"</thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
 def _workload_table(w: dict[str, Any]) -> str:
     """A workload's figures: what happened to every message, and how fast."""
     fates = ", ".join(f"{k} {v}" for k, v in sorted(w.get("fates", {}).items()))
@@ -685,6 +722,7 @@ section {{ border-top: 1px solid #ddd; margin-top: 1em; }}
 <tbody>{"".join(rows)}</tbody></table>
 <h2>Evidence: scenarios with a status other than PASS</h2>{details or "<p>none</p>"}
 {_workloads_section(report)}
+{_shrunk_section(report)}
 {"<h2>Scenario files with errors</h2>" + errors if errors else ""}
 </body></html>
 """

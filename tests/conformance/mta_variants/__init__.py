@@ -44,6 +44,7 @@ def all_variants() -> list[Variant]:
         durability,
         identity,
         liveness,
+        needle,
         promotion,
         safetynet,
         security,
@@ -54,9 +55,19 @@ def all_variants() -> list[Variant]:
 
     found: list[Variant] = []
     families = (
-        creation, discard, durability, identity, liveness, promotion, safetynet, security,
-        timeouts, tarpit, unusual,
-    )  # fmt: skip
+        creation,
+        discard,
+        durability,
+        identity,
+        liveness,
+        needle,
+        promotion,
+        safetynet,
+        security,
+        timeouts,
+        tarpit,
+        unusual,
+    )
     for family in families:
         found.extend(family.VARIANTS)
     return found
