@@ -64,9 +64,10 @@ async def check_queue(run: Run, step: Step) -> CheckResult:
         state["error"] = None
         entries = queue_entries(answer)
         state["entries"] = entries
-        ids = {e.get("message_id") for e in entries}
-        ok = all(run.messages[r].message_id in ids for r in contains)
-        ok = ok and not any(run.messages[r].message_id in ids for r in absent)
+        def held(ref: str) -> bool:
+            return any(run.messages[ref].carried_in(e) for e in entries)
+
+        ok = all(held(r) for r in contains) and not any(held(r) for r in absent)
         if "count" in arg:
             ok = ok and len(entries) == arg["count"]
         return ok

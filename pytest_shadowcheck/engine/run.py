@@ -137,7 +137,6 @@ class Run:
             queues = [q for q in queues if q != "shadow"]
         if not queues:
             return None
-        wanted = msg.message_id
         for node in self.scenario.topology.nodes:
             if node in self.down or node in self.paused:
                 continue
@@ -146,7 +145,7 @@ class Run:
                     answer = await self.target.control(node, "GET", QUEUE_PATHS[queue])
                 except TargetError:
                     continue
-                if any(e.get("message_id") == wanted for e in queue_entries(answer)):
+                if any(msg.carried_in(e) for e in queue_entries(answer)):
                     return f"{node} ({queue} queue)"
         return None
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_shadowcheck.errors import SourceRef
+from pytest_shadowcheck.network.smtp_text import TRACE_HEADER
 
 __all__ = [
     "ACTIVE_QUEUE",
@@ -62,6 +63,11 @@ _MESSAGE_ID = re.compile(
     # length and a flag ("049I Message-ID: <...>"); a sendmail qf file with "H" and its
     # conditions ("H??Message-ID: <...>")
     r"^(?:\d{3}[A-Za-z* ] |H\?[^?\n]*\?)?Message-ID:[ \t]*(<[^>\s]+>)",
+    re.IGNORECASE | re.MULTILINE,
+)
+#: the harness's own trace header, in the same printed forms
+_TRACE = re.compile(
+    r"^(?:\d{3}[A-Za-z* ] |H\?[^?\n]*\?)?" + TRACE_HEADER + r":[ \t]*(\S+)",
     re.IGNORECASE | re.MULTILINE,
 )
 
@@ -391,6 +397,9 @@ def list_queue(container: Any, adapter: QueueAdapter) -> list[dict[str, Any]]:
         command = [item.replace("{id}", str(entry["id"])) for item in adapter.headers]
         code, headers = run_in(container, command)
         entry["message_id"] = message_id_of(headers) if code == 0 else None
+        # which message it is: the trace the harness added, when the header shows it
+        if code == 0 and (trace := _TRACE.search(headers)):
+            entry["trace"] = trace.group(1)
         if code != 0:
             failed[str(entry["id"])] = f"{' '.join(command)} exited {code}: {headers[-300:]}"
     if failed:
