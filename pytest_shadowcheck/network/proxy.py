@@ -17,9 +17,14 @@ per link), and can break the link on demand (``fault`` events):
 - :meth:`FaultProxy.drop_after` - forward N more bytes, then close the connection.
 - :meth:`FaultProxy.stall_after_data` - hold the server's replies once the client sent
   a message's content: the client waits for its 250 and times out.
+- :meth:`FaultProxy.cut_at` / :meth:`FaultProxy.stall_at` - at a protocol point (after
+  a client's command, before, inside or after the server's reply to one), the Nth time
+  it is reached: close the connection there, or hold it (nothing more forwarded either
+  way) until healed. The history shows where it struck.
 - :meth:`FaultProxy.heal` - clear every fault.
 
-Lines are parsed only for recording; forwarding works on whole chunks.
+Lines are parsed for recording (:mod:`.smtp_recorder`); forwarding works on whole
+chunks, split only where a point fault strikes.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import Any
 
 from pytest_shadowcheck.history import History
 from pytest_shadowcheck.network.loopback import on_free_loopback
-from pytest_shadowcheck.network.smtp_recorder import SmtpRecorder
+from pytest_shadowcheck.network.smtp_recorder import POINT_PLACES, SmtpRecorder
 
 __all__ = ["DIRECTIONS", "FaultProxy"]
 
@@ -78,6 +83,8 @@ class FaultProxy:
         self._stall_after_data = False
         self._unstalled = asyncio.Event()
         self._unstalled.set()
+        #: point faults armed (cut_at, stall_at), each striking once
+        self._points: list[_PointFault] = []
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -236,9 +243,43 @@ class FaultProxy:
             self._unstalled.set()
         self._record_fault("stall_after_data", on)
 
+    def cut_at(
+        self, place: str, verb: str, occurrence: int = 1, connection: int | None = None
+    ) -> None:
+        """Close the connection (FIN both ways, after what went before) at a protocol
+        point: ``place`` (one of :data:`POINT_PLACES`) of the command ``verb`` ("EOD" for
+        the final dot, "CONNECT" for the greeting), the ``occurrence``-th time the link
+        reaches it from now on (on connection number ``connection`` only, if given).
+        Strikes once; ``inside_reply`` sends half of the reply's last line first."""
+        self._arm("cut", place, verb, occurrence, connection)
+
+    def stall_at(
+        self, place: str, verb: str, occurrence: int = 1, connection: int | None = None
+    ) -> None:
+        """As :meth:`cut_at`, but hold the connection there instead: nothing more is
+        forwarded either way until healed (the peers wait, then time out)."""
+        self._arm("stall", place, verb, occurrence, connection)
+
+    def _arm(
+        self, action: str, place: str, verb: str, occurrence: int, connection: int | None
+    ) -> None:
+        if place not in POINT_PLACES:
+            raise ValueError(f"a protocol point is one of {', '.join(POINT_PLACES)}, not {place!r}")
+        if occurrence < 1 or (connection is not None and connection < 1):
+            raise ValueError("occurrence and connection count from 1")
+        point = _PointFault(action, place, verb.upper(), occurrence, connection)
+        self._points.append(point)
+        self._record_fault(
+            f"{action}_at", True, point=place, verb=point.verb, occurrence=occurrence,
+            connection=connection,
+        )  # fmt: skip
+
     def heal(self) -> None:
         """Clear every fault (held blackhole and stalled traffic flows again)."""
         cleared = sorted(self.active_faults())
+        self._points = []
+        for conn in self._connections.values():
+            conn.hold.set()
         self._cut = False
         self._blackholed = False
         self._flowing.set()
@@ -270,6 +311,12 @@ class FaultProxy:
             faults["slow_greeting"] = self._slow_greeting
         for d, nbytes in self._drop_after.items():
             faults[f"drop_after_{d}"] = nbytes
+        for point in self._points:
+            if not point.struck:
+                faults.setdefault(f"{point.action}_at", []).append(point.describe())
+        held = sorted(n for n, c in self._connections.items() if not c.hold.is_set())
+        if held:
+            faults["stalled_connections"] = held
         return faults
 
     def _record_fault(self, name: str, on: bool, **params: Any) -> None:
@@ -329,6 +376,13 @@ class _Connection:
     greeted: bool = False
     budget: dict[str, int | None] = field(default_factory=dict)
     recorder: SmtpRecorder | None = None
+    #: cleared while a stall_at holds the connection (both ways)
+    hold: asyncio.Event = field(default_factory=asyncio.Event)
+    #: the point fault that stopped the recorder's feed, to act on
+    struck: _PointFault | None = None
+
+    def __post_init__(self) -> None:
+        self.hold.set()
 
     async def run(self) -> None:
         proxy = self.proxy
@@ -414,18 +468,51 @@ class _Connection:
                     drop_now = True
                 else:
                     self.budget[direction] = budget - len(chunk)
-            if chunk:
-                recorder.feed(direction, chunk)
+            rest = chunk
+            while rest:
+                if not self.hold.is_set():
+                    await self.hold.wait()
+                if proxy._points:
+                    taken = recorder.feed(direction, rest, self._stop_at)
+                else:
+                    taken = len(rest)
+                    recorder.feed(direction, rest)
+                part, rest = rest[:taken], rest[taken:]
                 try:
-                    writer.write(chunk)
-                    await writer.drain()
+                    if part:
+                        writer.write(part)
+                        await writer.drain()
                 except ConnectionError as exc:
                     receiver = _side("s2c" if direction == "c2s" else "c2s")
                     self.close_reason = self.close_reason or f"{receiver} error: {exc!r}"
                     return
+                struck, self.struck = self.struck, None
+                if struck is not None:
+                    proxy.history.record(
+                        "fault", proxy.link, self.number, fault=f"{struck.action}_at", on=True,
+                        struck=struck.describe(),
+                    )  # fmt: skip
+                    if struck.action == "cut":
+                        self.close_reason = f"cut {struck.describe()}"
+                        return
+                    self.hold.clear()
             if drop_now:
                 self.close_reason = f"drop_after ({direction})"
                 return
+
+    def _stop_at(self, place: str, verb: str) -> bool:
+        """The recorder reached a protocol point: strike there if a point fault says so."""
+        for point in self.proxy._points:
+            if point.struck or point.place != place or point.verb != verb:
+                continue
+            if point.connection not in (None, self.number):
+                continue
+            point.seen += 1
+            if point.seen == point.occurrence:
+                point.struck = True
+                self.struck = point
+                return True
+        return False
 
     async def _close_gracefully(self) -> None:
         for writer in (self.server_writer, self.client_writer):
@@ -473,6 +560,39 @@ class _Connection:
             if writer is not None and not writer.is_closing():
                 with contextlib.suppress(Exception):
                     writer.transport.abort()
+
+
+@dataclass
+class _PointFault:
+    """An armed cut_at or stall_at: where, and how many times the point was reached."""
+
+    action: str  # cut | stall
+    place: str
+    verb: str
+    occurrence: int
+    connection: int | None
+    seen: int = 0
+    struck: bool = False
+
+    def describe(self) -> str:
+        """Where it strikes, in an admin's words ("before the reply to EOD, 1st time")."""
+        what = "the final dot" if self.verb == "EOD" else self.verb
+        if self.verb == "CONNECT":
+            what = "the connect"
+        where = {
+            "after": f"after the client's {what}",
+            "before_reply": f"before the server's reply to {what}",
+            "inside_reply": f"inside the server's reply to {what} (half its last line sent)",
+            "after_reply": f"after the server's reply to {what}",
+        }[self.place]
+        nth = _ordinal(self.occurrence)
+        on = f" on connection #{self.connection}" if self.connection is not None else ""
+        return f"{where}, {nth} time{on}"
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 #: how long the server may still answer a client that half-closed its side

@@ -9,6 +9,7 @@ answers, DATA content, BDAT chunks, AUTH, STARTTLS) to record its ``line`` and
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from pytest_shadowcheck.history import History
@@ -18,7 +19,15 @@ from pytest_shadowcheck.network.smtp_text import (
     message_id_from_bytes,
 )
 
-__all__ = ["SmtpRecorder"]
+__all__ = ["POINT_PLACES", "SmtpRecorder", "Stop"]
+
+#: where in a session a point fault can strike, relative to one command (its verb,
+#: "EOD" for the final dot, "CONNECT" for the greeting): after the client's command
+#: went through; before the server's reply to it; inside that reply (its last line
+#: half sent); after the whole reply went through
+POINT_PLACES = ("after", "before_reply", "inside_reply", "after_reply")
+#: asked at each point with (place, verb): True stops the feed there
+Stop = Callable[[str, str], bool]
 
 # A "line" longer than this without CRLF is recorded truncated: it is not SMTP.
 _MAX_LINE = 4096
@@ -43,6 +52,8 @@ class SmtpRecorder:
         #: the client's commands still waiting for their replies, oldest first: with
         #: PIPELINING (RFC 2920) several are in flight and replies pair up in order
         self._awaiting: deque[str] = deque()
+        #: the server's first reply came (one to nothing awaited is the greeting)
+        self._greeted = False
         self._in_data = False
         self._data_size = 0
         self._data_tail = b""
@@ -57,14 +68,25 @@ class SmtpRecorder:
         self._opaque = False
         #: complete message contents the client sent (DATA bodies)
         self.contents = 0
+        #: the server sent a reply's first lines ("250-..."), not yet its last
+        self._reply_open = False
+        #: while feeding: asked at each protocol point whether to stop there
+        self._stop: Stop | None = None
 
-    def feed(self, direction: str, chunk: bytes) -> None:
+    def feed(self, direction: str, chunk: bytes, stop: Stop | None = None) -> int:
+        """Record ``chunk``; return how many of its bytes were taken: all of them,
+        unless ``stop(place, verb)`` said True at a protocol point (see
+        :data:`POINT_PLACES`), where the proxy strikes: bytes past it were not
+        recorded and must not be forwarded (feed them again to let them through)."""
         if self._opaque:
-            return
-        if direction == "c2s":
-            self._feed_client(chunk)
-        else:
-            self._feed_lines("s2c", chunk)
+            return len(chunk)
+        self._stop = stop
+        try:
+            if direction == "c2s":
+                return self._feed_client(chunk)
+            return self._feed_lines("s2c", chunk)[0]
+        finally:
+            self._stop = None
 
     def flush(self) -> None:
         """Record whatever partial line or content is left when the connection ends."""
@@ -75,62 +97,112 @@ class SmtpRecorder:
         if self._in_data:
             self._record_data(complete=False)
 
-    def _feed_client(self, chunk: bytes) -> None:
-        while chunk:
-            if self._in_data:
-                chunk = self._consume_data(chunk)
-            elif self._bdat_remaining:
-                taken = chunk[: self._bdat_remaining]
-                self._bdat_remaining -= len(taken)
-                chunk = chunk[len(taken) :]
-                if len(self._data_head) < HEADER_SCAN_LIMIT:
-                    self._data_head += taken[: HEADER_SCAN_LIMIT - len(self._data_head)]
-                if not self._bdat_remaining and self._bdat_last:
-                    self._record_bdat()
-            else:
-                chunk = self._feed_lines("c2s", chunk)
+    def _at(self, place: str, verb: str | None) -> bool:
+        return self._stop is not None and verb is not None and self._stop(place, verb)
 
-    def _feed_lines(self, direction: str, chunk: bytes) -> bytes:
-        """Record complete lines; return bytes left over when a line switched the
-        client stream into content mode (DATA body, BDAT chunk, TLS)."""
+    def _feed_client(self, chunk: bytes) -> int:
+        pos = 0
+        while pos < len(chunk):
+            if self._in_data:
+                pos += self._consume_data(chunk[pos:] if pos else chunk)
+                if not self._in_data and self._at("after", "EOD"):
+                    return pos
+            elif self._bdat_remaining:
+                part = chunk[pos : pos + self._bdat_remaining]
+                self._bdat_remaining -= len(part)
+                pos += len(part)
+                if len(self._data_head) < HEADER_SCAN_LIMIT:
+                    self._data_head += part[: HEADER_SCAN_LIMIT - len(self._data_head)]
+                if not self._bdat_remaining:
+                    if self._bdat_last:
+                        self._record_bdat()
+                    if self._at("after", "BDAT"):
+                        return pos
+            else:
+                taken, stopped = self._feed_lines("c2s", chunk[pos:] if pos else chunk)
+                pos += taken
+                if stopped or self._opaque:
+                    return pos if stopped else len(chunk)
+        return pos
+
+    def _feed_lines(self, direction: str, chunk: bytes) -> tuple[int, bool]:
+        """Record complete lines; return (bytes of ``chunk`` taken, stopped at a point).
+        Fewer than all are taken when a line switched the client stream into content
+        mode (a BDAT chunk, TLS) or when the proxy strikes at a point."""
         buffer = self._partial[direction]
+        base = len(buffer)  # buffer index i is chunk offset i - base
         buffer += chunk
         start = 0
         while True:
+            reply_starts = direction == "s2c" and not self._reply_open
+            # the first byte of a reply: the point before it
+            if (
+                reply_starts
+                and base <= start < len(buffer)
+                and self._at("before_reply", self._answering())
+            ):
+                return self._stopped(buffer, start, start, base)
             end = buffer.find(b"\r\n", start)
             if end == -1:
                 break
             line = bytes(buffer[start:end])
+            if direction == "s2c" and _final(line) and self._at("inside_reply", self._answering()):
+                # half its last line forwarded (never what an earlier chunk already was)
+                cut = max(start + max(1, (end - start) // 2), base)
+                return self._stopped(buffer, start, cut, base)
             start = end + 2
-            self._line(direction, line)
-            if direction == "c2s" and (self._bdat_remaining or self._opaque):
-                rest = bytes(buffer[start:])
-                buffer.clear()
-                return rest if not self._opaque else b""
+            verb = self._line(direction, line)
+            if direction == "c2s":
+                if self._bdat_remaining or self._opaque:
+                    buffer.clear()
+                    return start - base, False
+                if self._at("after", verb):
+                    return self._stopped(buffer, start, start, base)
+            elif self._at("after_reply", verb):
+                return self._stopped(buffer, start, start, base)
         del buffer[:start]
         if len(buffer) > _MAX_LINE:
             self._line(direction, bytes(buffer[:_MAX_LINE]) + b" [truncated]")
             buffer.clear()
-        return b""
+        return len(chunk), False
 
-    def _line(self, direction: str, raw: bytes) -> None:
+    @staticmethod
+    def _stopped(buffer: bytearray, start: int, cut: int, base: int) -> tuple[int, bool]:
+        """Stop at chunk offset ``cut - base``: the bytes of the line begun at ``start``
+        up to there stay the partial line (recorded as incomplete if nothing follows)."""
+        del buffer[cut:]
+        del buffer[:start]
+        return cut - base, True
+
+    def _answering(self) -> str | None:
+        """The command the server's next reply answers ("CONNECT": the greeting; None:
+        a reply to nothing)."""
+        if self._awaiting:
+            return self._awaiting[0]
+        return None if self._greeted else "CONNECT"
+
+    def _line(self, direction: str, raw: bytes) -> str | None:
+        """Record one line; return the verb of a client's command, or the verb a
+        server's last reply line answered (None for any other line)."""
         text = raw.decode("utf-8", errors="replace")
+        verb: str | None
         if direction == "c2s":
-            text = self._client_line(text)
+            text, verb = self._client_line(text)
         else:
-            self._server_line(text)
+            verb = self._server_line(text)
         self.history.record("line", self.link, self.conn, direction, text=text)
+        return verb
 
-    def _client_line(self, text: str) -> str:
+    def _client_line(self, text: str) -> tuple[str, str]:
         if self._auth_in_progress:
             # An answer to the server's 334 challenge: credentials, and it gets a reply.
             self._auth_in_progress = False
             self._awaiting.append("AUTH")
-            return "****"
+            return "****", "AUTH"
         verb = text.split(" ", 1)[0].upper()
         self._awaiting.append(verb)
         if verb == "AUTH":
-            return mask_auth_line(text)
+            return mask_auth_line(text), verb
         if verb == "BDAT":
             parts = text.split()
             if len(parts) >= 2 and parts[1].isdigit():
@@ -141,7 +213,7 @@ class SmtpRecorder:
                 self._bdat_last = len(parts) >= 3 and parts[2].upper() == "LAST"
                 if not self._bdat_remaining and self._bdat_last:
                     self._record_bdat()
-        return text
+        return text, verb
 
     def _record_bdat(self) -> None:
         """The message a LAST chunk completed (RFC 3030): one ``data`` event, as DATA's."""
@@ -149,12 +221,17 @@ class SmtpRecorder:
         size, self._bdat_total = self._bdat_total, 0
         self._record_content(size, complete=True, bdat=True)
 
-    def _server_line(self, text: str) -> None:
+    def _server_line(self, text: str) -> str | None:
         code = text[:3]
         final = len(text) < 4 or text[3] != "-"
-        if not final or not self._awaiting:
-            return  # (a line of a longer reply, or the greeting)
-        verb = self._awaiting.popleft()
+        self._reply_open = not final
+        if not final:
+            return None  # (a line of a longer reply)
+        verb = self._answering()
+        self._greeted = True
+        if not self._awaiting:
+            return verb  # the greeting, or a reply to nothing
+        self._awaiting.popleft()
         if verb == "AUTH" and code == "334":
             self._auth_in_progress = True
         elif verb == "DATA" and code == "354":
@@ -164,6 +241,7 @@ class SmtpRecorder:
             self.history.record(
                 "note", self.link, self.conn, text="STARTTLS: session encrypted from here on"
             )
+        return verb
 
     def _start_data(self) -> None:
         self._in_data = True
@@ -172,8 +250,8 @@ class SmtpRecorder:
         self._data_tail = b"\r\n"
         self._data_head = bytearray()
 
-    def _consume_data(self, chunk: bytes) -> bytes:
-        """Account content bytes; return what follows the end-of-data marker."""
+    def _consume_data(self, chunk: bytes) -> int:
+        """Account content bytes; return how many, up to the end-of-data marker."""
         if len(self._data_head) < HEADER_SCAN_LIMIT:
             self._data_head += chunk[: HEADER_SCAN_LIMIT - len(self._data_head)]
         # Look across the chunk boundary first, then inside the chunk, without
@@ -187,11 +265,13 @@ class SmtpRecorder:
             if end == -1:
                 self._data_size += len(chunk)
                 self._data_tail = (tail + chunk)[-4:] if len(chunk) < 4 else chunk[-4:]
-                return b""
+                return len(chunk)
             consumed = end + len(_DATA_END)
         self._data_size += consumed
         self._record_data(complete=True)
-        return chunk[consumed:]
+        # the final dot is a command of its own: the server's next reply answers it
+        self._awaiting.append("EOD")
+        return consumed
 
     def _record_data(self, complete: bool) -> None:
         self._in_data = False
@@ -209,3 +289,8 @@ class SmtpRecorder:
             "data", self.link, self.conn, "c2s",
             size=size, message_id=message_id_from_bytes(head), **details,
         )  # fmt: skip
+
+
+def _final(line: bytes) -> bool:
+    """The last line of a reply ("250 ok", not "250-more")."""
+    return len(line) < 4 or line[3:4] != b"-"
