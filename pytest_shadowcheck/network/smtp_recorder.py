@@ -18,14 +18,10 @@ from pytest_shadowcheck.network.smtp_text import (
     mask_auth_line,
     message_id_from_bytes,
 )
+from pytest_shadowcheck.scenario.capabilities import POINT_PLACES
 
 __all__ = ["POINT_PLACES", "SmtpRecorder", "Stop"]
 
-#: where in a session a point fault can strike, relative to one command (its verb,
-#: "EOD" for the final dot, "CONNECT" for the greeting): after the client's command
-#: went through; before the server's reply to it; inside that reply (its last line
-#: half sent); after the whole reply went through
-POINT_PLACES = ("after", "before_reply", "inside_reply", "after_reply")
 #: asked at each point with (place, verb): True stops the feed there
 Stop = Callable[[str, str], bool]
 
@@ -76,7 +72,8 @@ class SmtpRecorder:
     def feed(self, direction: str, chunk: bytes, stop: Stop | None = None) -> int:
         """Record ``chunk``; return how many of its bytes were taken: all of them,
         unless ``stop(place, verb)`` said True at a protocol point (see
-        :data:`POINT_PLACES`), where the proxy strikes: bytes past it were not
+        :data:`POINT_PLACES`: a place, relative to a verb, "EOD" for the final dot,
+        "CONNECT" for the greeting), where the proxy strikes: bytes past it were not
         recorded and must not be forwarded (feed them again to let them through)."""
         if self._opaque:
             return len(chunk)
