@@ -43,6 +43,7 @@ def all_variants() -> list[Variant]:
         discard,
         durability,
         promotion,
+        protocol_points,
         safetynet,
         security,
         tarpit,
@@ -52,7 +53,8 @@ def all_variants() -> list[Variant]:
 
     found: list[Variant] = []
     families = (
-        creation, discard, durability, promotion, safetynet, security, timeouts, tarpit, unusual
+        creation, discard, durability, promotion, safetynet, security, timeouts, tarpit, unusual,
+        protocol_points,
     )
     for family in families:
         found.extend(family.VARIANTS)
