@@ -576,14 +576,14 @@ class _PointFault:
 
     def describe(self) -> str:
         """Where it strikes, in an admin's words ("before the reply to EOD, 1st time")."""
-        what = "the final dot" if self.verb == "EOD" else self.verb
-        if self.verb == "CONNECT":
-            what = "the connect"
+        named = {"EOD": "final dot", "CONNECT": "connect"}
+        what = named.get(self.verb, self.verb)
+        the = f"the {what}" if self.verb in named else what
         where = {
             "after": f"after the client's {what}",
-            "before_reply": f"before the server's reply to {what}",
-            "inside_reply": f"inside the server's reply to {what} (half its last line sent)",
-            "after_reply": f"after the server's reply to {what}",
+            "before_reply": f"before the server's reply to {the}",
+            "inside_reply": f"inside the server's reply to {the} (half its last line sent)",
+            "after_reply": f"after the server's reply to {the}",
         }[self.place]
         nth = _ordinal(self.occurrence)
         on = f" on connection #{self.connection}" if self.connection is not None else ""

@@ -231,3 +231,37 @@ def test_bad_points_are_refused(history: History) -> None:
         proxy.cut_at("during", "EOD")
     with pytest.raises(ValueError, match="count from 1"):
         proxy.stall_at("after", "EOD", occurrence=0)
+
+
+def test_cut_after_the_final_dot_and_after_a_bdat_chunk(run: Run, history: History) -> None:
+    async def scenario() -> None:
+        sink = MailSink("corp.test", history)
+        proxy = await open_proxy(history, await sink.start())
+        proxy.cut_at("after", "EOD")
+        reader, writer = await asyncio.open_connection(*proxy.address)
+        await up_to_data(reader, writer)
+        # the content, its final dot and a pipelined QUIT in one write: the QUIT stays
+        writer.write(MESSAGE + b".\r\nQUIT\r\n")
+        assert await read_until_closed(reader) == b""
+        writer.close()
+        upstream = LineServer()
+        proxy.set_upstream(*await upstream.start())
+        proxy.cut_at("after", "BDAT")
+        reader, writer = await asyncio.open_connection(*proxy.address)
+        await read_reply(reader)
+        writer.write(b"BDAT 7 LAST\r\nhello\r\nNOOP\r\n")
+        assert await closed_by_peer(reader)
+        writer.close()
+        assert await eventually(lambda: bytes(upstream.received[0]) == b"BDAT 7 LAST\r\nhello\r\n")
+        await proxy.stop()
+        await sink.stop()
+        await upstream.stop()
+
+    run(scenario())
+    assert "QUIT" not in lines(history, "c2s", conn=1)
+    (data, *_) = history.events(kind="data")
+    assert data.conn == 1 and data.data["complete"] is True
+    assert struck(history) == [
+        (1, "after the client's final dot, 1st time"),
+        (2, "after the client's BDAT, 1st time"),
+    ]
