@@ -269,10 +269,10 @@ class FaultProxy:
             raise ValueError("occurrence and connection count from 1")
         point = _PointFault(action, place, verb.upper(), occurrence, connection)
         self._points.append(point)
+        only = {} if connection is None else {"connection": connection}
         self._record_fault(
-            f"{action}_at", True, point=place, verb=point.verb, occurrence=occurrence,
-            connection=connection,
-        )  # fmt: skip
+            f"{action}_at", True, point=place, verb=point.verb, occurrence=occurrence, **only
+        )
 
     def heal(self) -> None:
         """Clear every fault (held blackhole and stalled traffic flows again)."""
