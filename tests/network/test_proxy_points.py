@@ -12,6 +12,7 @@ import pytest
 from pytest_shadowcheck.history import History
 from pytest_shadowcheck.network.proxy import FaultProxy
 from pytest_shadowcheck.network.sink import MailSink
+from pytest_shadowcheck.network.smtp_recorder import SmtpRecorder
 
 from .conftest import LineServer, closed_by_peer, command, eventually, read_reply
 
@@ -265,3 +266,20 @@ def test_cut_after_the_final_dot_and_after_a_bdat_chunk(run: Run, history: Histo
         (1, "after the client's final dot, 1st time"),
         (2, "after the client's BDAT, 1st time"),
     ]
+
+
+def test_the_reply_to_the_final_dot_pairs_with_it() -> None:
+    """The final dot is a command of its own: with the next transaction pipelined behind
+    it (RFC 2920), its 250 must not be taken for MAIL's, or the next DATA's 354 would be
+    missed and the content recorded as commands."""
+    history = History()
+    recorder = SmtpRecorder(history, "l", 1)
+    recorder.feed("s2c", b"220 hi\r\n")
+    recorder.feed("c2s", b"MAIL FROM:<a@x>\r\nRCPT TO:<b@y>\r\nDATA\r\n")
+    recorder.feed("s2c", b"250 ok\r\n250 ok\r\n354 go\r\n")
+    recorder.feed("c2s", b"Message-ID: <one@x>\r\n\r\nhi\r\n.\r\nMAIL FROM:<a@x>\r\n")
+    recorder.feed("c2s", b"RCPT TO:<b@y>\r\nDATA\r\n")
+    recorder.feed("s2c", b"250 queued\r\n250 ok\r\n250 ok\r\n354 go\r\n")
+    recorder.feed("c2s", b"Message-ID: <two@x>\r\n\r\nSECRET\r\n.\r\n")
+    assert [e.data["message_id"] for e in history.events(kind="data")] == ["<one@x>", "<two@x>"]
+    assert not any("SECRET" in str(e.data.get("text")) for e in history.events(kind="line"))
