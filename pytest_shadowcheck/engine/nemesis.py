@@ -7,6 +7,11 @@ schedule through the engine's own steps (kill, restart, wipe, pause, resume, fau
 heal), so the history records them exactly as a hand-written scenario's, and marks each
 fault's window with ``note`` events (``nemesis``: "start"/"end") for the checker.
 
+A ``protocol`` fault breaks one of the node's links at a protocol point drawn from the
+seed (:data:`NEMESIS_POINTS`: where, which command, cut or held, the how-manieth time):
+the session fails where real ones do (the reply to the final dot lost, a cut right
+after XSHADOW's reply), not at a random byte.
+
 One node at a time by default: a fault ends (the node back, the link healed) before the
 next begins. ``overlap: true`` lets two fail together: each fault takes two nodes at
 once, which is outside the guarantee (PR-4) when both held a message.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -38,7 +44,30 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.scenario.model import Topology
     from pytest_shadowcheck.verdict import Verdict
 
-__all__ = ["Fault", "plan_faults", "run_nemesis", "usable_kinds"]
+__all__ = ["NEMESIS_POINTS", "Fault", "plan_faults", "run_nemesis", "usable_kinds"]
+
+#: the protocol points a ``protocol`` fault draws from: (place, command), as a fault
+#: step's ``point`` (scenario/capabilities.py POINT_PLACES); the shadow verbs only on a
+#: link between two nodes, where they are spoken
+NEMESIS_POINTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "smtp": (
+        ("after", "MAIL"),
+        ("after", "RCPT"),
+        ("before_reply", "DATA"),
+        ("after", "EOD"),
+        ("before_reply", "EOD"),
+        ("inside_reply", "EOD"),
+        ("after_reply", "EOD"),
+    ),
+    "peer": (
+        ("after_reply", "XSHADOW"),
+        ("before_reply", "XSHADOWCOPY"),
+        ("before_reply", "XQDISCARD"),
+        ("inside_reply", "XQDISCARD"),
+    ),
+}
+#: a protocol fault strikes at the 1st..Nth time its point is reached while it lasts
+_MAX_OCCURRENCE = 3
 
 #: carries out one step of the given kind with the given spec
 Act = Callable[[str, ActionSpec], Awaitable[None]]
@@ -56,10 +85,17 @@ class Fault:
     duration: float
     #: for delay: seconds added to each chunk
     delay: float = 0.0
+    #: for protocol: cut_at or stall_at, at (place, command), the Nth time it is reached
+    action: str = ""
+    point: tuple[str, str] = ("", "")
+    occurrence: int = 1
 
     def describe(self) -> str:
         what = ", ".join(self.links) if self.links else ", ".join(self.nodes)
         extra = f" +{self.delay:.2f}s" if self.kind == "delay" else ""
+        if self.kind == "protocol":
+            nth = {1: "1st", 2: "2nd", 3: "3rd"}.get(self.occurrence, f"{self.occurrence}th")
+            extra = f" {self.action} {self.point[0]} {self.point[1]}, {nth} time,"
         return f"#{self.index} {self.kind}{extra} {what} for {self.duration:.2f}s"
 
 
@@ -85,8 +121,22 @@ def plan_faults(
         gap = rng.uniform(spec.interval / 2, spec.interval * 1.5)
         duration = rng.uniform(spec.duration / 2, spec.duration * 1.5)
         delay = rng.uniform(0.2, 1.0) if kind == "delay" else 0.0
-        out.append(Fault(index, kind, nodes, links, gap, duration, delay))
+        fault = Fault(index, kind, nodes, links, gap, duration, delay)
+        if kind == "protocol":
+            # drawn after the rest, and only for this kind: other schedules stay as they were
+            fault = _at_point(rng, fault, topology)
+        out.append(fault)
     return out
+
+
+def _at_point(rng: random.Random, fault: Fault, topology: Topology) -> Fault:
+    """The protocol fault's point, action and occurrence, drawn from the seed."""
+    peers = all(link.split("->")[1] in topology.nodes for link in fault.links)
+    pool = NEMESIS_POINTS["smtp"] + (NEMESIS_POINTS["peer"] if peers else ())
+    point = rng.choice(pool)
+    action = rng.choice(("cut_at", "stall_at"))
+    occurrence = rng.randint(1, _MAX_OCCURRENCE)
+    return dataclasses.replace(fault, action=action, point=point, occurrence=occurrence)
 
 
 def _link_of(rng: random.Random, node: str, topology: Topology) -> str:
@@ -147,6 +197,11 @@ async def _begin(act: Act, fault: Fault, i: int) -> None:
         await act("disk_error", node)
     elif fault.kind == "delay":
         await act("fault", FaultSpec.of(fault.links[i], "delay", seconds=fault.delay))
+    elif fault.kind == "protocol":
+        spec = FaultSpec.of(
+            fault.links[i], fault.action, point=fault.point, occurrence=fault.occurrence
+        )
+        await act("fault", spec)
     else:
         await act("fault", FaultSpec.of(fault.links[i], fault.kind))
 
@@ -161,5 +216,5 @@ async def _end(act: Act, fault: Fault, i: int) -> None:
         await act("resume", node)
     elif fault.kind in ("disk_full", "disk_error"):
         await act("disk_ok", node)
-    elif fault.kind in ("cut", "blackhole", "delay"):
+    elif fault.kind in LINK_FAULTS:
         await act("heal", HealSpec(fault.links[i]))

@@ -100,6 +100,12 @@ FAULTS: dict[str, Callable[[FaultProxy, FaultSpec], None]] = {
     "slow_greeting": lambda proxy, spec: proxy.slow_greeting(spec.seconds),
     "drop_after": lambda proxy, spec: proxy.drop_after(spec.bytes, spec.direction),
     "stall_after_data": lambda proxy, spec: proxy.stall_after_data(True),
+    "cut_at": lambda proxy, spec: proxy.cut_at(
+        spec.point, spec.verb, spec.occurrence, spec.connection
+    ),
+    "stall_at": lambda proxy, spec: proxy.stall_at(
+        spec.point, spec.verb, spec.occurrence, spec.connection
+    ),
 }
 
 

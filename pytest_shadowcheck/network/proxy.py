@@ -17,9 +17,14 @@ per link), and can break the link on demand (``fault`` events):
 - :meth:`FaultProxy.drop_after` - forward N more bytes, then close the connection.
 - :meth:`FaultProxy.stall_after_data` - hold the server's replies once the client sent
   a message's content: the client waits for its 250 and times out.
+- :meth:`FaultProxy.cut_at` / :meth:`FaultProxy.stall_at` - at a protocol point (after
+  a client's command, before, inside or after the server's reply to one), the Nth time
+  it is reached: close the connection there, or hold it (nothing more forwarded either
+  way) until healed. The history shows where it struck.
 - :meth:`FaultProxy.heal` - clear every fault.
 
-Lines are parsed only for recording; forwarding works on whole chunks.
+Lines are parsed for recording (:mod:`.smtp_recorder`); forwarding works on whole
+chunks, split only where a point fault strikes.
 """
 
 from __future__ import annotations
@@ -28,26 +33,18 @@ import asyncio
 import contextlib
 import socket
 import struct
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_shadowcheck.history import History
 from pytest_shadowcheck.network.loopback import on_free_loopback
-from pytest_shadowcheck.network.smtp_text import (
-    HEADER_SCAN_LIMIT,
-    identity_from_bytes,
-    mask_auth_line,
-)
+from pytest_shadowcheck.network.smtp_recorder import POINT_PLACES, SmtpRecorder
 
 __all__ = ["DIRECTIONS", "FaultProxy"]
 
 DIRECTIONS = ("c2s", "s2c")
 _CHUNK = 64 * 1024
-# A "line" longer than this without CRLF is recorded truncated: it is not SMTP.
-_MAX_LINE = 4096
 _UPSTREAM_CONNECT_TIMEOUT = 30.0
-_DATA_END = b"\r\n.\r\n"
 
 
 class FaultProxy:
@@ -86,6 +83,8 @@ class FaultProxy:
         self._stall_after_data = False
         self._unstalled = asyncio.Event()
         self._unstalled.set()
+        #: point faults armed (cut_at, stall_at), each striking once
+        self._points: list[_PointFault] = []
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -244,9 +243,43 @@ class FaultProxy:
             self._unstalled.set()
         self._record_fault("stall_after_data", on)
 
+    def cut_at(
+        self, place: str, verb: str, occurrence: int = 1, connection: int | None = None
+    ) -> None:
+        """Close the connection (FIN both ways, after what went before) at a protocol
+        point: ``place`` (one of :data:`POINT_PLACES`) of the command ``verb`` ("EOD" for
+        the final dot, "CONNECT" for the greeting), the ``occurrence``-th time the link
+        reaches it from now on (on connection number ``connection`` only, if given).
+        Strikes once; ``inside_reply`` sends half of the reply's last line first."""
+        self._arm("cut", place, verb, occurrence, connection)
+
+    def stall_at(
+        self, place: str, verb: str, occurrence: int = 1, connection: int | None = None
+    ) -> None:
+        """As :meth:`cut_at`, but hold the connection there instead: nothing more is
+        forwarded either way until healed (the peers wait, then time out)."""
+        self._arm("stall", place, verb, occurrence, connection)
+
+    def _arm(
+        self, action: str, place: str, verb: str, occurrence: int, connection: int | None
+    ) -> None:
+        if place not in POINT_PLACES:
+            raise ValueError(f"a protocol point is one of {', '.join(POINT_PLACES)}, not {place!r}")
+        if occurrence < 1 or (connection is not None and connection < 1):
+            raise ValueError("occurrence and connection count from 1")
+        point = _PointFault(action, place, verb.upper(), occurrence, connection)
+        self._points.append(point)
+        only = {} if connection is None else {"connection": connection}
+        self._record_fault(
+            f"{action}_at", True, point=place, verb=point.verb, occurrence=occurrence, **only
+        )
+
     def heal(self) -> None:
         """Clear every fault (held blackhole and stalled traffic flows again)."""
         cleared = sorted(self.active_faults())
+        self._points = []
+        for conn in self._connections.values():
+            conn.hold.set()
         self._cut = False
         self._blackholed = False
         self._flowing.set()
@@ -278,6 +311,12 @@ class FaultProxy:
             faults["slow_greeting"] = self._slow_greeting
         for d, nbytes in self._drop_after.items():
             faults[f"drop_after_{d}"] = nbytes
+        for point in self._points:
+            if not point.struck:
+                faults.setdefault(f"{point.action}_at", []).append(point.describe())
+        held = sorted(n for n, c in self._connections.items() if not c.hold.is_set())
+        if held:
+            faults["stalled_connections"] = held
         return faults
 
     def _record_fault(self, name: str, on: bool, **params: Any) -> None:
@@ -336,12 +375,19 @@ class _Connection:
     closed_recorded: bool = False
     greeted: bool = False
     budget: dict[str, int | None] = field(default_factory=dict)
-    recorder: _SmtpRecorder | None = None
+    recorder: SmtpRecorder | None = None
+    #: cleared while a stall_at holds the connection (both ways)
+    hold: asyncio.Event = field(default_factory=asyncio.Event)
+    #: the point fault that stopped the recorder's feed, to act on
+    struck: _PointFault | None = None
+
+    def __post_init__(self) -> None:
+        self.hold.set()
 
     async def run(self) -> None:
         proxy = self.proxy
         self.budget = {d: proxy._drop_after.get(d) for d in DIRECTIONS}
-        self.recorder = _SmtpRecorder(proxy.history, proxy.link, self.number)
+        self.recorder = SmtpRecorder(proxy.history, proxy.link, self.number)
         if proxy._cut or proxy.upstream is None:
             self.abort("refused: link cut" if proxy._cut else "refused: no upstream", rst=True)
             return
@@ -422,18 +468,51 @@ class _Connection:
                     drop_now = True
                 else:
                     self.budget[direction] = budget - len(chunk)
-            if chunk:
-                recorder.feed(direction, chunk)
+            rest = chunk
+            while rest:
+                if not self.hold.is_set():
+                    await self.hold.wait()
+                if proxy._points:
+                    taken = recorder.feed(direction, rest, self._stop_at)
+                else:
+                    taken = len(rest)
+                    recorder.feed(direction, rest)
+                part, rest = rest[:taken], rest[taken:]
                 try:
-                    writer.write(chunk)
-                    await writer.drain()
+                    if part:
+                        writer.write(part)
+                        await writer.drain()
                 except ConnectionError as exc:
                     receiver = _side("s2c" if direction == "c2s" else "c2s")
                     self.close_reason = self.close_reason or f"{receiver} error: {exc!r}"
                     return
+                struck, self.struck = self.struck, None
+                if struck is not None:
+                    proxy.history.record(
+                        "fault", proxy.link, self.number, fault=f"{struck.action}_at", on=True,
+                        struck=struck.describe(),
+                    )  # fmt: skip
+                    if struck.action == "cut":
+                        self.close_reason = f"cut {struck.describe()}"
+                        return
+                    self.hold.clear()
             if drop_now:
                 self.close_reason = f"drop_after ({direction})"
                 return
+
+    def _stop_at(self, place: str, verb: str) -> bool:
+        """The recorder reached a protocol point: strike there if a point fault says so."""
+        for point in self.proxy._points:
+            if point.struck or point.place != place or point.verb != verb:
+                continue
+            if point.connection not in (None, self.number):
+                continue
+            point.seen += 1
+            if point.seen == point.occurrence:
+                point.struck = True
+                self.struck = point
+                return True
+        return False
 
     async def _close_gracefully(self) -> None:
         for writer in (self.server_writer, self.client_writer):
@@ -483,192 +562,37 @@ class _Connection:
                     writer.transport.abort()
 
 
-class _SmtpRecorder:
-    """Turns the byte streams of one connection into ``line`` and ``data`` events.
+@dataclass
+class _PointFault:
+    """An armed cut_at or stall_at: where, and how many times the point was reached."""
 
-    Tracks just enough SMTP state: after the client's DATA and the server's 354
-    the client's bytes are message content, summarised as one ``data`` event when
-    ``\\r\\n.\\r\\n`` arrives; BDAT chunks are skipped by their announced size, and
-    the message they carry is one ``data`` event after its LAST chunk;
-    after STARTTLS is accepted the stream is opaque; AUTH credentials are masked.
-    """
+    action: str  # cut | stall
+    place: str
+    verb: str
+    occurrence: int
+    connection: int | None
+    seen: int = 0
+    struck: bool = False
 
-    def __init__(self, history: History, link: str, conn: int) -> None:
-        self.history = history
-        self.link = link
-        self.conn = conn
-        self._partial = {"c2s": bytearray(), "s2c": bytearray()}
-        #: the client's commands still waiting for their replies, oldest first: with
-        #: PIPELINING (RFC 2920) several are in flight and replies pair up in order
-        self._awaiting: deque[str] = deque()
-        self._in_data = False
-        self._data_size = 0
-        self._data_tail = b""
-        self._data_head = bytearray()
-        self._bdat_remaining = 0
-        self._bdat_size = 0
-        #: the message the BDAT chunks carry: its size so far, its first bytes (for the
-        #: Message-ID), and whether the chunk being read is its LAST
-        self._bdat_total = 0
-        self._bdat_last = False
-        self._auth_in_progress = False  # the server sent 334: the next client line is credentials
-        self._opaque = False
-        #: complete message contents the client sent (DATA bodies)
-        self.contents = 0
+    def describe(self) -> str:
+        """Where it strikes, in an admin's words ("before the reply to EOD, 1st time")."""
+        named = {"EOD": "final dot", "CONNECT": "connect"}
+        what = named.get(self.verb, self.verb)
+        the = f"the {what}" if self.verb in named else what
+        where = {
+            "after": f"after the client's {what}",
+            "before_reply": f"before the server's reply to {the}",
+            "inside_reply": f"inside the server's reply to {the} (half its last line sent)",
+            "after_reply": f"after the server's reply to {the}",
+        }[self.place]
+        nth = _ordinal(self.occurrence)
+        on = f" on connection #{self.connection}" if self.connection is not None else ""
+        return f"{where}, {nth} time{on}"
 
-    def feed(self, direction: str, chunk: bytes) -> None:
-        if self._opaque:
-            return
-        if direction == "c2s":
-            self._feed_client(chunk)
-        else:
-            self._feed_lines("s2c", chunk)
 
-    def flush(self) -> None:
-        """Record whatever partial line or content is left when the connection ends."""
-        for direction, partial in self._partial.items():
-            if partial and not self._opaque:
-                self._line(direction, bytes(partial) + b" [incomplete]")
-                partial.clear()
-        if self._in_data:
-            self._record_data(complete=False)
-
-    def _feed_client(self, chunk: bytes) -> None:
-        while chunk:
-            if self._in_data:
-                chunk = self._consume_data(chunk)
-            elif self._bdat_remaining:
-                taken = chunk[: self._bdat_remaining]
-                self._bdat_remaining -= len(taken)
-                chunk = chunk[len(taken) :]
-                if len(self._data_head) < HEADER_SCAN_LIMIT:
-                    self._data_head += taken[: HEADER_SCAN_LIMIT - len(self._data_head)]
-                if not self._bdat_remaining and self._bdat_last:
-                    self._record_bdat()
-            else:
-                chunk = self._feed_lines("c2s", chunk)
-
-    def _feed_lines(self, direction: str, chunk: bytes) -> bytes:
-        """Record complete lines; return bytes left over when a line switched the
-        client stream into content mode (DATA body, BDAT chunk, TLS)."""
-        buffer = self._partial[direction]
-        buffer += chunk
-        start = 0
-        while True:
-            end = buffer.find(b"\r\n", start)
-            if end == -1:
-                break
-            line = bytes(buffer[start:end])
-            start = end + 2
-            self._line(direction, line)
-            if direction == "c2s" and (self._bdat_remaining or self._opaque):
-                rest = bytes(buffer[start:])
-                buffer.clear()
-                return rest if not self._opaque else b""
-        del buffer[:start]
-        if len(buffer) > _MAX_LINE:
-            self._line(direction, bytes(buffer[:_MAX_LINE]) + b" [truncated]")
-            buffer.clear()
-        return b""
-
-    def _line(self, direction: str, raw: bytes) -> None:
-        text = raw.decode("utf-8", errors="replace")
-        if direction == "c2s":
-            text = self._client_line(text)
-        else:
-            self._server_line(text)
-        self.history.record("line", self.link, self.conn, direction, text=text)
-
-    def _client_line(self, text: str) -> str:
-        if self._auth_in_progress:
-            # An answer to the server's 334 challenge: credentials, and it gets a reply.
-            self._auth_in_progress = False
-            self._awaiting.append("AUTH")
-            return "****"
-        verb = text.split(" ", 1)[0].upper()
-        self._awaiting.append(verb)
-        if verb == "AUTH":
-            return mask_auth_line(text)
-        if verb == "BDAT":
-            parts = text.split()
-            if len(parts) >= 2 and parts[1].isdigit():
-                if not self._bdat_total:
-                    self._data_head = bytearray()  # the first chunk of a message
-                self._bdat_size = self._bdat_remaining = int(parts[1])
-                self._bdat_total += self._bdat_size
-                self._bdat_last = len(parts) >= 3 and parts[2].upper() == "LAST"
-                if not self._bdat_remaining and self._bdat_last:
-                    self._record_bdat()
-        return text
-
-    def _record_bdat(self) -> None:
-        """The message a LAST chunk completed (RFC 3030): one ``data`` event, as DATA's."""
-        self.contents += 1
-        size, self._bdat_total = self._bdat_total, 0
-        self._record_content(size, complete=True, bdat=True)
-
-    def _server_line(self, text: str) -> None:
-        code = text[:3]
-        final = len(text) < 4 or text[3] != "-"
-        if not final or not self._awaiting:
-            return  # (a line of a longer reply, or the greeting)
-        verb = self._awaiting.popleft()
-        if verb == "AUTH" and code == "334":
-            self._auth_in_progress = True
-        elif verb == "DATA" and code == "354":
-            self._start_data()
-        elif verb == "STARTTLS" and code == "220":
-            self._opaque = True
-            self.history.record(
-                "note", self.link, self.conn, text="STARTTLS: session encrypted from here on"
-            )
-
-    def _start_data(self) -> None:
-        self._in_data = True
-        self._data_size = 0
-        # Pretend a CRLF preceded the content, so an empty body (".\r\n") ends it.
-        self._data_tail = b"\r\n"
-        self._data_head = bytearray()
-
-    def _consume_data(self, chunk: bytes) -> bytes:
-        """Account content bytes; return what follows the end-of-data marker."""
-        if len(self._data_head) < HEADER_SCAN_LIMIT:
-            self._data_head += chunk[: HEADER_SCAN_LIMIT - len(self._data_head)]
-        # Look across the chunk boundary first, then inside the chunk, without
-        # copying the chunk (this runs on every chunk of every message).
-        tail = self._data_tail
-        end = (tail + chunk[:4]).find(_DATA_END)
-        if end != -1:
-            consumed = end + len(_DATA_END) - len(tail)
-        else:
-            end = chunk.find(_DATA_END)
-            if end == -1:
-                self._data_size += len(chunk)
-                self._data_tail = (tail + chunk)[-4:] if len(chunk) < 4 else chunk[-4:]
-                return b""
-            consumed = end + len(_DATA_END)
-        self._data_size += consumed
-        self._record_data(complete=True)
-        return chunk[consumed:]
-
-    def _record_data(self, complete: bool) -> None:
-        self._in_data = False
-        self.contents += complete
-        # Size is the content without the terminating ".\r\n".
-        size = max(self._data_size - 3, 0) if complete else self._data_size
-        self._record_content(size, complete=complete)
-
-    def _record_content(self, size: int, **details: Any) -> None:
-        """One ``data`` event for a message's content (DATA or BDAT), with the Message-ID
-        and the harness's trace read from its first bytes."""
-        head = bytes(self._data_head)
-        self._data_head = bytearray()
-        message_id, trace = identity_from_bytes(head)
-        if trace:
-            details["trace"] = trace
-        self.history.record(
-            "data", self.link, self.conn, "c2s", size=size, message_id=message_id, **details
-        )
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 #: how long the server may still answer a client that half-closed its side

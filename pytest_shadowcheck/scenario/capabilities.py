@@ -17,6 +17,9 @@ __all__ = [
     "FAULT_KINDS",
     "LINK_FAULTS",
     "MTA_CAPABILITIES",
+    "POINT_FAULTS",
+    "POINT_PLACES",
+    "POINT_VERBS",
     "PROCESS_CAPABILITIES",
     "QUEUE_PATHS",
     "STEP_CAPABILITY",
@@ -96,9 +99,25 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
     # the node stays up, its queue disk refuses writes (ENOSPC, EIO) for a while
     "disk_full": ("disk_faults",),
     "disk_error": ("disk_faults",),
+    # only when named: a session of a link cut (or held) at a protocol point drawn
+    # from the seed (engine/nemesis.py: NEMESIS_POINTS)
+    "protocol": (),
 }
 #: faults that break a link (the others act on a node)
-LINK_FAULTS = frozenset({"cut", "blackhole", "delay"})
+LINK_FAULTS = frozenset({"cut", "blackhole", "delay", "protocol"})
+
+#: link faults that strike at a protocol point of a session (a ``fault`` step's kinds)
+POINT_FAULTS = ("cut_at", "stall_at")
+#: where a point fault strikes, relative to one command: after the client's command
+#: went through; before the server's reply to it; inside that reply (half its last line
+#: sent); after the whole reply went through
+POINT_PLACES = ("after", "before_reply", "inside_reply", "after_reply")
+#: the commands a point names: SMTP's, the shadow verbs, EOD (the final dot ending
+#: DATA's content) and CONNECT (the server's greeting answers it; no "after")
+POINT_VERBS = (
+    "CONNECT", "EHLO", "HELO", "STARTTLS", "AUTH", "MAIL", "RCPT", "DATA", "EOD", "BDAT",
+    "RSET", "NOOP", "VRFY", "QUIT", "XSHADOW", "XSHADOWCOPY", "XQDISCARD", "XRESUBMIT",
+)  # fmt: skip
 #: what a nemesis that names no faults plays
 DEFAULT_FAULTS = ("kill", "pause", "restart", "wipe", "cut", "blackhole", "delay")
 

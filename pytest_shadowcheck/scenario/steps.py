@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from pytest_shadowcheck.errors import SourceRef
+from pytest_shadowcheck.errors import ScenarioError, SourceRef
+from pytest_shadowcheck.scenario.capabilities import POINT_PLACES, POINT_VERBS
 from pytest_shadowcheck.scenario.durations import Moment, format_duration
 from pytest_shadowcheck.scenario.model import DURATION_SETTINGS, Step
 from pytest_shadowcheck.scenario.workload_spec import WorkloadSpec
@@ -48,6 +49,7 @@ __all__ = [
     "SnapshotSpec",
     "WaitSpec",
     "default_body",
+    "fault_point",
     "settings_text",
 ]
 
@@ -148,6 +150,14 @@ class FaultSpec:
     direction: str = "both"
     #: drop_after: bytes let through
     bytes: int = 0
+    #: cut_at, stall_at: where the session breaks, one of POINT_PLACES ...
+    point: str = ""
+    #: ... relative to this command (POINT_VERBS: EOD the final dot, CONNECT the greeting)
+    verb: str = ""
+    #: cut_at, stall_at: the Nth time the link reaches the point (counted from the step)
+    occurrence: int = 1
+    #: cut_at, stall_at: only on the link's connection number N (None: any)
+    connection: int | None = None
 
     @classmethod
     def of(
@@ -157,14 +167,48 @@ class FaultSpec:
         seconds: float = 0.0,
         direction: str | None = None,
         bytes: int = 0,
+        *,
+        point: tuple[str, str] = ("", ""),
+        occurrence: int = 1,
+        connection: int | None = None,
     ) -> FaultSpec:
-        """The spec with the kind's own direction when none is given."""
+        """The spec with the kind's own direction when none is given; ``point``: (place,
+        verb) of a cut_at or stall_at."""
         way = direction or FAULT_DIRECTION.get(kind, "both")
-        return cls(link=link, kind=kind, seconds=seconds, direction=way, bytes=bytes)
+        return cls(
+            link=link, kind=kind, seconds=seconds, direction=way, bytes=bytes,
+            point=point[0], verb=point[1], occurrence=occurrence, connection=connection,
+        )  # fmt: skip
 
     def describe(self) -> str:
         own = self.direction == FAULT_DIRECTION.get(self.kind, "both")
         return _keyed(self, hide=("direction",) if own else ())
+
+
+def fault_point(raw: Any, where: SourceRef) -> tuple[str, str]:
+    """A ``point: {PLACE: VERB}`` of a cut_at or stall_at, checked: (place, VERB)."""
+    places = ", ".join(POINT_PLACES)
+    if not isinstance(raw, Mapping) or len(raw) != 1:
+        raise ScenarioError(
+            "a protocol point is one place and one command",
+            where,
+            f"{{PLACE: VERB}}, PLACE one of {places}",
+        )
+    ((place, verb),) = raw.items()
+    if place not in POINT_PLACES:
+        raise ScenarioError(f"unknown protocol point {place!r}", where, f"one of {places}")
+    verb = str(verb).upper()
+    if verb not in POINT_VERBS:
+        raise ScenarioError(
+            f"a protocol point names no command {verb!r}", where, f"one of {', '.join(POINT_VERBS)}"
+        )
+    if place == "after" and verb == "CONNECT":
+        raise ScenarioError(
+            "nothing comes after CONNECT but the greeting",
+            where,
+            "{before_reply: CONNECT}, {inside_reply: CONNECT} or {after_reply: CONNECT}",
+        )
+    return str(place), verb
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_shadowcheck.errors import ScenarioError, SourceRef
+from pytest_shadowcheck.scenario.capabilities import POINT_FAULTS
 from pytest_shadowcheck.scenario.durations import moment, parse_duration
 from pytest_shadowcheck.scenario.marked_yaml import locate
 from pytest_shadowcheck.scenario.model import DURATION_SETTINGS, Step, Topology, plain
@@ -41,6 +42,7 @@ from pytest_shadowcheck.scenario.steps import (
     SnapshotSpec,
     WaitSpec,
     default_body,
+    fault_point,
 )
 from pytest_shadowcheck.scenario.workload_spec import WorkloadSpec, load_workload
 
@@ -185,9 +187,18 @@ class StepChecker:
             raise ScenarioError(
                 f"fault {arg['kind']!r} needs {needs!r}", self.at(p), f"{needs}: ..."
             )
+        at_point = arg["kind"] in POINT_FAULTS
+        if at_point != ("point" in arg):
+            raise ScenarioError(
+                f"fault {arg['kind']!r} " + ("needs a 'point'" if at_point else "takes no 'point'"),
+                self.at(p),
+                "point: {after: EOD} with kind cut_at or stall_at",
+            )
         return FaultSpec.of(
-            link, arg["kind"], seconds, arg.get("direction"), int(arg.get("bytes", 0))
-        )
+            link, arg["kind"], seconds, arg.get("direction"), int(arg.get("bytes", 0)),
+            point=fault_point(arg["point"], self.at([*p, "point"])) if at_point else ("", ""),
+            occurrence=int(arg.get("occurrence", 1)), connection=arg.get("connection"),
+        )  # fmt: skip
 
     def wait(self, arg: Any, p: list[Any]) -> WaitSpec:
         if not isinstance(arg, dict):

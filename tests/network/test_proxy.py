@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from pytest_shadowcheck.history import History
-from pytest_shadowcheck.network.proxy import FaultProxy, _SmtpRecorder
+from pytest_shadowcheck.network.proxy import FaultProxy
 from pytest_shadowcheck.network.sink import MailSink
+from pytest_shadowcheck.network.smtp_recorder import SmtpRecorder
 
 from .conftest import LineServer, closed_by_peer, command, eventually, read_reply
 
@@ -90,7 +91,7 @@ def test_records_smtp_lines_and_summarises_data(run: Run, history: History) -> N
 
 def test_data_terminator_split_across_chunks() -> None:
     history = History()
-    recorder = _SmtpRecorder(history, "l", 1)
+    recorder = SmtpRecorder(history, "l", 1)
     recorder.feed("c2s", b"DATA\r\n")
     recorder.feed("s2c", b"354 go ahead\r\n")
     content = b"Message-ID: <split@x>\r\n\r\nhi\r\n"
@@ -104,7 +105,7 @@ def test_data_terminator_split_across_chunks() -> None:
 
 def test_empty_message_and_content_after_terminator() -> None:
     history = History()
-    recorder = _SmtpRecorder(history, "l", 1)
+    recorder = SmtpRecorder(history, "l", 1)
     recorder.feed("c2s", b"DATA\r\n")
     recorder.feed("s2c", b"354 go ahead\r\n")
     recorder.feed("c2s", b".\r\nRSET\r\n")
@@ -117,7 +118,7 @@ def test_empty_message_and_content_after_terminator() -> None:
 
 def test_rejected_data_command_does_not_start_content_mode() -> None:
     history = History()
-    recorder = _SmtpRecorder(history, "l", 1)
+    recorder = SmtpRecorder(history, "l", 1)
     recorder.feed("c2s", b"DATA\r\n")
     recorder.feed("s2c", b"503 5.5.1 need RCPT\r\n")
     recorder.feed("c2s", b"QUIT\r\n")
@@ -127,7 +128,7 @@ def test_rejected_data_command_does_not_start_content_mode() -> None:
 
 def test_auth_credentials_are_masked() -> None:
     history = History()
-    recorder = _SmtpRecorder(history, "l", 1)
+    recorder = SmtpRecorder(history, "l", 1)
     recorder.feed("c2s", b"AUTH PLAIN AHVzZXIAc2VjcmV0\r\n")
     recorder.feed("s2c", b"235 2.7.0 ok\r\n")
     recorder.feed("c2s", b"AUTH LOGIN\r\n")
@@ -143,7 +144,7 @@ def test_auth_credentials_are_masked() -> None:
 
 def test_bdat_chunks_are_skipped_not_parsed() -> None:
     history = History()
-    recorder = _SmtpRecorder(history, "l", 1)
+    recorder = SmtpRecorder(history, "l", 1)
     recorder.feed("c2s", b"BDAT 14 LAST\r\nline1\r\nline2\r\nQUIT\r\n")
     assert [e.data["text"] for e in history.events(kind="line")] == ["BDAT 14 LAST", "QUIT"]
     (data,) = history.events(kind="data")
@@ -152,7 +153,7 @@ def test_bdat_chunks_are_skipped_not_parsed() -> None:
 
 def test_bdat_message_is_one_data_event_with_its_message_id() -> None:
     history = History()
-    recorder = _SmtpRecorder(history, "l", 1)
+    recorder = SmtpRecorder(history, "l", 1)
     first, second = MESSAGE[:30], MESSAGE[30:]
     recorder.feed("c2s", b"BDAT %d\r\n" % len(first) + first)
     assert not history.events(kind="data")  # not a whole message yet
@@ -528,7 +529,7 @@ def test_pipelined_commands_pair_with_their_replies_in_order() -> None:
     # RFC 2920: MAIL, RCPT and DATA in one write, their replies in another; the
     # content starts after the 354 that answers DATA, not after the first reply.
     history = History()
-    recorder = _SmtpRecorder(history, "l", 1)
+    recorder = SmtpRecorder(history, "l", 1)
     recorder.feed("s2c", b"220 hello\r\n")
     recorder.feed("c2s", b"AUTH PLAIN AHVzZXIAc2VjcmV0\r\nEHLO me\r\n")
     recorder.feed("s2c", b"235 2.7.0 ok\r\n250-hi\r\n250 PIPELINING\r\n")
@@ -545,7 +546,7 @@ def test_pipelined_commands_pair_with_their_replies_in_order() -> None:
 
 def test_refused_pipelined_data_does_not_start_content_mode() -> None:
     history = History()
-    recorder = _SmtpRecorder(history, "l", 1)
+    recorder = SmtpRecorder(history, "l", 1)
     recorder.feed("c2s", b"MAIL FROM:<a@x>\r\nRCPT TO:<b@y>\r\nDATA\r\n")
     recorder.feed("s2c", b"250 ok\r\n550 no such user\r\n554 no valid recipients\r\n")
     recorder.feed("c2s", b"RSET\r\n")
