@@ -19,6 +19,7 @@ from pytest_shadowcheck.errors import ScenarioError, SourceRef
 from pytest_shadowcheck.scenario.durations import moment, parse_duration
 from pytest_shadowcheck.scenario.marked_yaml import locate
 from pytest_shadowcheck.scenario.model import DURATION_SETTINGS, Step, Topology, plain
+from pytest_shadowcheck.scenario.sink_spec import build_sink_spec
 from pytest_shadowcheck.scenario.steps import (
     DEFAULT_SENDER,
     REPLY_TIMEOUT,
@@ -464,7 +465,12 @@ def _snapshot(checker: StepChecker, arg: dict[str, Any], p: list[Any]) -> Snapsh
 
 
 def _sink(checker: StepChecker, arg: dict[str, Any], p: list[Any]) -> SinkSpec:
-    return SinkSpec(name=checker.sink(arg["name"], [*p, "name"]), reply=arg["reply"])
+    return build_sink_spec(
+        arg,
+        checker.sink(arg["name"], [*p, "name"]),
+        lambda sub: checker.at([*p, *sub]),
+        lambda value, sub: checker.duration(value, [*p, *sub], timers=True),
+    )
 
 
 def _workload(checker: StepChecker, arg: dict[str, Any], p: list[Any]) -> WorkloadSpec:
