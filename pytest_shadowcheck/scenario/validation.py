@@ -425,6 +425,17 @@ class StepChecker:
                 self.at([*p, "duplicates"]),
                 "delivered: {message: m1, count: 2}",
             )
+        if kind == "fates":
+            seen: dict[str, str] = {}
+            for key in ("delivered", "retried", "bounced"):
+                for i, rcpt in enumerate(arg.get(key, [])):
+                    if rcpt.lower() in seen:
+                        raise ScenarioError(
+                            f"{rcpt} is given two fates: {seen[rcpt.lower()]} and {key}",
+                            self.at([*p, key, i]),
+                            "each recipient in one of delivered, retried, bounced",
+                        )
+                    seen[rcpt.lower()] = key
         if kind in ("lines", "connections"):
             self.link(arg["link"], [*p, "link"])
         if kind == "lines" and arg.get("unique") and "contains" not in arg:
