@@ -98,6 +98,14 @@ class Topology:
             names |= {hop.sink for hop in node.next_hops.values() if hop.sink}
         return sorted(names)
 
+    def own_sinks(self) -> list[str]:
+        """The sinks the topology itself routes to (not the senders' sink the loader
+        added): a target that cannot reach the harness may still run without the rest."""
+        names = {h.sink for d, h in self.next_hops.items() if h.sink and d not in self.added_hops}
+        for node in self.nodes.values():
+            names |= {hop.sink for hop in node.next_hops.values() if hop.sink}
+        return sorted(names)
+
     def hops_of(self, node: str) -> dict[str, NextHop]:
         return {**self.next_hops, **self.nodes[node].next_hops}
 

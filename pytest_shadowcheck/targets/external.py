@@ -208,7 +208,7 @@ class ExternalTarget(Target):
         if "control_api" in self.capabilities:
             return None
         topo = scenario.topology
-        if (topo.sinks() or len(topo.nodes) > 1) and not self._declares_routes():
+        if (topo.own_sinks() or len(topo.nodes) > 1) and not self._declares_routes():
             return (
                 "cannot route peers and next hops through the harness: give each node "
                 "`relays` and `peers` in a nodes.yaml (docs/targets.md), or a control API"

@@ -72,3 +72,17 @@ scenarios:
 """,
         )
         assert "ext.test" in scenario.topology.senders, topology_file.stem
+
+
+def test_a_topology_without_next_hops_stays_without_sinks(tmp_path: Path) -> None:
+    (scenario,) = load(
+        tmp_path,
+        """\
+scenarios:
+  - name: s1
+    behaviours: [TO-1]
+    topology: {nodes: {mbx1: {}}}
+    steps: [note: x]
+""",
+    )
+    assert scenario.topology.sinks() == [] and scenario.topology.senders == {}
