@@ -45,6 +45,10 @@ INVARIANT = "bounces"
 #: the rule a report caused by a Safety Net resubmission breaks
 SN9 = "SN-9"
 
+#: the first header line of a message returned inline in a plain-text bounce
+_COPY_START = re.compile(
+    r"^(return-path|received|from|to|subject|message-id|x-shadowcheck-trace):", re.I | re.M
+)
 _ADDRESS = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9.-]+[A-Za-z0-9]")
 
 
@@ -133,18 +137,21 @@ def _failed_recipients(parsed: EmailMessage, raw: bytes, candidates: list[str]) 
             if address:
                 failed.append(address)
         return failed
-    # a plain-text bounce: the message's recipients its own text names, above the copy
+    # a plain-text bounce: the message's recipients its own text names, in its body
+    # above the returned copy (whose To: names every recipient)
     text = raw.decode("utf-8", "replace")
-    cut = min(
-        (i for i in (text.find(TRACE_HEADER), text.lower().find("\nmessage-id:")) if i > 0),
-        default=len(text),
-    )
-    named = {a.lower() for a in _ADDRESS.findall(text[:cut])}
+    body = text.split("\r\n\r\n", 1)[-1]
+    copy = _COPY_START.search(body)
+    named = {a.lower() for a in _ADDRESS.findall(body[: copy.start() if copy else None])}
     return [r for r in candidates if r in named]
 
 
 def _about(
-    parsed: EmailMessage, run: RunView, by_trace: dict[str, str], by_id: dict[str, str]
+    parsed: EmailMessage,
+    raw: bytes,
+    run: RunView,
+    by_trace: dict[str, str],
+    by_id: dict[str, str],
 ) -> tuple[str | None, str]:
     returned = _returned_headers(parsed)
     if returned is not None:
@@ -160,6 +167,14 @@ def _about(
     original = normalize_message_id(parsed.get("X-Original-Message-ID"))
     if original in by_id:
         return by_id[original], "X-Original-Message-ID"
+    # a bounce that returns the message inline, as text: its trace or Message-ID there
+    text = raw.decode("utf-8", "replace")
+    for trace, ref in by_trace.items():
+        if trace in text:
+            return ref, "trace"
+    for message_id, ref in by_id.items():
+        if message_id in text and message_id != normalize_message_id(parsed.get("Message-ID")):
+            return ref, "Message-ID"
     return None, ""
 
 
@@ -190,7 +205,7 @@ def reports(run: RunView) -> list[Report]:
             parsed = message_from_bytes(delivery.raw, policy=compat32)
             if not _is_report(parsed, delivery, sent_ids):
                 continue
-            about, how = _about(parsed, run, by_trace, by_id)
+            about, how = _about(parsed, delivery.raw, run, by_trace, by_id)
             candidates = [r.lower() for r in run.messages[about].rcpt_to] if about else []
             failed = _failed_recipients(parsed, delivery.raw, candidates)
             found.append(Report(name, delivery, about, failed, how))
