@@ -148,10 +148,16 @@ async def check_fates(run: Run, step: Step) -> CheckResult:
                 f"{first.by} reported {rcpt} failed to {sender} at +{first.delivery.t:.2f}s" + why
             )
     for rcpt in delivered + retried:
+        if rcpt in copies:
+            though = "though it was delivered"
+        elif rcpt in retried:
+            though = "though the next hop had only refused it for now (a 4xx: retry later)"
+        else:
+            though = "though the next hop took it"
         for report in reported.get(rcpt, []):
             problems.append(
                 f"{report.by} told {sender} at +{report.delivery.t:.2f}s that {rcpt} failed, "
-                "though it was delivered"
+                + though
             )
     expected = f"for {ref} within {within:g}s: " + "; ".join(wanted)
     observed = "; ".join(problems) if problems else "; ".join(facts)

@@ -43,6 +43,7 @@ def all_variants() -> list[Variant]:
         discard,
         durability,
         promotion,
+        refusals,
         safetynet,
         security,
         tarpit,
@@ -54,7 +55,7 @@ def all_variants() -> list[Variant]:
     families = (
         creation, discard, durability, promotion, safetynet, security, timeouts, tarpit, unusual
     )
-    for family in families:
+    for family in (*families, refusals):
         found.extend(family.VARIANTS)
     return found
 
