@@ -83,3 +83,19 @@ def test_a_bad_sink_step_is_one_error_at_its_line(
     error = load_error(tmp_path, f"      - {step}\n")
     assert error.where is not None and error.where.line == FIRST + line
     assert message in error.message, error.message
+
+
+def test_a_recipient_with_two_fates_is_one_error_at_its_line(tmp_path: Path) -> None:
+    error = load_error(
+        tmp_path,
+        """\
+      - send: {id: m1, via: mbx1, to: [a@corp.test, b@corp.test]}
+      - check:
+          fates:
+            message: m1
+            delivered: [a@corp.test]
+            bounced: [b@corp.test, A@corp.test]
+""",
+    )
+    assert error.where is not None and error.where.line == FIRST + 5
+    assert "A@corp.test is given two fates: delivered and bounced" in error.message
