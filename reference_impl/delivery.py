@@ -133,6 +133,9 @@ class Delivery:
             self._retry(message, fork, "no route to this domain")
             return
         outcome, detail = await session.deliver(route, message, fork)
+        if session.refused:
+            # the next hop took the others: what is retried or reported is these alone
+            node.db.fork_narrow(message.id, domain, session.refused)
         if outcome == RETRY:
             self._retry(message, fork, detail)
         else:
@@ -243,6 +246,9 @@ class _Session:
         self.node = node
         self.smtp: aiosmtplib.SMTP | None = None
         self.address: tuple[str, int] | None = None
+        #: of the last delivery: the recipients the next hop refused while it took
+        #: others (None: it took all, or none)
+        self.refused: list[str] | None = None
 
     async def close(self) -> None:
         smtp, self.smtp = self.smtp, None
@@ -253,7 +259,9 @@ class _Session:
             smtp.close()
 
     async def deliver(self, route: NextHop, message: Message, fork: Fork) -> tuple[str, str]:
-        """(FINAL, "") delivered; (FINAL, reason) failed for good; (RETRY, reason)."""
+        """(FINAL, "") delivered; (FINAL, reason) failed for good; (RETRY, reason).
+        When the next hop took some recipients only, :attr:`refused` names the others."""
+        self.refused = None
         if route.kind == "node":
             return await self._relay(route, message, fork)
         assert route.address is not None
@@ -289,6 +297,7 @@ class _Session:
             await self.close()
             return RETRY, describe(exc)
         if errors:
+            self.refused = [r for r in fork.recipients if r in errors]
             if any(code < 500 for code, _ in errors.values()):
                 return RETRY, f"recipients deferred: {errors}"
             return FINAL, f"recipients refused: {errors}"

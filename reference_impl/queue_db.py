@@ -325,6 +325,14 @@ class QueueDB:
             (state, now, error, message_id, domain),
         )
 
+    def fork_narrow(self, message_id: str, domain: str, recipients: list[str]) -> None:
+        """Only ``recipients`` of the fork are still to be done: the next hop took the
+        others (a retry must not give them a second copy, a DSN must not name them)."""
+        self._bookkeeping(
+            "UPDATE forks SET recipients = ? WHERE message = ? AND domain = ?",
+            (json.dumps(recipients), message_id, domain),
+        )
+
     def fork_retry(self, message_id: str, domain: str, next_attempt: float, error: str) -> None:
         self._bookkeeping(
             "UPDATE forks SET attempts = attempts + 1, next_attempt = ?, last_error = ? "

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from pytest_shadowcheck.checks.events import find_event, matcher_phrase, why_not
+from pytest_shadowcheck.checks.fates import check_fates
 from pytest_shadowcheck.checks.inside import (
     check_config_warning,
     check_log,
@@ -45,6 +46,7 @@ CHECKERS: dict[str, Callable[[Run, Step], Awaitable[CheckResult]]] = {
     "reply": check_reply,
     "delivered": check_delivered,
     "not_delivered": check_not_delivered,
+    "fates": check_fates,
     "order": check_order,
     "timing": check_timing,
     "lines": check_lines,

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.network.messages import Message
     from pytest_shadowcheck.network.sink import Delivery
 
-__all__ = ["TRACE_HEADERS", "integrity_invariant"]
+__all__ = ["TRACE_HEADERS", "integrity_invariant", "refused_for_good"]
 
 #: header fields a transport adds on its way (RFC 5321 section 4.4): permitted on top
 TRACE_HEADERS = frozenset({"received", "return-path"})
@@ -122,8 +122,22 @@ def _expandable(run: RunView) -> set[str]:
     return {g.lower() for g in groups}
 
 
+def refused_for_good(run: RunView) -> dict[str, set[str]]:
+    """sink -> the recipients it refused for good (a scripted 5xx to their RCPT): a copy
+    that never reaches them there is the next hop's doing, not the transport's."""
+    out: dict[str, set[str]] = {}
+    for event in run.history.events(kind="note"):
+        data = event.data
+        if data.get("stage") == "RCPT" and str(data.get("reply", "")).startswith("5"):
+            out.setdefault(str(data.get("sink")), set()).add(str(data.get("rcpt_to")).lower())
+    return out
+
+
 def _recipient_problems(
-    message: Message, copies: list[tuple[str, Delivery]], groups: set[str]
+    message: Message,
+    copies: list[tuple[str, Delivery]],
+    groups: set[str],
+    refused: dict[str, set[str]] | None = None,
 ) -> list[str]:
     sent = [r.lower() for r in message.rcpt_to]
     expands = [r for r in sent if r in groups]
@@ -137,8 +151,11 @@ def _recipient_problems(
         by_sink.setdefault(sink, set()).update(r.lower() for r in delivery.rcpt_tos)
     for sink, got in sorted(by_sink.items()):
         domains = {r.rpartition("@")[2] for r in got}
+        never = got | (refused or {}).get(sink, set())
         lost = [
-            r for r in sent if r not in expands and r.rpartition("@")[2] in domains and r not in got
+            r
+            for r in sent
+            if r not in expands and r.rpartition("@")[2] in domains and r not in never
         ]
         if lost:
             problems.append(
@@ -153,6 +170,7 @@ def integrity_invariant(run: RunView) -> list[CheckResult]:
     permitted = TRACE_HEADERS | {h.lower() for h in run.scenario.permitted_headers}
     permitted |= {h.lower() for h in run.target.added_headers}
     groups = _expandable(run)
+    refused = refused_for_good(run)
     # a copy that lost the harness's trace is matched by Message-ID, which a resending
     # sender reuses (CR-8): such a copy may be any of the messages carrying it
     same_id: dict[str, list[Message]] = {}
@@ -175,7 +193,7 @@ def integrity_invariant(run: RunView) -> list[CheckResult]:
                 copy = f"the copy {by} delivered to {sink} at +{delivery.t:.2f}s"
                 mine = found[alike.index(message)]
                 problems += [f"{copy}: {p}" for p in mine]
-        problems += _recipient_problems(message, copies, groups)
+        problems += _recipient_problems(message, copies, groups, refused)
         sender = (message.mail_from or "").strip("<>")
         expected = (
             f"every delivered copy of {ref} is what the sender sent: same body, same header "

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_shadowcheck.checks.bounces import bounce_invariant
 from pytest_shadowcheck.checks.evaluate import run_check
 from pytest_shadowcheck.checks.inside import queue_entries
 from pytest_shadowcheck.checks.integrity import integrity_invariant
@@ -449,7 +450,7 @@ async def _run(run: Run, verdict: Verdict, hooks: Any) -> None:
             return
     for check in scenario.expect:
         verdict.add(await run_check(run, check))
-    invariants = await no_loss_invariant(run) + integrity_invariant(run)
+    invariants = await no_loss_invariant(run) + integrity_invariant(run) + bounce_invariant(run)
     for result in premise_missing(run, invariants):
         verdict.add(result)
 

@@ -255,8 +255,10 @@ async def snapshot(run: Run, spec: SnapshotSpec, step: Step, verdict: Verdict) -
 async def sink(run: Run, spec: SinkSpec, step: Step, verdict: Verdict) -> None:
     mail_sink = run.sinks[spec.name]
     mail_sink.clear_script()
-    if spec.reply != "accept":
+    if spec.reply is not None and spec.reply != "accept":
         mail_sink.script("DATA", spec.reply)
+    for rule in spec.rules:
+        mail_sink.script(rule.stage, rule.reply, rule.times, match=rule.match, delay=rule.delay)
 
 
 async def check(run: Run, spec: CheckSpec, step: Step, verdict: Verdict) -> None:

@@ -10,13 +10,18 @@ delivering node used, which tells which node of the cluster delivered it.
 
 Replies can be scripted per stage (MAIL, RCPT, DATA) to make the next hop
 temporarily (4xx) or permanently (5xx) refuse, or "hang" (never answer until
-the script is cleared or the sink stops).
+the script is cleared or the sink stops), like real servers do: per recipient
+(RCPT scripts may name an address or a pattern such as ``*@corp.test``), for a
+number of uses (a burst of 4xx, then the normal answer), late (``delay``), or by
+closing the session after the final dot with no reply (``close``). Every scripted
+answer is a ``note`` event saying what the sink answered to which envelope.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import re
 import weakref
 from collections.abc import Callable
@@ -26,14 +31,23 @@ from email.policy import compat32
 from typing import Any
 
 from pytest_shadowcheck.history import History
-from pytest_shadowcheck.network.sink_smtp import HANG, SinkProtocol
+from pytest_shadowcheck.network.sink_smtp import ACCEPT, CLOSE, HANG, SinkProtocol
 from pytest_shadowcheck.network.smtp_text import (
     header_section,
     normalize_message_id,
     trace_from_headers,
 )
 
-__all__ = ["HANG", "SCRIPT_STAGES", "Delivery", "MailSink", "ScriptedReply"]
+__all__ = [
+    "ACCEPT",
+    "CLOSE",
+    "HANG",
+    "SCRIPT_STAGES",
+    "Delivery",
+    "MailSink",
+    "ScriptedReply",
+    "address_matches",
+]
 
 SCRIPT_STAGES = ("MAIL", "RCPT", "DATA")
 
@@ -66,11 +80,21 @@ class Delivery:
 @dataclass
 class ScriptedReply:
     """A reply the sink gives at ``stage`` instead of its normal one, for
-    ``remaining`` more uses (None = until cleared)."""
+    ``remaining`` more uses (None = until cleared), to the envelope address
+    ``match`` names (the recipient at RCPT, the sender at MAIL; None = any), after
+    ``delay`` seconds."""
 
     stage: str
     reply: str
     remaining: int | None = None
+    match: str | None = None
+    delay: float = 0.0
+
+
+def address_matches(pattern: str, address: str) -> bool:
+    """Whether an envelope address is the one ``pattern`` names, or one of those its
+    wildcards (``*``, ``?``) name; case-insensitive, like mail domains."""
+    return fnmatch.fnmatchcase(address.lower(), pattern.lower())
 
 
 class MailSink:
@@ -134,23 +158,41 @@ class MailSink:
 
     # -- scripted replies --------------------------------------------------------
 
-    def script(self, stage: str, reply: str, times: int | None = None) -> None:
+    def script(
+        self,
+        stage: str,
+        reply: str,
+        times: int | None = None,
+        *,
+        match: str | None = None,
+        delay: float = 0.0,
+    ) -> None:
         """From now on, answer ``stage`` ("MAIL", "RCPT", "DATA") with ``reply``
-        (e.g. "451 4.3.0 Try later", "550 5.1.1 No such user", or "hang") for
-        ``times`` uses (None = until :meth:`clear_script`).
+        (e.g. "451 4.3.0 Try later", "550 5.1.1 No such user", "hang", "close", or
+        "accept" - the normal answer, late with ``delay``) for ``times`` uses (None =
+        until :meth:`clear_script`), only to the address ``match`` names (RCPT: the
+        recipient, MAIL: the sender; wildcards allowed), ``delay`` seconds late.
 
         Several scripts for one stage are used in the order given (e.g. first a
-        451 once, then a 550). A DATA script answers after the whole content was
-        received, so "hang" there means: message received, never acknowledged.
+        451 once, then a 550); the first whose ``match`` fits the address is used. A
+        DATA script answers after the whole content was received, so "hang" there
+        means: message received, never acknowledged; "close": received, and the
+        session ended with no reply.
         """
         stage = stage.upper()
         if stage not in SCRIPT_STAGES:
             raise ValueError(f"stage must be one of {SCRIPT_STAGES}, not {stage!r}")
-        if reply != HANG and not (len(reply) >= 3 and reply[:3].isdigit()):
-            raise ValueError(f"reply must start with a 3-digit SMTP code or be 'hang': {reply!r}")
+        if reply not in (HANG, ACCEPT, CLOSE) and not (len(reply) >= 3 and reply[:3].isdigit()):
+            raise ValueError(
+                f"reply must start with a 3-digit SMTP code or be hang, accept or close: {reply!r}"
+            )
         if times is not None and times < 1:
             raise ValueError("times must be >= 1 or None")
-        self._scripts.append(ScriptedReply(stage, reply, times))
+        if match is not None and stage == "DATA":
+            raise ValueError("a DATA script cannot match an address (RCPT and MAIL can)")
+        if delay < 0:
+            raise ValueError("delay must be >= 0")
+        self._scripts.append(ScriptedReply(stage, reply, times, match, delay))
         if reply == HANG:
             self._release_hangs.clear()
 
@@ -169,14 +211,19 @@ class MailSink:
         """The scripted replies still pending, in order of use."""
         return list(self._scripts)
 
-    def _take_script(self, stage: str) -> str | None:
+    def _take_script(self, stage: str, address: str | None) -> ScriptedReply | None:
         for scripted in self._scripts:
-            if scripted.stage == stage:
-                if scripted.remaining is not None:
-                    scripted.remaining -= 1
-                    if scripted.remaining <= 0:
-                        self._scripts.remove(scripted)
-                return scripted.reply
+            if scripted.stage != stage:
+                continue
+            if scripted.match is not None and not (
+                address is not None and address_matches(scripted.match, address)
+            ):
+                continue
+            if scripted.remaining is not None:
+                scripted.remaining -= 1
+                if scripted.remaining <= 0:
+                    self._scripts.remove(scripted)
+            return scripted
         return None
 
     @property
@@ -184,23 +231,28 @@ class MailSink:
         """Set when no hung reply should wait any longer."""
         return self._release_hangs
 
-    def scripted(self, stage: str, helo: str | None, **details: Any) -> str | None:
-        """The scripted reply to give at ``stage`` now (noted in the history), or None
-        for the normal behaviour; "hang" means: wait for :attr:`release_hangs` first."""
-        reply = self._take_script(stage)
-        if reply is None:
+    def scripted(self, stage: str, helo: str | None, **details: Any) -> tuple[str, float] | None:
+        """The scripted reply to give at ``stage`` now and how many seconds late (noted
+        in the history with the envelope it answers), or None for the normal behaviour;
+        "hang" means: wait for :attr:`release_hangs` first."""
+        address = details.get("rcpt_to") if stage == "RCPT" else details.get("mail_from")
+        scripted = self._take_script(stage, address if stage != "DATA" else None)
+        if scripted is None:
             return None
+        reply, delay = scripted.reply, scripted.delay
+        answered = f"{_answer_words(reply, delay)} to {_envelope_words(stage, helo, details)}"
         self.history.record(
             "note",
             self.link,
             sink=self.name,
-            text=f"sink {self.name} scripted {stage} reply: {reply}",
+            text=f"sink {self.name} {answered}",
             stage=stage,
             reply=reply,
+            delay=delay,
             helo=helo,
             **details,
         )
-        return reply
+        return reply, delay
 
     # -- deliveries --------------------------------------------------------------
 
@@ -297,6 +349,30 @@ class MailSink:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._delivered.wait(), remaining)
         return True
+
+
+def _answer_words(reply: str, delay: float) -> str:
+    late = f" after {delay:g}s" if delay else ""
+    if reply == HANG:
+        return "held its answer (hang)"
+    if reply == CLOSE:
+        return f"closed the session{late} without a reply"
+    if reply == ACCEPT:
+        return f"answered as usual{late}"
+    return f"answered {reply}{late}"
+
+
+def _envelope_words(stage: str, helo: str | None, details: dict[str, Any]) -> str:
+    """Which command of which envelope a scripted answer went to, as a mail admin says it."""
+    sender = f"<{details.get('mail_from') or ''}>"
+    who = f" from {helo}" if helo else ""
+    if stage == "MAIL":
+        return f"MAIL FROM:{sender}{who}"
+    if stage == "RCPT":
+        return f"RCPT TO:<{details.get('rcpt_to')}> (sender {sender}){who}"
+    recipients = ", ".join(details.get("rcpt_tos") or [])
+    message = details.get("message_id") or "a message without Message-ID"
+    return f"the end of DATA of {message} (sender {sender}, for {recipients}){who}"
 
 
 def _first_headers(raw: bytes) -> dict[str, str]:

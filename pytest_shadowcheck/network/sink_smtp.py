@@ -10,7 +10,8 @@ Why not aiosmtpd itself: with one message per connection its per-session set-up
 line-by-line DATA loop were most of the harness's CPU (benchmarks/bench_harness.py).
 
 What a session needs from the sink is the :class:`SinkHooks` protocol: a scripted
-reply per stage, the event that releases hung replies, and recording a delivery.
+reply per stage (with how long to wait before giving it), the event that releases hung
+replies, and recording a delivery.
 """
 
 from __future__ import annotations
@@ -22,10 +23,17 @@ from email._header_value_parser import get_addr_spec, get_angle_addr
 from email.errors import HeaderParseError
 from typing import Any, Protocol, cast
 
-__all__ = ["HANG", "SinkHooks", "SinkProtocol", "getaddr"]
+from pytest_shadowcheck.network.smtp_text import trace_from_headers
+
+__all__ = ["ACCEPT", "CLOSE", "HANG", "SinkHooks", "SinkProtocol", "getaddr"]
 
 HANG = "hang"
 """Scripted reply meaning: never answer (until the script is cleared or the sink stops)."""
+CLOSE = "close"
+"""Scripted reply meaning: end the session without a reply (after the final dot: the
+message was received, and the sender never learns whether it was taken)."""
+ACCEPT = "accept"
+"""Scripted reply meaning: the normal answer (only useful with a delay: a slow reply)."""
 
 IDENT = "shadowcheck sink"
 #: aiosmtpd's limits: RFC 5321 4.5.3.1.6 (998 octets + CRLF + a stuffed dot) for any
@@ -118,7 +126,9 @@ class SinkHooks(Protocol):
     @property
     def release_hangs(self) -> asyncio.Event: ...
 
-    def scripted(self, stage: str, helo: str | None, **details: Any) -> str | None: ...
+    def scripted(
+        self, stage: str, helo: str | None, **details: Any
+    ) -> tuple[str, float] | None: ...
 
     def deliver(
         self,
@@ -289,7 +299,8 @@ class SinkProtocol(asyncio.Protocol):
                 then()
             except Exception as error:
                 self.push(f"500 Error: ({error.__class__.__name__}) {error}")
-            self._process()
+            if self._waiting is None:
+                self._process()
 
         self._waiting = self.loop.create_task(wait())
 
@@ -421,7 +432,7 @@ class SinkProtocol(asyncio.Protocol):
                 self.rcpt_tos.append(address)
                 self.push("250 2.1.5 Recipient OK")
 
-            self._staged("RCPT", accept, rcpt_to=address)
+            self._staged("RCPT", accept, mail_from=self.mail_from, rcpt_to=address)
 
     def smtp_DATA(self, arg: str | None) -> None:
         if not self.helo:
@@ -451,17 +462,55 @@ class SinkProtocol(asyncio.Protocol):
                 )
             )
 
-        self._staged("DATA", accept, message_id=message_id)
+        self._staged(
+            "DATA",
+            accept,
+            message_id=message_id,
+            mail_from=mail_from,
+            rcpt_tos=list(rcpt_tos),
+            trace=trace_from_headers(headers),
+        )
 
-    def _staged(self, stage: str, accept: Callable[[], None], **details: str | None) -> None:
-        """The scripted reply for ``stage`` if any, else ``accept()``; a hang defers it."""
-        reply = self.sink.scripted(stage, self.helo, **details)
-        if reply is None:
+    def _staged(self, stage: str, accept: Callable[[], None], **details: Any) -> None:
+        """The scripted reply for ``stage`` if any, else ``accept()``; a hang defers it,
+        a delay holds the answer (and the rest of the session's input) that long."""
+        scripted = self.sink.scripted(stage, self.helo, **details)
+        if scripted is None:
             accept()
-        elif reply == HANG:
-            self._park(accept)
+            return
+        reply, delay = scripted
+
+        def answer() -> None:
+            if reply == ACCEPT:
+                accept()
+            elif reply == CLOSE:
+                self._close()
+            elif reply == HANG:
+                self._park(accept)
+            else:
+                self.push(reply)
+
+        if delay > 0:
+            self._hold(delay, answer)
         else:
-            self.push(reply)
+            answer()
+
+    def _hold(self, delay: float, then: Callable[[], None]) -> None:
+        """A slow reply: ``then()`` after ``delay`` seconds, input kept meanwhile."""
+
+        async def wait() -> None:
+            await asyncio.sleep(delay)
+            self._waiting = None
+            if self.transport is None or self.transport.is_closing():
+                return
+            try:
+                then()
+            except Exception as error:
+                self.push(f"500 Error: ({error.__class__.__name__}) {error}")
+            if self._waiting is None:
+                self._process()
+
+        self._waiting = self.loop.create_task(wait())
 
 
 def _mail_params_refusal(params: dict[str, str | bool] | None) -> str | None:

@@ -14,6 +14,8 @@ pointing at the file and line where it is. The model the loader builds is in
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -31,6 +33,7 @@ from pytest_shadowcheck.scenario.model import (
     DURATION_SETTINGS,
     MTA_CAPABILITIES,
     PROCESS_CAPABILITIES,
+    SENDERS_SINK,
     SETTING_NAMES,
     STEP_CAPABILITY,
     NextHop,
@@ -41,6 +44,7 @@ from pytest_shadowcheck.scenario.model import (
     plain,
 )
 from pytest_shadowcheck.scenario.schema import scenario_schema, topology_schema, validate
+from pytest_shadowcheck.scenario.steps import DEFAULT_SENDER
 from pytest_shadowcheck.scenario.validation import StepChecker
 
 __all__ = [
@@ -151,6 +155,58 @@ def _build_topology(
     )
 
 
+_MAIL_FROM = re.compile(r"\s*MAIL\s+FROM:\s*<([^>]*)>", re.I)
+
+
+def sender_domains(steps: list[Any]) -> list[str]:
+    """The domains of every envelope sender the scenario's steps use: the default
+    sender's (send steps and workloads), each ``from``, each session's MAIL FROM."""
+    senders = [DEFAULT_SENDER]
+    for step in steps:
+        if not isinstance(step, dict):
+            continue
+        send = step.get("send")
+        if isinstance(send, dict) and send.get("from"):
+            senders.append(str(send["from"]))
+        session = step.get("session")
+        for item in session.get("say", []) if isinstance(session, dict) else []:
+            line = item.get("send") if isinstance(item, dict) else item
+            found = _MAIL_FROM.match(line) if isinstance(line, str) else None
+            if found:
+                senders.append(found.group(1))
+    domains = [s.rpartition("@")[2].lower() for s in senders if "@" in s]
+    return list(dict.fromkeys(d for d in domains if d))
+
+
+def with_senders_sink(topology: Topology, domains: list[str]) -> Topology:
+    """The topology with every senders' domain routed to a sink: its own next hop when
+    it has one (for every node), else the harness's SENDERS_SINK (a boundary), so that a
+    bounce the MTA sends always lands where the harness records it. A topology with no
+    next hop at all is left as it is."""
+    if not topology.next_hops and not any(n.next_hops for n in topology.nodes.values()):
+        # no mail leaves these nodes: the harness observes no delivery at all there (the
+        # no-loss invariant is not judged), and a sink of its own would change that
+        return topology
+    hops = dict(topology.next_hops)
+    senders: dict[str, str] = {}
+    added: list[str] = []
+    taken = set(topology.sinks())
+    for domain in domains:
+        own = hops.get(domain)
+        if own is not None and own.sink:
+            senders[domain] = own.sink
+            continue
+        if own is not None or any(domain in n.next_hops for n in topology.nodes.values()):
+            continue  # routed to a node, or by some nodes only: the topology's own choice
+        name = SENDERS_SINK if SENDERS_SINK not in taken - set(senders.values()) else None
+        if name is None:
+            continue  # a sink of the topology already has the name: route nothing
+        hops[domain] = NextHop(domain, name, "boundary")
+        senders[domain] = name
+        added.append(domain)
+    return dataclasses.replace(topology, next_hops=hops, senders=senders, added_hops=tuple(added))
+
+
 def load_scenario_file(path: Path, timers: dict[str, float] | None = None) -> list[Scenario]:
     """Load, validate and check one scenario file; raise ScenarioError on any problem.
 
@@ -198,7 +254,10 @@ def load_scenario_file(path: Path, timers: dict[str, float] | None = None) -> li
                 raise ScenarioError(
                     f"unknown behaviour ID {bid!r}", at, "an ID of the catalogue (CR-1 .. TO-4)"
                 )
-        topology = _load_topology(merged["topology"], doc, topo_path, path)
+        topology = with_senders_sink(
+            _load_topology(merged["topology"], doc, topo_path, path),
+            sender_domains(raw.get("steps", [])),
+        )
         settings: dict[str, Any] = {}
         for key, value in merged["settings"].items():
             in_raw = key in raw.get("settings", {})

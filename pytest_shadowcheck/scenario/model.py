@@ -29,6 +29,7 @@ __all__ = [
     "DURATION_SETTINGS",
     "MTA_CAPABILITIES",
     "PROCESS_CAPABILITIES",
+    "SENDERS_SINK",
     "SETTING_NAMES",
     "STEP_CAPABILITY",
     "NextHop",
@@ -39,6 +40,10 @@ __all__ = [
     "needs_lazy_storage",
     "plain",
 ]
+
+#: the sink the loader routes the senders' domains to when a topology does not: every
+#: bounce (DSN/NDR) the MTA sends lands where the harness sees it
+SENDERS_SINK = "senders"
 
 #: every setting a scenario may give (Exchange names), and those that are durations
 SETTING_NAMES = frozenset(scenario_schema()["$defs"]["settings"]["properties"])
@@ -80,9 +85,23 @@ class Topology:
     clock: str = "real"
     directory: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+    #: the senders' domains (where a bounce goes) and the sink each is routed to: the
+    #: topology's own next hop, or one the loader added (SENDERS_SINK, a boundary)
+    senders: dict[str, str] = field(default_factory=dict)
+    #: the domains whose next hop the loader added, not the topology file: a target
+    #: that must be told each route may lack them (a bounce then goes unseen)
+    added_hops: tuple[str, ...] = ()
 
     def sinks(self) -> list[str]:
         names = {hop.sink for hop in self.next_hops.values() if hop.sink}
+        for node in self.nodes.values():
+            names |= {hop.sink for hop in node.next_hops.values() if hop.sink}
+        return sorted(names)
+
+    def own_sinks(self) -> list[str]:
+        """The sinks the topology itself routes to (not the senders' sink the loader
+        added): a target that cannot reach the harness may still run without the rest."""
+        names = {h.sink for d, h in self.next_hops.items() if h.sink and d not in self.added_hops}
         for node in self.nodes.values():
             names |= {hop.sink for hop in node.next_hops.values() if hop.sink}
         return sorted(names)

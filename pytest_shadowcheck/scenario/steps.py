@@ -30,6 +30,7 @@ __all__ = [
     "FAULT_DIRECTION",
     "REPLY_TIMEOUT",
     "SEND_TIMEOUT",
+    "SINK_ANSWERS",
     "ActionSpec",
     "AdvanceSpec",
     "CheckSpec",
@@ -45,6 +46,7 @@ __all__ = [
     "SendSpec",
     "SessionSpec",
     "SettingsSpec",
+    "SinkRule",
     "SinkSpec",
     "SnapshotSpec",
     "WaitSpec",
@@ -341,16 +343,47 @@ class SnapshotSpec:
         return _keyed(self)
 
 
-@dataclass(frozen=True, kw_only=True)
-class SinkSpec:
-    """``sink``: how a sink answers the end of DATA from now on: ``accept``, ``hang``,
-    or that SMTP reply."""
+#: the answers a sink rule may give beyond a 4xx/5xx reply
+SINK_ANSWERS = ("accept", "hang", "close")
 
-    name: str
+
+@dataclass(frozen=True, kw_only=True)
+class SinkRule:
+    """One scripted answer of a sink: at ``stage`` (MAIL, RCPT, DATA), to the address
+    ``match`` names (RCPT: the recipient; an address or a pattern with ``*``), the
+    ``reply`` (a 4xx/5xx reply, ``hang``, ``close``: end the session with no reply,
+    ``accept``: the usual answer), for ``times`` uses (None: until the next ``sink``
+    step), ``delay`` seconds late."""
+
+    stage: str
     reply: str
+    match: str | None = None
+    times: int | None = None
+    delay: float = 0.0
 
     def describe(self) -> str:
-        return _keyed(self)
+        what = self.stage.lower() + (f" {self.match}" if self.match else "")
+        more = f" x{self.times}" if self.times is not None else ""
+        more += f" after {format_duration(self.delay)}" if self.delay else ""
+        return f"{what}={self.reply}{more}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SinkSpec:
+    """``sink``: how a sink answers from now on (every earlier script of it dropped):
+    ``reply`` to the end of DATA (``accept``, ``hang`` or that SMTP reply, as ever), and
+    the scripted ``rules`` per stage and recipient, in the order they are tried."""
+
+    name: str
+    reply: str | None = None
+    rules: tuple[SinkRule, ...] = ()
+
+    def describe(self) -> str:
+        parts = [f"name={self.name}"]
+        if self.reply is not None:
+            parts.append(f"reply={self.reply}")
+        parts += [rule.describe() for rule in self.rules]
+        return " ".join(parts)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from pytest_shadowcheck.scenario.capabilities import POINT_FAULTS
 from pytest_shadowcheck.scenario.durations import moment, parse_duration
 from pytest_shadowcheck.scenario.marked_yaml import locate
 from pytest_shadowcheck.scenario.model import DURATION_SETTINGS, Step, Topology, plain
+from pytest_shadowcheck.scenario.sink_spec import build_sink_spec
 from pytest_shadowcheck.scenario.steps import (
     DEFAULT_SENDER,
     REPLY_TIMEOUT,
@@ -435,6 +436,17 @@ class StepChecker:
                 self.at([*p, "duplicates"]),
                 "delivered: {message: m1, count: 2}",
             )
+        if kind == "fates":
+            seen: dict[str, str] = {}
+            for key in ("delivered", "retried", "bounced"):
+                for i, rcpt in enumerate(arg.get(key, [])):
+                    if rcpt.lower() in seen:
+                        raise ScenarioError(
+                            f"{rcpt} is given two fates: {seen[rcpt.lower()]} and {key}",
+                            self.at([*p, key, i]),
+                            "each recipient in one of delivered, retried, bounced",
+                        )
+                    seen[rcpt.lower()] = key
         if kind in ("lines", "connections"):
             self.link(arg["link"], [*p, "link"])
         if kind == "lines" and arg.get("unique") and "contains" not in arg:
@@ -475,7 +487,12 @@ def _snapshot(checker: StepChecker, arg: dict[str, Any], p: list[Any]) -> Snapsh
 
 
 def _sink(checker: StepChecker, arg: dict[str, Any], p: list[Any]) -> SinkSpec:
-    return SinkSpec(name=checker.sink(arg["name"], [*p, "name"]), reply=arg["reply"])
+    return build_sink_spec(
+        arg,
+        checker.sink(arg["name"], [*p, "name"]),
+        lambda sub: checker.at([*p, *sub]),
+        lambda value, sub: checker.duration(value, [*p, *sub], timers=True),
+    )
 
 
 def _workload(checker: StepChecker, arg: dict[str, Any], p: list[Any]) -> WorkloadSpec:

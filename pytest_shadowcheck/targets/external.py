@@ -208,7 +208,7 @@ class ExternalTarget(Target):
         if "control_api" in self.capabilities:
             return None
         topo = scenario.topology
-        if (topo.sinks() or len(topo.nodes) > 1) and not self._declares_routes():
+        if (topo.own_sinks() or len(topo.nodes) > 1) and not self._declares_routes():
             return (
                 "cannot route peers and next hops through the harness: give each node "
                 "`relays` and `peers` in a nodes.yaml (docs/targets.md), or a control API"
@@ -223,7 +223,8 @@ class ExternalTarget(Target):
         for node in topo.nodes:
             relays = self.nodes.relays.get(node, {})
             for domain in topo.hops_of(node):
-                if domain not in relays:
+                # the senders' sink the loader added is optional: bounces go unseen
+                if domain not in relays and domain not in topo.added_hops:
                     return (
                         f"{node} relays no {domain} to the harness: add "
                         f"`relays: {{{domain}: HOST:PORT}}` to nodes.{node} in {source}"
