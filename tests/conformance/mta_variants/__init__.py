@@ -47,12 +47,14 @@ def all_variants() -> list[Variant]:
         security,
         tarpit,
         timeouts,
+        traffic,
         unusual,
     )
 
     found: list[Variant] = []
     families = (
-        creation, discard, durability, promotion, safetynet, security, timeouts, tarpit, unusual
+        creation, discard, durability, promotion, safetynet, security, timeouts, tarpit, unusual,
+        traffic,
     )
     for family in families:
         found.extend(family.VARIANTS)
