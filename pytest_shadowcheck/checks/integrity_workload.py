@@ -164,7 +164,7 @@ def workload_copies(run: RunView, permitted: frozenset[str]) -> list[CheckResult
                 ]
         if not copies:
             continue
-        name = f"integrity of workload {workload}'s copies"
+        name = f"integrity of the copies of workload {workload}"
         expected = (
             f"every delivered copy of workload {workload}'s messages is what the sender sent: "
             "same body, same header fields under any trace fields, same envelope sender, "

@@ -259,7 +259,8 @@ def test_a_realistic_workload_through_the_reference_arrives_as_sent(
     )  # fmt: skip
     result.assert_outcomes(passed=1)
     (scenario,) = json.loads((report / "certification.json").read_text())["scenarios"]
-    (check,) = [c for c in scenario["checks"] if c["name"].startswith("integrity of workload")]
+    named = "integrity of the copies of workload w"
+    (check,) = [c for c in scenario["checks"] if c["name"] == named]
     assert check["status"] == "PASS"
     (workload,) = scenario["workloads"]
     copies = int(check["observed"].split(" copies of ")[0])
