@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pytest_shadowcheck.checks.events import deliveries, node_of
+from pytest_shadowcheck.checks.integrity_workload import workload_copies
 from pytest_shadowcheck.network.smtp_text import header_section
 from pytest_shadowcheck.verdict import CheckResult, Status
 
@@ -222,7 +223,8 @@ def integrity_invariant(run: RunView) -> list[CheckResult]:
                 excerpt=run.excerpt(first.t, message.links(all_nodes=True)),
             )
         )
-    return results
+    # the workloads' copies, against the digest of what was sent (issue 26)
+    return results + workload_copies(run, permitted)
 
 
 def envelope_of(items: list[dict[str, Any]], index: int) -> tuple[str | None, list[str]]:

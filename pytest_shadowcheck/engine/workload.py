@@ -25,7 +25,7 @@ from pytest_shadowcheck.checks.no_loss import scenario_given_unmet
 from pytest_shadowcheck.checks.storage import power_cut_evidence
 from pytest_shadowcheck.checks.workload import check_workload, results
 from pytest_shadowcheck.engine.nemesis import Fault, plan_faults, run_nemesis, usable_kinds
-from pytest_shadowcheck.engine.traffic import Planned, drive, plan_messages
+from pytest_shadowcheck.engine.traffic import Planned, drive, plan_messages, traffic_note
 from pytest_shadowcheck.errors import ScenarioError, TargetError
 from pytest_shadowcheck.scenario.replay import Selection, format_indices
 from pytest_shadowcheck.scenario.workload_spec import WorkloadSpec, nemesis_spec
@@ -99,8 +99,9 @@ async def run_workload(run: StepContext, step: Step, verdict: Verdict) -> None:
         history, spec.name, spec.seed, since, frozenset(run.scenario.topology.nodes)
     )
     report.queues_seen = listable
-    history.record("note", text=f"workload {spec.name} summary", summary=report.summary())
     summary = report.summary()
+    summary["traffic"] = traffic_note(history, spec.name)  # what was sent, in buckets
+    history.record("note", text=f"workload {spec.name} summary", summary=summary)
     args = replay_args(spec.seed, scale, selection)
     prefix = getattr(run, "replay_command", "")
     summary["replay"] = _replay_facts(report, planned, spec, args, prefix)

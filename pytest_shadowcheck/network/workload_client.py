@@ -3,8 +3,11 @@
 :class:`~pytest_shadowcheck.network.client.RecordingClient` opens a session per message
 and records every reply: right for a scenario's three messages, too slow and too verbose
 for ten thousand. :class:`WorkloadSession` keeps one session open for several
-transactions (a new ``MAIL`` after each accepted message, RSET after a refused one) and
-pipelines the envelope when the server advertises PIPELINING (RFC 2920). It returns the
+transactions (a new ``MAIL`` after each accepted message, RSET after a refused one),
+pipelines the envelope when the server advertises PIPELINING (RFC 2920) and sends the
+content in BDAT chunks when asked and the server advertises CHUNKING (RFC 3030): every
+reply is read in the order of its command, so a reply is never taken for another's, and
+a session that loses its way (no reply, a lost connection, a 421) is ended. It returns the
 deciding reply (or why none came) of each transaction; the workload records it as one
 ``attempt`` event. The wire itself is recorded by the proxy in front of the node, as
 for every other step.
@@ -21,7 +24,10 @@ from typing import Any
 from pytest_shadowcheck.history import History
 from pytest_shadowcheck.network.smtp_text import dot_stuff
 
-__all__ = ["Outcome", "SessionError", "WorkloadSession"]
+__all__ = ["CHUNK", "Outcome", "SessionError", "WorkloadSession"]
+
+#: bytes per BDAT chunk
+CHUNK = 64 * 1024
 
 
 class SessionError(Exception):
@@ -36,6 +42,9 @@ class Outcome:
     code: int | None
     text: str
     error: str | None
+    #: whether the envelope was pipelined, and the content sent with BDAT
+    pipelined: bool = False
+    bdat: bool = False
 
     @property
     def accepted(self) -> bool:
@@ -67,6 +76,8 @@ class WorkloadSession:
         self.helo = helo
         self.timeout = timeout
         self.pipelining = False
+        #: the EHLO keywords the server advertised (upper case, without parameters)
+        self.extensions: frozenset[str] = frozenset()
         self.transactions = 0
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -103,55 +114,100 @@ class WorkloadSession:
         if code != 250:
             self.close()
             raise SessionError(f"EHLO refused: {code} {text}")
-        self.pipelining = any(
-            line.strip().upper() == "PIPELINING" for line in text.splitlines()[1:]
+        self.extensions = frozenset(
+            line.split()[0].upper() for line in text.splitlines()[1:] if line.split()
         )
+        self.pipelining = "PIPELINING" in self.extensions
 
-    async def transaction(self, mail_from: str, rcpt_tos: list[str], raw: bytes) -> Outcome:
-        """MAIL, RCPT..., DATA and the content; the outcome, never an exception.
+    async def transaction(
+        self,
+        mail_from: str,
+        rcpt_tos: list[str],
+        raw: bytes,
+        params: tuple[str, ...] = (),
+        *,
+        bdat: bool = False,
+    ) -> Outcome:
+        """MAIL (with ``params``), RCPT..., DATA and the content - or BDAT chunks when
+        ``bdat`` and the server offers CHUNKING; the outcome, never an exception.
 
         After an error (no reply) the session is closed: the caller opens a new one.
         """
         self.transactions += 1
-        commands = [f"MAIL FROM:<{mail_from}>"] + [f"RCPT TO:<{r}>" for r in rcpt_tos]
+        chunked = bdat and "CHUNKING" in self.extensions
+        mail = " ".join([f"MAIL FROM:<{mail_from}>", *params])
+        commands = [mail] + [f"RCPT TO:<{r}>" for r in rcpt_tos]
+        verbs = ["MAIL"] + ["RCPT"] * len(rcpt_tos)
+        if not chunked:
+            commands.append("DATA")
+            verbs.append("DATA")
         command = "MAIL"
+        pipelined = self.pipelining
+
+        def outcome(verb: str, code: int | None, text: str, error: str | None = None) -> Outcome:
+            return Outcome(verb, code, text, error, pipelined, chunked)
+
         try:
             replies: list[tuple[str, int, str]] = []
-            if self.pipelining:
-                self._write("".join(c + "\r\n" for c in [*commands, "DATA"]).encode())
-                for verb in ["MAIL"] + ["RCPT"] * len(rcpt_tos) + ["DATA"]:
+            if pipelined:
+                # RFC 2920: the whole envelope at once, then one reply per command in order
+                self._write("".join(c + "\r\n" for c in commands).encode())
+                for verb in verbs:
                     command = verb
                     replies.append((verb, *await self._read_reply(verb)))
             else:
-                for line, verb in zip(commands, ["MAIL"] + ["RCPT"] * len(rcpt_tos), strict=True):
+                for line, verb in zip(commands, verbs, strict=True):
                     command = verb
+                    if verb == "DATA" and not any(
+                        code < 400 for v, code, _ in replies if v == "RCPT"
+                    ):
+                        break
                     self._write(line.encode() + b"\r\n")
                     replies.append((verb, *await self._read_reply(verb)))
                     if verb == "MAIL" and replies[-1][1] >= 400:
-                        return Outcome("MAIL", replies[-1][1], replies[-1][2], None)
-                if not any(code < 400 for verb, code, _ in replies if verb == "RCPT"):
-                    verb, code, text = replies[-1]
-                    await self._rset()
-                    return Outcome(verb, code, text, None)
-                command = "DATA"
-                self._write(b"DATA\r\n")
-                replies.append(("DATA", *await self._read_reply("DATA")))
+                        return outcome("MAIL", replies[-1][1], replies[-1][2])
             refused = [r for r in replies if r[1] >= 400]
-            data_code = replies[-1][1]
-            if data_code != 354:
+            rcpt_ok = any(code < 400 for verb, code, _ in replies if verb == "RCPT")
+            ready = replies[-1][1] == 354 if not chunked else rcpt_ok and replies[0][1] < 400
+            if not ready:
                 verb, code, text = refused[0] if refused else replies[-1]
                 await self._rset()
-                return Outcome(verb, code, text, None)
+                return outcome(verb, code, text)
+            if chunked:
+                command = "BDAT"
+                verb, code, text = await self._chunks(raw)
+                if code != 250:
+                    await self._rset()
+                return outcome(verb, code, text)
             command = "EOD"
             self._write(dot_stuff(raw) + b".\r\n")
             code, text = await self._read_reply("EOD")
             if code != 250:
                 # some servers keep the failed transaction open ("nested MAIL command")
                 await self._rset()
-            return Outcome("EOD", code, text, None)
+            return outcome("EOD", code, text)
         except SessionError as exc:
             self.close()
-            return Outcome(command, None, "", f"{exc} (at {command})")
+            return outcome(command, None, "", f"{exc} (at {command})")
+
+    async def _chunks(self, raw: bytes) -> tuple[str, int, str]:
+        """The content in BDAT chunks (not dot-stuffed: RFC 3030), each reply read
+        before the next chunk; the last chunk's reply is the end of data's ("EOD")."""
+        size = len(raw)
+        for start in range(0, max(size, 1), CHUNK):
+            piece = raw[start : start + CHUNK]
+            last = start + CHUNK >= size
+            self._write(f"BDAT {len(piece)}{' LAST' if last else ''}\r\n".encode() + piece)
+            verb = "EOD" if last else "BDAT"
+            code, text = await self._read_reply(verb)
+            if code != 250 or last:
+                return verb, code, text
+        raise AssertionError("unreachable: the last chunk returns")
+
+    async def rset(self) -> bool:
+        """RSET between transactions; False (and the session closed) when it failed."""
+        await self._rset()
+        return self.open
 
     async def quit(self) -> None:
         if self.open:
@@ -169,9 +225,12 @@ class WorkloadSession:
         """End a refused transaction; a session that cannot is closed, the outcome kept."""
         try:
             self._write(b"RSET\r\n")
-            await self._read_reply("RSET")
+            code, _ = await self._read_reply("RSET")
         except SessionError:
             self.close()
+            return
+        if code != 250:
+            self.close()  # a server that cannot reset the transaction has lost its way
 
     def _write(self, data: bytes) -> None:
         if self._writer is None or self._writer.is_closing():
@@ -208,4 +267,7 @@ class WorkloadSession:
         head = lines[-1][:3]
         if not head.isdigit():
             raise SessionError(f"unparseable reply to {verb}: {lines[-1]!r}")
+        if head == "421" and self._writer is not None:
+            # the server is closing the session (RFC 5321 3.8): nothing more is sent on it
+            self._writer.close()
         return int(head), "\n".join(item[4:] for item in lines)

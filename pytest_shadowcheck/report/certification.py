@@ -585,11 +585,53 @@ def _workload_table(w: dict[str, Any]) -> str:
         ("faults", f"{w.get('faults')}, {w.get('temporary_failures')} 4xx replies"),
         ("seed", str(w.get("seed"))),
     ]
+    rows += _traffic_rows(w.get("traffic") or {})
     body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
     return (
         f'<table class="workload"><caption>workload {html.escape(str(w.get("workload")))}'
         f"</caption>{body}</table>"
     )
+
+
+#: the histogram's counts as the report names them
+_TRAFFIC_WORDS = {
+    "eight_bit": "8-bit (8BITMIME)",
+    "smtputf8": "SMTPUTF8",
+    "utf8_headers": "UTF-8 Subject",
+    "mime": "MIME attachment",
+    "dot_lines": "lines starting with a dot",
+    "long_lines": "998-octet lines",
+    "pipelined": "pipelined",
+    "bdat": "BDAT",
+    "rset": "after an RSET",
+    "null_senders": "null sender",
+    "duplicate_ids": "sharing another's Message-ID",
+    "missing_ids": "no Message-ID",
+}
+
+
+def _traffic_rows(t: dict[str, Any]) -> list[tuple[str, str]]:
+    """What the workload sent (engine/traffic_model.histogram), in a few rows."""
+    if not t.get("messages"):
+        return []
+    n = int(t["messages"])
+
+    def buckets(key: str) -> str:
+        return ", ".join(f"{label}: {count}" for label, count in (t.get(key) or {}).items())
+
+    def share(*keys: str) -> str:
+        return ", ".join(f"{_TRAFFIC_WORDS[k]} {t.get(k, 0)} ({t.get(k, 0) / n:.0%})" for k in keys)
+
+    content = ("eight_bit", "smtputf8", "utf8_headers", "mime", "dot_lines", "long_lines")
+    return [
+        ("sent: sizes", f"{buckets('sizes')}; largest {t.get('largest', 0)} bytes"),
+        ("sent: recipients", f"{buckets('recipients')}; most {t.get('most_recipients', 0)}"),
+        ("sent: content", share(*content)),
+        ("sent: transactions per session", buckets("transactions_per_session")),
+        ("sent: protocol", share("pipelined", "bdat", "rset", "null_senders")),
+        ("sent: Message-IDs", share("duplicate_ids", "missing_ids")),
+        ("sent: busiest second", f"{t.get('burst_peak_per_second', 0)} messages"),
+    ]
 
 
 def _listing(report: dict[str, Any], status: str) -> str:

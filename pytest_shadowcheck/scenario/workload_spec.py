@@ -20,6 +20,7 @@ __all__ = [
     "FAULT_KINDS",
     "NODE_FAULTS",
     "NemesisSpec",
+    "TrafficSpec",
     "WorkloadSpec",
     "load_workload",
     "nemesis_spec",
@@ -27,6 +28,52 @@ __all__ = [
 
 #: faults that take a node down (its copies are at risk); the others break a link
 NODE_FAULTS = frozenset({"kill", "pause", "restart", "wipe", "power_cut"})
+
+
+@dataclass(frozen=True)
+class TrafficSpec:
+    """What the messages look like (``traffic:``); "tidy" is the workload's historic
+    traffic, "realistic" draws every message's shape (engine/traffic_model.py)."""
+
+    profile: str = "tidy"
+    #: sizes: log-normal around typical_size, a share ``large`` from 64 KB to max_size
+    typical_size: int = 3000
+    max_size: int = 2 * 1024 * 1024
+    large: float = 0.02
+    #: 1..max_recipients recipients over every next-hop domain; ``many_recipients``: the
+    #: share with 10 or more
+    max_recipients: int = 50
+    many_recipients: float = 0.05
+    #: shares of messages with 8-bit text, a UTF-8 Subject, a MIME attachment, lines
+    #: starting with a dot, lines of 998 octets
+    eight_bit: float = 0.3
+    utf8_headers: float = 0.15
+    mime: float = 0.2
+    dot_lines: float = 0.2
+    long_lines: float = 0.1
+    #: mean transactions per session; share of transactions after an RSET
+    transactions: int = 4
+    rset: float = 0.1
+    #: shares of messages sharing an earlier message's Message-ID, or with none
+    duplicate_ids: float = 0.02
+    missing_ids: float = 0.02
+    #: share of messages sent in bursts of burst_size, all due in the same second
+    bursts: float = 0.2
+    burst_size: int = 20
+
+    @property
+    def realistic(self) -> bool:
+        return self.profile == "realistic"
+
+
+#: the ``traffic:`` mapping's keys and the kind of value each takes
+_TRAFFIC_SHARES = (
+    "large", "many_recipients", "eight_bit", "utf8_headers", "mime", "dot_lines",
+    "long_lines", "rset", "duplicate_ids", "missing_ids", "bursts",
+)  # fmt: skip
+_TRAFFIC_COUNTS = ("max_recipients", "transactions", "burst_size")
+_TRAFFIC_SIZES = ("typical_size", "max_size")
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 1024, "MB": 1024 * 1024}
 
 
 @dataclass(frozen=True)
@@ -58,6 +105,7 @@ class WorkloadSpec:
     all_delivered: bool = True
     behaviours: tuple[str, ...] = ()
     nemesis: dict[str, Any] = field(default_factory=dict)
+    traffic: TrafficSpec = field(default_factory=TrafficSpec)
 
 
 @dataclass(frozen=True)
@@ -145,7 +193,64 @@ def load_workload(
         seed=seed,
         behaviours=tuple(behaviours),
         nemesis=nemesis,
+        traffic=load_traffic(arg.get("traffic", "tidy"), at),
     )
+
+
+def load_traffic(raw: Any, at: Any) -> TrafficSpec:
+    """``traffic: tidy``, ``traffic: realistic`` or a mapping of knobs (``profile``
+    and any of TrafficSpec's fields); every value checked, with the key's place."""
+    profiles = "tidy or realistic"
+    if isinstance(raw, str):
+        raw = {"profile": raw}
+    if not isinstance(raw, dict):
+        raise ScenarioError(
+            "traffic: is a profile name or a mapping of knobs", at(["traffic"]),
+            "traffic: realistic, or traffic: {profile: realistic, max_size: 512KB}",
+        )  # fmt: skip
+    values: dict[str, Any] = {"profile": "realistic" if raw else "tidy"}
+    for key, value in raw.items():
+        where = at(["traffic", key])
+        if key == "profile":
+            if value not in ("tidy", "realistic"):
+                raise ScenarioError(f"unknown traffic profile {value!r}", where, profiles)
+            values[key] = value
+        elif key in _TRAFFIC_SHARES:
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not 0 <= value <= 1:
+                raise ScenarioError(
+                    f"traffic {key} is a share of the messages", where, "a number from 0 to 1"
+                )
+            values[key] = float(value)
+        elif key in _TRAFFIC_COUNTS:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ScenarioError(f"traffic {key} is a count", where, "a whole number, 1 or more")
+            values[key] = value
+        elif key in _TRAFFIC_SIZES:
+            values[key] = _size(value, key, where)
+        else:
+            known = ", ".join(["profile", *_TRAFFIC_SHARES, *_TRAFFIC_COUNTS, *_TRAFFIC_SIZES])
+            raise ScenarioError(f"unknown traffic knob {key!r}", where, f"one of {known}")
+    spec = TrafficSpec(**values)
+    if spec.typical_size > spec.max_size:
+        raise ScenarioError(
+            "traffic typical_size is above max_size", at(["traffic"]),
+            "typical_size <= max_size, e.g. typical_size: 3KB, max_size: 2MB",
+        )  # fmt: skip
+    return spec
+
+
+def _size(value: Any, key: str, where: SourceRef) -> int:
+    """Bytes from 4000, "4000", "64KB" or "2MB"."""
+    text = str(value).strip().upper().replace(" ", "")
+    number = text.rstrip("KMB")
+    unit = text[len(number) :]
+    if isinstance(value, bool) or unit not in _SIZE_UNITS or not number.isdigit():
+        raise ScenarioError(f"traffic {key} is a size in bytes", where, "e.g. 4000, 64KB or 2MB")
+    size = int(number) * _SIZE_UNITS[unit]
+    if size < 600:
+        raise ScenarioError(f"traffic {key} below 600 bytes", where, "600 bytes or more")
+    return size
 
 
 def _default_recipients(topology: Topology) -> list[str]:

@@ -52,6 +52,7 @@ def all_variants() -> list[Variant]:
         security,
         tarpit,
         timeouts,
+        traffic,
         unusual,
     )
 
@@ -70,6 +71,7 @@ def all_variants() -> list[Variant]:
         security,
         timeouts,
         tarpit,
+        traffic,
         unusual,
     )
     for family in families:

@@ -1,0 +1,186 @@
+"""The integrity invariant for workload copies: every delivered copy is what was sent.
+
+A scenario's own messages are kept whole (:mod:`pytest_shadowcheck.checks.integrity`
+compares them byte for byte). A workload sends hundreds, some of several MB, so its
+``attempt`` events keep only a digest of each realistic message (:func:`digest`): the
+body's SHA-256 and its shape in figures, and every header field's name and hash. Each
+delivered copy of a workload message is compared with it:
+
+- the body: same hash (when not, its shape in figures - bytes, lines, longest line,
+  lines starting with a dot - says how it differs);
+- the sender's header fields, unchanged and in order, as the last of the copy's header
+  section; above them only fields the transport may add (trace fields and the like);
+- the envelope sender (a null reverse-path stays null);
+- no recipient the sender did not name. A recipient never delivered is the workload
+  checker's (a loss), not counted twice here.
+
+One result per workload; a copy is found by the harness's trace value when the sink
+records it, else by Message-ID when no other message of the workload shares it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from pytest_shadowcheck.checks.events import node_of
+from pytest_shadowcheck.network.smtp_text import header_section
+from pytest_shadowcheck.verdict import CheckResult, Status
+
+if TYPE_CHECKING:
+    from pytest_shadowcheck.checks.view import RunView
+    from pytest_shadowcheck.network.sink import Delivery
+
+__all__ = ["body_shape", "digest", "workload_copies"]
+
+#: copies a failure lists before it says "and N more"
+LISTED = 5
+
+
+def _fields(head: bytes) -> list[bytes]:
+    fields: list[bytes] = []
+    for line in head.split(b"\r\n"):
+        if line[:1] in (b" ", b"\t") and fields:
+            fields[-1] += b"\r\n" + line
+        elif line:
+            fields.append(line)
+    return fields
+
+
+def _field_key(field: bytes) -> list[str]:
+    name = field.split(b":", 1)[0].decode("ascii", "replace").strip()
+    return [name, hashlib.sha256(field).hexdigest()[:16]]
+
+
+def body_shape(body: bytes) -> list[int]:
+    """[bytes, lines, longest line, lines starting with a dot]."""
+    lines = body.split(b"\r\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return [
+        len(body),
+        len(lines),
+        max((len(line) for line in lines), default=0),
+        sum(1 for line in lines if line.startswith(b".")),
+    ]
+
+
+def digest(raw: bytes) -> dict[str, Any]:
+    """What the check needs of a sent message, a few hundred bytes whatever its size."""
+    head = header_section(raw)
+    body = raw[len(head) :]
+    return {
+        "body_sha256": hashlib.sha256(body).hexdigest(),
+        "body_shape": body_shape(body),
+        "header_fields": [_field_key(f) for f in _fields(head)],
+    }
+
+
+def _said(shape: list[int]) -> str:
+    size, lines, longest, dots = shape
+    return (
+        f"{size} bytes in {lines} lines (longest {longest} octets, "
+        f"{dots} starting with a dot)"
+    )
+
+
+def compare_digest(
+    sent: dict[str, Any], delivery: Delivery, permitted: frozenset[str]
+) -> list[str]:
+    """What differs between the digest of what was sent and one delivered copy."""
+    problems = []
+    head = header_section(delivery.raw)
+    body = delivery.raw[len(head) :]
+    if hashlib.sha256(body).hexdigest() != sent["body_sha256"]:
+        problems.append(
+            f"the body differs: sent {_said(sent['body_shape'])}, "
+            f"delivered {_said(body_shape(body))}"
+        )
+    want = [list(f) for f in sent["header_fields"]]
+    got = [_field_key(f) for f in _fields(head)]
+    tail = got[len(got) - len(want) :] if want else []
+    if tail != want:
+        changed = next((w[0] for w in want if w not in got), None)
+        problems.append(
+            f"the sender's {changed} header field is missing or changed"
+            if changed
+            else "the sender's header fields are no longer in their order"
+        )
+    else:
+        foreign = [name for name, _ in got[: len(got) - len(want)] if name.lower() not in permitted]
+        if foreign:
+            problems.append(
+                f"a {foreign[0]} header field was added (only trace fields may be: "
+                f"{', '.join(sorted(permitted))})"
+            )
+    sent_from, got_from = str(sent["mail_from"]).strip("<>"), delivery.mail_from.strip("<>")
+    if got_from != sent_from:
+        problems.append(f"envelope sender changed: sent <{sent_from}>, delivered with <{got_from}>")
+    named = {str(r).lower() for r in sent["rcpt_tos"]}
+    foreign_rcpts = sorted({r.lower() for r in delivery.rcpt_tos} - named)
+    if foreign_rcpts:
+        problems.append(f"delivered to {', '.join(foreign_rcpts)}, which the sender never named")
+    return problems
+
+
+def workload_copies(run: RunView, permitted: frozenset[str]) -> list[CheckResult]:
+    """One result per workload that sent realistic messages (those with a digest)."""
+    attempts: dict[str, list[dict[str, Any]]] = {}
+    for event in run.history.events(kind="attempt"):
+        if "body_sha256" in event.data:
+            attempts.setdefault(str(event.data["workload"]), []).append(event.data)
+    deliveries = [(name, d) for name, sink in run.sinks.items() for d in sink.deliveries]
+    by_trace: dict[str, list[tuple[str, Delivery]]] = {}
+    by_id: dict[str, list[tuple[str, Delivery]]] = {}
+    for name, d in deliveries:
+        trace = d.trace
+        if trace:
+            by_trace.setdefault(str(trace), []).append((name, d))
+        if d.message_id:
+            by_id.setdefault(d.message_id, []).append((name, d))
+    results = []
+    for workload, sent in attempts.items():
+        ids = [a.get("message_id") for a in sent]
+        problems: list[tuple[float, str, str]] = []
+        copies = messages = 0
+        for attempt in sent:
+            if attempt.get("trace"):
+                found = by_trace.get(str(attempt["trace"]), [])
+            elif attempt.get("message_id") and ids.count(attempt["message_id"]) == 1:
+                found = by_id.get(str(attempt["message_id"]), [])
+            else:
+                continue  # no way to tell its copies from another message's
+            messages += bool(found)
+            for sink, d in found:
+                copies += 1
+                node = node_of(d.helo)
+                domains = ", ".join(sorted({r.rpartition("@")[2] for r in d.rcpt_tos}))
+                copy = (
+                    f"the copy of {attempt['ref']} that {node} delivered to {sink} "
+                    f"for {domains} at +{d.t:.2f}s"
+                )
+                problems += [
+                    (d.t, node, f"{copy}: {p}") for p in compare_digest(attempt, d, permitted)
+                ]
+        if not copies:
+            continue
+        name = f"integrity of the copies of workload {workload}"
+        expected = (
+            f"every delivered copy of workload {workload}'s messages is what the sender sent: "
+            "same body, same header fields under any trace fields, same envelope sender, "
+            "no recipient the sender did not name"
+        )
+        if not problems:
+            said = f"{copies} copies of {messages} messages as sent"
+            results.append(CheckResult(name, Status.PASS, expected, said, behaviours=["integrity"]))
+            continue
+        problems.sort()
+        more = f"; and {len(problems) - LISTED} more" if len(problems) > LISTED else ""
+        said = (
+            f"{len(problems)} difference(s) in {copies} copies: "
+            + "; ".join(p for _, _, p in problems[:LISTED])
+            + more
+        )
+        excerpt = run.excerpt(problems[0][0], [f"{problems[0][1]}->*"])
+        results.append(CheckResult(name, Status.FAIL, expected, said, excerpt=excerpt))
+    return results
