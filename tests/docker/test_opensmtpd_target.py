@@ -144,7 +144,9 @@ def test_opensmtpd_relays_and_keeps_an_acknowledged_message_across_kill_and_rest
     verdict = run_scenario(routed, target, workdir=tmp_path / "routed")
     assert verdict.status == Status.PASS, verdict.failures
     conf = (tmp_path / "routed" / "mbx1" / "files" / "etc" / "smtpd.conf").read_text()
-    assert conf.count("relay host smtp+notls://127.0.0.1:") == 2
+    # the topology's two next hops, and the senders' domain to the harness's senders sink
+    assert conf.count("relay host smtp+notls://127.0.0.1:") == 3
+    assert 'match from any for domain "ext.test"' in conf
     assert leftovers(engine, tidy[-1]) == []
 
 
