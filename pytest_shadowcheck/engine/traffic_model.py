@@ -262,11 +262,16 @@ def histogram(rows: list[dict[str, Any]]) -> dict[str, Any]:
     def share(test: Any) -> int:
         return sum(1 for row in rows if test(row))
 
+    def counted(values: list[float], buckets: tuple[tuple[float, str], ...]) -> dict[str, int]:
+        # smallest bucket first, as a histogram reads
+        found = Counter(_bucket(v, buckets) for v in values)
+        return {label: found[label] for _, label in buckets if found[label]}
+
     return {
         "messages": len(rows),
-        "sizes": dict(Counter(_bucket(r["size"], SIZE_BUCKETS) for r in rows)),
+        "sizes": counted([r["size"] for r in rows], SIZE_BUCKETS),
         "largest": max((int(r["size"]) for r in rows), default=0),
-        "recipients": dict(Counter(_bucket(r["rcpts"], RECIPIENT_BUCKETS) for r in rows)),
+        "recipients": counted([r["rcpts"] for r in rows], RECIPIENT_BUCKETS),
         "most_recipients": max((int(r["rcpts"]) for r in rows), default=0),
         "eight_bit": share(lambda r: r["body"] == "8bitmime"),
         "smtputf8": share(lambda r: r["body"] == "smtputf8"),
@@ -274,9 +279,7 @@ def histogram(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "mime": share(lambda r: r["mime"]),
         "dot_lines": share(lambda r: r["dot_lines"]),
         "long_lines": share(lambda r: r["long_lines"]),
-        "transactions_per_session": dict(
-            Counter(_bucket(n, SESSION_BUCKETS) for n in sessions.values())
-        ),
+        "transactions_per_session": counted(list(sessions.values()), SESSION_BUCKETS),
         "rset": share(lambda r: r["rset"]),
         "bdat": share(lambda r: r["bdat"]),
         "pipelined": share(lambda r: r["pipelined"]),
