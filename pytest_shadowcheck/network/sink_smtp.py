@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from email._header_value_parser import get_addr_spec, get_angle_addr
 from email.errors import HeaderParseError
 from typing import Any, Protocol, cast
@@ -289,9 +289,13 @@ class SinkProtocol(asyncio.Protocol):
 
     def _park(self, then: Callable[[], None]) -> None:
         """A hung reply: wait for the sink's release, then go on as if unscripted."""
+        self._after(self.sink.release_hangs.wait(), then)
+
+    def _after(self, event: Awaitable[Any], then: Callable[[], None]) -> None:
+        """``then()`` once ``event`` is done, the session's input kept meanwhile."""
 
         async def wait() -> None:
-            await self.sink.release_hangs.wait()
+            await event
             self._waiting = None
             if self.transport is None or self.transport.is_closing():
                 return  # the sink stopped: nothing more happens in this session
@@ -497,20 +501,7 @@ class SinkProtocol(asyncio.Protocol):
 
     def _hold(self, delay: float, then: Callable[[], None]) -> None:
         """A slow reply: ``then()`` after ``delay`` seconds, input kept meanwhile."""
-
-        async def wait() -> None:
-            await asyncio.sleep(delay)
-            self._waiting = None
-            if self.transport is None or self.transport.is_closing():
-                return
-            try:
-                then()
-            except Exception as error:
-                self.push(f"500 Error: ({error.__class__.__name__}) {error}")
-            if self._waiting is None:
-                self._process()
-
-        self._waiting = self.loop.create_task(wait())
+        self._after(asyncio.sleep(delay), then)
 
 
 def _mail_params_refusal(params: dict[str, str | bool] | None) -> str | None:
