@@ -83,6 +83,8 @@ class Entry:
     trace: str = ""
     #: for a shadow copy, the primary it is kept for (when the listing names it)
     primary: str = ""
+    #: the entry's own id in its queue (one message listed once per next hop keeps it)
+    id: str = ""
 
 
 @dataclass
@@ -228,7 +230,7 @@ def check_workload(
             entries += [
                 Entry(str(data.get("node")), str(data.get("queue")), event.t,
                       str(e.get("message_id") or ""), str(e.get("trace") or ""),
-                      str(e.get("primary_node") or ""))
+                      str(e.get("primary_node") or ""), str(e.get("id") or ""))
                 for e in _entries(data.get("answer"))
             ]  # fmt: skip
     identify = _identifier(fates)
@@ -307,8 +309,9 @@ def _held(
     traced = {e.trace for e in entries if e.trace}
     ids = {f.message_id for f in fates.values() if f.message_id}
     by_id: Counter[str] = Counter()
-    for entry in {(e.node, e.queue, e.message_id) for e in entries}:
-        by_id[entry[2] if entry[2] in ids else ""] += 1
+    # one entry a message: two messages sharing a Message-ID in one queue are two entries
+    for entry in {(e.node, e.queue, e.id or e.message_id, e.message_id) for e in entries}:
+        by_id[entry[3] if entry[3] in ids else ""] += 1
     undelivered: dict[str, list[Fate]] = defaultdict(list)
     held: set[str] = set()
     where: dict[str, list[str]] = defaultdict(list)
@@ -319,8 +322,8 @@ def _held(
                 where[key].append(label)
     for fate in fates.values():
         got = {r for _, _, r in fate.deliveries}
-        if all(r in got for r in rcpts[fate.ref]):
-            continue
+        if fate.acked_t is None or all(r in got for r in rcpts[fate.ref]):
+            continue  # (an unacknowledged message is owed nothing: it claims no entry)
         if fate.trace in traced:
             held.add(fate.ref)
             fate.held_on = where[fate.trace]

@@ -85,6 +85,26 @@ def test_a_shared_message_id_in_a_queue_holds_one_message_not_all_of_them() -> N
     assert sorted(f.fate for f in report.fates.values()) == ["queued", "queued"]
 
 
+def test_two_queued_messages_sharing_a_message_id_in_one_queue_are_two_entries() -> None:
+    h = History()
+    for ref in ("w-00000", "w-00001", "w-00002"):
+        _attempt(h, ref, SHARED if ref != "w-00002" else "", ["bob@corp.test"])
+    _snapshot(h, "mbx1", "active", [
+        {"id": "q1", "message_id": SHARED}, {"id": "q2", "message_id": SHARED},
+        {"id": "q3", "message_id": "<made-by-the-mta@mbx1>"},
+    ])  # fmt: skip
+    report = check_workload(h, "w", 1)
+    assert [f.fate for f in report.fates.values()] == ["queued"] * 3
+    # a message never acknowledged claims none of the entries
+    h.record(
+        "attempt", "client->mbx1", 2, workload="w", ref="w-00003", message_id=None,
+        trace="w-00003.tok", via="mbx1", mail_from="a@ext.test", rcpt_tos=["bob@corp.test"],
+        size=500, sent=h.now(), command="EOD", code=None, text="", error="connection lost",
+    )  # fmt: skip
+    report = check_workload(h, "w", 1)
+    assert report.fates["w-00002"].fate == "queued"
+
+
 def test_a_shadow_copy_whose_primary_is_up_holds_nothing() -> None:
     h = History()
     _attempt(h, "w-00000", "<a@x>", ["bob@corp.test"])
