@@ -208,7 +208,11 @@ def check_workload(
                 float(data["sent"]), event.t if acked else None, trace=data.get("trace") or "",
             )  # fmt: skip
             fates[fate.ref] = fate
-            rcpts[fate.ref] = [r.lower() for r in data.get("rcpt_tos", [])]
+            # owed to the recipients the server took: a 550 at RCPT told the sender
+            refused = {r.lower() for r in data.get("refused_rcpts", [])}
+            rcpts[fate.ref] = [
+                r.lower() for r in data.get("rcpt_tos", []) if r.lower() not in refused
+            ]
             if acked:
                 acks.append(event.t)
             elif isinstance(code, int) and 400 <= code < 500:

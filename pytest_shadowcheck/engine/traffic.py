@@ -26,7 +26,7 @@ import asyncio
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pytest_shadowcheck.checks.integrity_workload import digest
@@ -241,7 +241,9 @@ async def drive(
         rows.append(_row(message, content, outcome, (link, session.conn),
                          session.transactions, rset, sent))  # fmt: skip
         if outcome.accepted:
-            accepted.append(message)
+            # acknowledged for the recipients the server took at RCPT, not the others
+            taken = tuple(r for r in message.rcpt_tos if r not in outcome.refused_rcpts)
+            accepted.append(replace(message, rcpt_tos=taken))
         elif outcome.error:
             sessions.pop(message.via, None)
             await asyncio.sleep(0.2)
@@ -308,6 +310,8 @@ def _record(
     ``bdat``, ``pipelined``). ``trace`` is the message's identity; ``message_id`` what
     its header said (shared with another message, or None)."""
     extra: dict[str, Any] = {"trace": message.trace}
+    if outcome.refused_rcpts:
+        extra["refused_rcpts"] = list(outcome.refused_rcpts)
     if digest is not None:
         extra.update(digest, bdat=outcome.bdat, pipelined=outcome.pipelined)
     history.record(

@@ -45,6 +45,8 @@ class Outcome:
     #: whether the envelope was pipelined, and the content sent with BDAT
     pipelined: bool = False
     bdat: bool = False
+    #: recipients the server refused at RCPT: a 250 at the end acknowledges the others
+    refused_rcpts: tuple[str, ...] = ()
 
     @property
     def accepted(self) -> bool:
@@ -144,11 +146,14 @@ class WorkloadSession:
         command = "MAIL"
         pipelined = self.pipelining
 
+        replies: list[tuple[str, int, str]] = []
+
         def outcome(verb: str, code: int | None, text: str, error: str | None = None) -> Outcome:
-            return Outcome(verb, code, text, error, pipelined, chunked)
+            answered = [c for v, c, _ in replies if v == "RCPT"]
+            refused = tuple(r for r, c in zip(rcpt_tos, answered, strict=False) if c >= 400)
+            return Outcome(verb, code, text, error, pipelined, chunked, refused)
 
         try:
-            replies: list[tuple[str, int, str]] = []
             if pipelined:
                 # RFC 2920: the whole envelope at once, then one reply per command in order
                 self._write("".join(c + "\r\n" for c in commands).encode())

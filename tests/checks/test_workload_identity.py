@@ -115,3 +115,23 @@ def test_a_shadow_copy_whose_primary_is_up_holds_nothing() -> None:
     h.record("note", nemesis="start", index=0, fault="kill", nodes=["mbx1"], links=[])
     report = check_workload(h, "w", 1)
     assert report.fates["w-00000"].fate == "queued"
+
+
+def test_a_recipient_refused_at_rcpt_is_owed_nothing() -> None:
+    # the MTA took bob and refused carol with a 550 (no route yet): the 250 at the end
+    # acknowledges the message for bob alone
+    h = History()
+    _attempt(h, "w-00000", "<a@x>", ["bob@corp.test", "carol@partner.test"])
+    h.record(
+        "attempt", "client->mbx1", 3, workload="w", ref="w-00001", message_id="<b@x>",
+        trace="w-00001.tok", via="mbx1", mail_from="a@ext.test",
+        rcpt_tos=["bob@corp.test", "carol@partner.test"],
+        refused_rcpts=["carol@partner.test"], size=500, sent=h.now(), command="EOD",
+        code=250, text="2.0.0 queued", error=None,
+    )  # fmt: skip
+    for trace in ("w-00000.tok", "w-00001.tok"):
+        _delivery(h, ["bob@corp.test"], trace, "<a@x>" if trace.startswith("w-00000") else "<b@x>")
+    report = check_workload(h, "w", 1)
+    assert report.fates["w-00000"].missing == ["carol@partner.test"]
+    assert report.fates["w-00000"].fate == "lost"
+    assert report.fates["w-00001"].fate == "delivered"
