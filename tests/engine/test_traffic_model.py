@@ -191,6 +191,63 @@ def test_a_damaged_copy_is_told_in_words() -> None:
     assert digest(delivery.raw)["body_sha256"] == attempt["body_sha256"]
 
 
+def test_a_message_id_given_to_a_message_sent_without_one_is_no_change() -> None:
+    history = History()
+    spec = realistic(1, messages=60, sessions=1)
+    plan = [p for p in plan_messages(spec, "tok") if p.sent_id is None][:1]
+    assert plan, "the seed draws a message without a Message-ID"
+
+    async def main() -> MailSink:
+        sink = MailSink("mailbox", history)
+        address = await sink.start()
+        try:
+            await drive(spec, plan, history, {"mbx1": address, "mbx2": address})
+            return sink
+        finally:
+            await sink.stop()
+
+    (delivery,) = asyncio.run(main()).deliveries
+    (attempt,) = [e.data for e in history.events(kind="attempt")]
+    head, body = delivery.raw.split(b"\r\n\r\n", 1)
+    assert b"\r\nmessage-id:" not in b"\r\n" + head.lower()
+    # Postfix's cleanup appends the Message-ID it makes below the sender's fields
+    given = b"Message-ID: <20261126152314.A543D168781@mbx1.shadowcheck.test>"
+    postfix = head + b"\r\n" + given + b"\r\n\r\n" + body
+    assert compare_digest(attempt, replace(delivery, raw=postfix), frozenset()) == []
+    # two added, or one added to a message that had its own, is still a change
+    twice = head + b"\r\n" + given + b"\r\n" + given + b"\r\n\r\n" + body
+    (problem,) = compare_digest(attempt, replace(delivery, raw=twice), frozenset())
+    assert problem == "the sender's header fields are no longer in their order"
+
+
+def test_a_field_re_folded_on_its_way_is_no_change() -> None:
+    history = History()
+    spec = realistic(1, messages=60, sessions=1)
+    plan = [p for p in plan_messages(spec, "tok") if len(p.rcpt_tos) >= 4][:1]
+
+    async def main() -> MailSink:
+        sink = MailSink("mailbox", history)
+        address = await sink.start()
+        try:
+            await drive(spec, plan, history, {"mbx1": address, "mbx2": address})
+            return sink
+        finally:
+            await sink.stop()
+
+    (delivery,) = asyncio.run(main()).deliveries
+    (attempt,) = [e.data for e in history.events(kind="attempt")]
+    (to,) = [line for line in delivery.raw.split(b"\r\n") if line.startswith(b"To: ")]
+    # sendmail folds an address list at its own column, with a tab
+    first, rest = to.split(b", ", 1)
+    refolded = delivery.raw.replace(to, first + b",\r\n\t" + rest)
+    assert refolded != delivery.raw
+    assert compare_digest(attempt, replace(delivery, raw=refolded), frozenset()) == []
+    # another address is a change, however it is folded
+    other = refolded.replace(first[4:], b"someone@else.test", 1)
+    (problem,) = compare_digest(attempt, replace(delivery, raw=other), frozenset())
+    assert problem == "the sender's To header field is missing or changed"
+
+
 BAD_TRAFFIC = {
     "traffic: wild": ("'wild' is not allowed", "one of tidy, realistic"),
     "traffic: {profile: wild}": ("unknown traffic profile 'wild'", "tidy or realistic"),
