@@ -24,6 +24,7 @@ import hashlib
 from typing import TYPE_CHECKING, Any
 
 from pytest_shadowcheck.checks.events import node_of
+from pytest_shadowcheck.checks.workload import PROMOTIONS
 from pytest_shadowcheck.network.smtp_text import header_section
 from pytest_shadowcheck.verdict import CheckResult, Status
 
@@ -210,5 +211,23 @@ def workload_copies(run: RunView, permitted: frozenset[str]) -> list[CheckResult
             + more
         )
         excerpt = run.excerpt(problems[0][0], [f"{problems[0][1]}->*"])
-        results.append(CheckResult(name, Status.FAIL, expected, said, excerpt=excerpt))
+        results.append(
+            CheckResult(
+                name, Status.FAIL, expected, said, excerpt=excerpt,
+                behaviours=_blamed(run, {str(a.get("trace")) for a in sent}),
+            )
+        )  # fmt: skip
     return results
+
+
+def _blamed(run: RunView, traces: set[str]) -> list[str]:
+    """The behaviours a damaged copy evidences: the scenario's, but no promotion when no
+    message of the workload was copied to another node (nothing was there to promote,
+    as the workload checker's PROMOTIONS rule says); [] (all of them) otherwise."""
+    nodes = set(run.scenario.topology.nodes)
+    for event in run.history.events(kind="data"):
+        src, _, dst = (event.link or "").partition("->")
+        if src in nodes and dst in nodes and event.data.get("trace") in traces:
+            return []
+    kept = [b for b in run.scenario.behaviours if b not in PROMOTIONS]
+    return kept if len(kept) < len(run.scenario.behaviours) else []
