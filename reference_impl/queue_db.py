@@ -209,7 +209,10 @@ class QueueDB:
         try:
             yield self.conn
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            # SQLite has already rolled back on some errors (I/O, full disk):
+            # a second ROLLBACK would hide the error that matters.
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
             self._after_flush.clear()
             raise
         self.conn.execute("COMMIT")

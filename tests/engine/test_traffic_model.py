@@ -281,7 +281,9 @@ def test_traffic_knobs_load() -> None:
         for step in s.steps
         if step.kind == "workload"
     }
-    assert all(spec.traffic.realistic for spec in specs.values())
+    # durability_pause keeps tidy traffic on purpose (see its comment in the file)
+    tidy = {name for name, spec in specs.items() if not spec.traffic.realistic}
+    assert tidy == {"durability_pause"}, tidy
     backlog = specs["durability_backlog_promotion"].traffic
     assert backlog.large == 0.05 and backlog.max_size == 2 * 1024 * 1024
     assert specs["durability_single_node_kill_restart"].traffic.max_size == 128 * 1024
