@@ -146,13 +146,23 @@ class History:
             self._events.append(event)
         return event
 
-    def record_at(self, monotonic: float, kind: str, **data: Any) -> Event:
+    def record_at(
+        self,
+        monotonic: float,
+        kind: str,
+        link: str | None = None,
+        conn: int | None = None,
+        direction: str | None = None,
+        **data: Any,
+    ) -> Event:
         """Append an event that happened at ``monotonic`` (a ``time.monotonic()`` reading,
         as another process on this machine reports it), in time order among the others."""
         if kind not in EVENT_KINDS:
             raise ValueError(f"unknown event kind {kind!r}; expected one of {sorted(EVENT_KINDS)}")
+        if direction not in (None, "c2s", "s2c"):
+            raise ValueError(f"direction must be 'c2s', 's2c' or None, not {direction!r}")
         with self._lock:
-            event = Event(monotonic - self._origin, kind, None, None, None, data)
+            event = Event(monotonic - self._origin, kind, link, conn, direction, data)
             at = bisect.bisect_right(self._events, event.t, key=lambda e: e.t)
             self._events.insert(at, event)
         return event
