@@ -19,6 +19,7 @@ from pytest_shadowcheck.checks.inside import (
     queue_name,
     warning_expected,
 )
+from pytest_shadowcheck.checks.model.check import check_model
 from pytest_shadowcheck.checks.prose import plain
 from pytest_shadowcheck.checks.wire import (
     check_connections,
@@ -53,6 +54,7 @@ CHECKERS: dict[str, Callable[[Run, Step], Awaitable[CheckResult]]] = {
     "connections": check_connections,
     "queue": check_queue,
     "config_warning": check_config_warning,
+    "model": check_model,
 }
 
 
@@ -91,7 +93,7 @@ async def run_check(run: Run, step: Step) -> CheckResult:
         )
     else:
         result = await CHECKERS[step.kind](run, step)
-    result.behaviours = list(step.behaviours)
+    result.behaviours = list(step.behaviours) or result.behaviours
     if step.precondition:
         if result.status == Status.PASS:
             result.behaviours = [PRECONDITION]  # a premise proves no behaviour

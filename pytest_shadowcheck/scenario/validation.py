@@ -462,6 +462,8 @@ class StepChecker:
             for key in ("from", "to"):
                 if key in arg:
                     self.matcher(arg[key], [*p, key])
+        if kind == "model" and "slack" in arg:
+            arg["slack"] = self.duration(arg["slack"], [*p, "slack"])
         for key in ("within", "for", "at_least", "at_most", "tolerance"):
             if key in arg:
                 arg[key] = self.duration(arg[key], [*p, key], timers=True)

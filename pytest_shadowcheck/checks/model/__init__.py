@@ -1,0 +1,150 @@
+"""An executable model of the catalogue: a second, independent reading of BEHAVIOURS.md
+that judges a whole run (the ``model`` expectation).
+
+Pure: a function of the scenario and its history. :mod:`.state` keeps every state the
+run may have been in over time (a step takes effect somewhere in a window; the system
+notices within the slack), :mod:`.replay` reads what was observed (replies, deliveries,
+queues the harness looked at), :mod:`.rules` and :mod:`.fates` are the catalogue's rules,
+each citing its behaviour ID. A rule decides only when the states leave one outcome; the
+first observation outside the allowed outcomes is the divergence.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pytest_shadowcheck.checks.model import fates
+from pytest_shadowcheck.checks.model.replay import observe
+from pytest_shadowcheck.checks.model.rules import Divergence, Judge, disabled_rule, reply_rule
+from pytest_shadowcheck.checks.model.state import DEFAULTS, build_timeline
+
+if TYPE_CHECKING:
+    from pytest_shadowcheck.history import History
+    from pytest_shadowcheck.scenario.model import Scenario
+
+__all__ = ["MODEL_BEHAVIOURS", "Divergence", "ModelOutcome", "explain", "touched_by"]
+
+#: the behaviour IDs the model has rules for
+MODEL_BEHAVIOURS: tuple[str, ...] = (
+    "CR-1",
+    "CR-4",
+    "CR-5",
+    "CR-6",
+    "DI-2",
+    "PR-1",
+    "PR-2",
+    "PR-3",
+    "PR-4",
+    "SN-1",
+    "SN-2",
+    "SN-3",
+)
+
+#: the step kinds whose effect the model follows
+MODELLED_STEPS = frozenset(
+    {
+        "send",
+        "wait",
+        "kill",
+        "restart",
+        "wipe",
+        "pause",
+        "resume",
+        "power_cut",
+        "fault",
+        "heal",
+        "sink",
+        "set_settings",
+        "advance",
+        "snapshot",
+        "check",
+        "note",
+    }
+)
+
+#: every behaviour the model judges: what an unmodelled thing touches unless said below
+_ALL = frozenset(MODEL_BEHAVIOURS)
+
+#: what an unmodelled setting or step kind may change of the model's predictions
+_TOUCHES: dict[str, frozenset[str]] = {
+    # shadow placement retries: which shadows are tried, so whether a copy can be made
+    "MaxRetriesForRemoteSiteShadow": frozenset({"CR-1", "CR-4", "CR-5"}),
+    "MaxRetriesForLocalSiteShadow": frozenset({"CR-1", "CR-4", "CR-5"}),
+    # 2010 heartbeats and session timeouts: when a primary counts as unreachable
+    "ShadowHeartbeatRetryCount": frozenset({"PR-1", "PR-3"}),
+    "ShadowHeartbeatTimeoutInterval": frozenset({"PR-1", "PR-3"}),
+    "SendConnectionInactivityTimeout": frozenset({"PR-1", "PR-3", "CR-4", "CR-5", "CR-1"}),
+    # expiry of shadows and discard events: copies that may rightly vanish or stay
+    "MessageExpirationTimeout": frozenset({"CR-1", "PR-2", "PR-4", "SN-3"}),
+    "ShadowMessageAutoDiscardInterval": frozenset({"DI-2", "SN-2"}),
+    # a size limit refuses with its own reply, which the model leaves alone
+    "MaxMessageSize": frozenset(),
+    "ReceiveConnectionInactivityTimeout": frozenset({"CR-4", "CR-5"}),
+    "ReceiveConnectionTimeout": frozenset({"CR-4", "CR-5"}),
+    "MaxAcknowledgementDelay": frozenset(),
+    "ReplayLagTime": frozenset(),
+    "PrimarySafetyNetUnavailableTimeout": frozenset(),
+    "resubmit": frozenset({"PR-1", "SN-3"}),
+}
+
+
+@dataclass
+class ModelOutcome:
+    #: action steps the model applied
+    operations: int
+    #: behaviour ID -> times one of its rules decided something
+    exercised: Counter[str] = field(default_factory=Counter)
+    #: the first observation no allowed state explains
+    divergence: Divergence | None = None
+    #: step kinds / settings the model does not cover
+    unmodelled: list[str] = field(default_factory=list)
+
+
+def unmodelled(scenario: Scenario) -> list[str]:
+    """The settings and step kinds of ``scenario`` the model has no rule for."""
+    found: list[str] = []
+    if scenario.topology.profile != "2013":
+        found.append(f"profile {scenario.topology.profile}")
+    names = set(scenario.settings) | {n for s in scenario.node_settings.values() for n in s}
+    for step in scenario.steps:
+        if step.kind == "set_settings":
+            names |= set(step.arg.values)
+        elif step.kind not in MODELLED_STEPS and step.kind not in found:
+            found.append(step.kind)
+    known = set(DEFAULTS)
+    found += sorted(names - known)
+    return found
+
+
+def touched_by(items: list[str]) -> frozenset[str]:
+    """The behaviours whose predictions the unmodelled ``items`` may change."""
+    out: set[str] = set()
+    for item in items:
+        out |= _TOUCHES.get(item, _ALL)
+    return frozenset(out)
+
+
+def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> ModelOutcome:
+    """Judge one run of ``scenario`` against the catalogue: which behaviours' rules
+    decided something, and the first observation no allowed state explains."""
+    timeline = build_timeline(scenario, history, slack)
+    obs = observe(timeline, history)
+    judge = Judge(timeline, obs)
+    disabled_rule(judge)
+    for m in obs.sent.values():
+        reply_rule(judge, m)
+        fates.copy_rule(judge, m)
+        fates.duplicate_rule(judge, m)
+        fates.promotion_rule(judge, m)
+        fates.wipe_rule(judge, m)
+        fates.loss_rule(judge, m)
+        fates.discard_rule(judge, m)
+        fates.safety_net_rule(judge, m)
+    missing = unmodelled(scenario)
+    touched = touched_by(missing)
+    found = sorted((d for d in judge.divergences if d.behaviour not in touched), key=lambda d: d.t)
+    exercised = Counter({k: v for k, v in judge.exercised.items() if k not in touched})
+    operations = sum(1 for s in timeline.steps if s.step.kind not in ("snapshot", "check", "note"))
+    return ModelOutcome(operations, exercised, found[0] if found else None, missing)

@@ -1,0 +1,65 @@
+"""The ``model`` expectation: the whole run judged by the catalogue model. A FAIL names
+the behaviour whose prediction failed, with the operations that led there; a PASS the
+behaviours whose rules decided something; NOT-APPLICABLE when none did."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pytest_shadowcheck.checks.model import explain
+from pytest_shadowcheck.verdict import CheckResult, Status
+
+if TYPE_CHECKING:
+    from pytest_shadowcheck.checks.view import RunView as Run
+    from pytest_shadowcheck.scenario.model import Step
+
+__all__ = ["DEFAULT_SLACK", "check_model"]
+
+#: how late past its window an event may come on a loaded machine and still count
+DEFAULT_SLACK = 2.0
+
+
+async def check_model(run: Run, step: Step) -> CheckResult:
+    slack = float(step.arg.get("slack", DEFAULT_SLACK))
+    outcome = explain(run.scenario, run.history, slack=slack)
+    name = "the catalogue model"
+    aside = (
+        f" (not covered by the model, so not judged where they matter: "
+        f"{', '.join(outcome.unmodelled)})"
+        if outcome.unmodelled
+        else ""
+    )
+    found = outcome.divergence
+    if found is not None:
+        operations = "\n".join(f"  {i}. {op}" for i, op in enumerate(found.operations, 1))
+        links = run.scenario.topology.links()
+        return CheckResult(
+            name,
+            Status.FAIL,
+            found.expected,
+            found.observed + aside,
+            where=str(step.where),
+            excerpt=(
+                f"operations up to it ({len(found.operations)}):\n{operations}\n"
+                f"history around it:\n{run.excerpt(found.t, links, before=3.0, after=1.0)}"
+            ),
+            behaviours=[found.behaviour],
+        )
+    exercised = ", ".join(f"{b} x{n}" for b, n in sorted(outcome.exercised.items()))
+    if not exercised:
+        return CheckResult(
+            name,
+            Status.NOT_APPLICABLE,
+            "every observation among the outcomes the catalogue allows",
+            f"none of the model's rules could decide anything in {outcome.operations} "
+            f"operations{aside}",
+            where=str(step.where),
+        )
+    return CheckResult(
+        name,
+        Status.PASS,
+        "every observation among the outcomes the catalogue allows",
+        f"{outcome.operations} operations followed; rules decided: {exercised}{aside}",
+        where=str(step.where),
+        behaviours=sorted(outcome.exercised),
+    )

@@ -1,0 +1,371 @@
+"""Rules about where an accepted message is and when it reaches its next hop: the shadow
+copy (CR-1, CR-6), promotion (PR-1, PR-2, PR-3), discard (DI-2), Safety Net (SN-1..3),
+and what may be lost or doubled (PR-4). Every window closing at T is judged at T + slack.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pytest_shadowcheck.checks.model.rules import DELIVERY_ALLOWANCE
+from pytest_shadowcheck.checks.model.state import seconds
+
+if TYPE_CHECKING:
+    from pytest_shadowcheck.checks.model.replay import Sent, Snapshot
+    from pytest_shadowcheck.checks.model.rules import Judge
+
+__all__ = [
+    "copy_rule",
+    "discard_rule",
+    "duplicate_rule",
+    "loss_rule",
+    "promotion_rule",
+    "safety_net_rule",
+    "wipe_rule",
+]
+
+
+def _shown(snap: Snapshot) -> str:
+    if not snap.shown:
+        return "it was empty"
+    more = f" and {len(snap.shown) - 5} more" if len(snap.shown) > 5 else ""
+    return "it held " + ", ".join(snap.shown[:5]) + more
+
+
+def _delivered_before(m: Sent, t: float) -> bool:
+    return any(d.t <= t for d in m.deliveries)
+
+
+def copy_rule(j: Judge, m: Sent) -> None:
+    """CR-1: an accepted message has a copy in a shadow queue from its 250 on, until its
+    delivery is discarded; CR-6: none when redundancy is off."""
+    if not m.accepted or m.t_reply is None:
+        return
+    redundant = j.redundant(m)
+    shadows = j.candidates(m.via, m.t_send, m.t_reply)
+    looks = [s for s in j.obs.snapshots if s.queue == "shadow" and s.t > m.t_reply]
+    if redundant == {False} and j.tl.setting(
+        m.via, "ShadowRedundancyEnabled", m.t_send, m.t_reply
+    ) == {False}:
+        for snap in looks:
+            j.exercised["CR-6"] += 1
+            if m.ref in snap.refs:
+                j.diverged(
+                    "CR-6",
+                    f"no shadow copy of {m.ref}: ShadowRedundancyEnabled was false when "
+                    f"{m.via} accepted it",
+                    f"the shadow queue of {snap.node} held {m.ref} at {j.when(snap.t)}",
+                    snap.t,
+                )
+                return
+        return
+    if redundant != {True} or not shadows:
+        return
+    missed: dict[str, Snapshot] = {}
+    for snap in looks:
+        if snap.node not in shadows:
+            continue
+        if m.ref in snap.refs:
+            j.exercised["CR-1"] += 1
+            return
+        quiet = not j.tl.changed(m.t_send, snap.t, {m.via, *shadows})
+        if not quiet or _delivered_before(m, snap.t + j.slack):
+            break  # from here the copy may rightly have moved
+        j.exercised["CR-1"] += 1
+        missed.setdefault(snap.node, snap)
+        if set(missed) == shadows:
+            where = " and ".join(f"{n} ({_shown(s)})" for n, s in sorted(missed.items()))
+            j.diverged(
+                "CR-1",
+                f"a shadow copy of {m.ref} in the shadow queue of {' or '.join(sorted(shadows))} "
+                f"from {m.via}'s 250 at {j.when(m.t_reply)} on, while it is not yet delivered",
+                f"no shadow queue held it when the harness looked: {where}",
+                snap.t,
+            )
+            return
+
+
+def duplicate_rule(j: Judge, m: Sent) -> None:
+    """Exactly once per recipient, unless something let two copies go (PR-1 promotion
+    after an outage, PR-3 a primary back with its queue, a delivery cut mid-way)."""
+    for rcpt in m.to:
+        got = [d for d in m.deliveries if rcpt.lower() in d.recipients]
+        if len(got) < 2:
+            continue
+        second = got[1]
+        nodes = {m.via, *j.candidates(m.via, m.t_send, second.t)}
+        if j.tl.changed(m.t_send - j.slack, second.t, nodes) or _resubmitted(j, second.t):
+            if any(s.step.kind == "restart" and s.t < second.t for s in j.tl.steps):
+                j.exercised["PR-3"] += 1
+            continue
+        j.exercised["PR-1"] += 1
+        by = ", ".join(f"{d.by} at {j.when(d.t)}" for d in got)
+        j.diverged(
+            "PR-1",
+            f"{rcpt} gets {m.ref} once: nothing stopped {m.via} from reaching its shadow or "
+            f"its next hop, so no shadow had cause to promote its copy",
+            f"{rcpt} got {m.ref} {len(got)} times: by {by}",
+            second.t,
+        )
+        return
+
+
+def _resubmitted(j: Judge, t: float) -> bool:
+    return any(s.step.kind == "resubmit" and s.t <= t for s in j.tl.steps)
+
+
+def promotion_rule(j: Judge, m: Sent) -> None:
+    """PR-1: a shadow promotes only after it could not reach the primary for
+    ShadowResubmitTimeSpan, and then does; the promoted copy goes to the next hop."""
+    if j.redundant(m) != {True} or m.t_reply is None:
+        return
+    shadows = j.holders(m)
+    early = [d for d in m.deliveries if d.by != m.via and d.by in shadows]
+    if early:
+        _not_early(j, m, early[0].t, early[0].by)
+    for applied in j.tl.steps:
+        if applied.step.kind not in ("kill", "power_cut") or applied.step.arg.node != m.via:
+            continue
+        if applied.t < m.t_reply or _delivered_before(m, applied.t):
+            continue
+        _promoted_in_time(j, m, applied.t, applied.t_next, shadows)
+
+
+def _not_early(j: Judge, m: Sent, t: float, by: str) -> None:
+    """A delivery by a shadow needs an outage of the primary of about the span before it
+    (or a new queue database, or a resubmission)."""
+    bounds = j.span_bounds(by, m.t_send, t)
+    if bounds is None or j.tl.scenario.topology.clock == "virtual" or _resubmitted(j, t):
+        return
+    if len(j.tl.database_ids(m.via, m.t_send, t)) > 1:
+        return  # PR-2: a new database is promoted at once
+    least = bounds[0] - j.slack
+    # the longest stretch before t in which the shadow may have failed to reach the primary
+    start, longest = None, 0.0
+    probe = m.t_send
+    step = 0.05
+    while probe <= t:
+        lost = False in j.tl.reachable(by, m.via, probe, probe + step)
+        if lost and start is None:
+            start = probe
+        if not lost:
+            start = None
+        if start is not None:
+            longest = max(longest, probe + step - start)
+        probe += step
+    j.exercised["PR-1"] += 1
+    if longest >= least:
+        return
+    j.diverged(
+        "PR-1",
+        f"{by} keeps its shadow copy of {m.ref} until it has failed to reach {m.via} for "
+        f"ShadowResubmitTimeSpan ({seconds(bounds[0] + j.slack)} at the least, give or take a "
+        f"heartbeat)",
+        f"{by} delivered {m.ref} at {j.when(t)}, though {m.via} was out of its reach for "
+        f"{longest:.1f}s at most before",
+        t,
+    )
+
+
+def _promoted_in_time(j: Judge, m: Sent, lo: float, hi: float, shadows: set[str]) -> None:
+    bounds = j.span_bounds(next(iter(shadows)), lo, hi) if shadows else None
+    if bounds is None or j.tl.scenario.topology.clock == "virtual" or len(shadows) != 1:
+        return
+    (shadow,) = shadows
+    deadline = hi + bounds[1] + j.slack + DELIVERY_ALLOWANCE
+    if deadline > j.tl.end:
+        return  # the run ended before the window closed
+    if j.tl.node_states(m.via, hi, deadline) != {"down"}:
+        return  # back before the window closed: PR-3 / PR-2 territory
+    if not j.can_deliver(shadow, m, lo, deadline) or j.span_bounds(shadow, lo, deadline) != bounds:
+        return
+    j.exercised["PR-1"] += 1
+    got = m.first_delivery(lo)
+    if got is not None and got.t <= deadline:
+        return
+    seen = f"it arrived at {j.when(got.t)} (by {got.by})" if got else "it never arrived"
+    j.diverged(
+        "PR-1",
+        f"{m.via} went down at {j.when(lo)} holding {m.ref}; {shadow}, holding its shadow copy, "
+        f"promotes it within ShadowResubmitTimeSpan + ShadowHeartbeatFrequency "
+        f"({seconds(bounds[1])}) and delivers it by {j.when(deadline)}",
+        f"{m.ref} was not delivered by then: {seen}",
+        deadline,
+    )
+
+
+def wipe_rule(j: Judge, m: Sent) -> None:
+    """PR-2: the primary back on a new queue database: its shadow promotes at once and
+    the message goes out within ShadowHeartbeatFrequency of the primary's return."""
+    if j.redundant(m) != {True} or m.t_reply is None:
+        return
+    shadows = j.holders(m)
+    for applied in j.tl.steps:
+        if applied.step.kind != "wipe" or applied.step.arg.node != m.via:
+            continue
+        if applied.t < m.t_reply or _delivered_before(m, applied.t) or len(shadows) != 1:
+            continue
+        (shadow,) = shadows
+        back = min((t for t in j.tl.returns.get(m.via, []) if t >= applied.t), default=None)
+        beats = j.tl.setting(shadow, "ShadowHeartbeatFrequency", applied.t, j.tl.end)
+        if back is None or not all(isinstance(b, int | float) for b in beats):
+            continue
+        deadline = back + max(beats) + j.slack + DELIVERY_ALLOWANCE
+        if deadline > j.tl.end or j.tl.scenario.topology.clock == "virtual":
+            continue
+        if j.tl.reachable(shadow, m.via, back + j.slack, deadline) != {True}:
+            continue
+        if not j.can_deliver(shadow, m, applied.t, deadline):
+            continue
+        j.exercised["PR-2"] += 1
+        got = m.first_delivery(applied.t)
+        if got is not None and got.t <= deadline:
+            continue
+        seen = f"it arrived at {j.when(got.t)} (by {got.by})" if got else "it never arrived"
+        j.diverged(
+            "PR-2",
+            f"{m.via} came back at {j.when(back)} on a new queue database; {shadow}, holding "
+            f"the shadow copy of {m.ref}, promotes it at once and it is delivered within "
+            f"ShadowHeartbeatFrequency ({seconds(max(beats))}), by {j.when(deadline)}",
+            f"{m.ref} was not delivered by then: {seen}",
+            deadline,
+        )
+        return
+
+
+def loss_rule(j: Judge, m: Sent) -> None:
+    """No accepted message is lost, unless its primary and every copy failed together
+    (PR-4: outside the guarantee). Judged on the harness's last look at every node."""
+    if not m.accepted or m.t_reply is None or m.deliveries:
+        return
+    topo = j.tl.scenario.topology
+    last: dict[tuple[str, str], Snapshot] = {}
+    for snap in j.obs.snapshots:
+        last[(snap.node, snap.queue)] = snap
+    needed = [(n, q) for n in topo.nodes for q in ("active", "shadow")]
+    if not all(k in last for k in needed):
+        return
+    first = min(last[k].t for k in needed)
+    if first <= m.t_reply or any(
+        j.tl.node_states(n, first, j.tl.end) != {"up"} for n in topo.nodes
+    ):
+        return
+    if any(m.ref in last[k].refs for k in needed):
+        return
+    if any(st.step.kind == "sink" and st.t <= first for st in j.tl.steps):
+        return  # a next hop told to refuse may have bounced it
+    failed = {
+        s.step.arg.node
+        for s in j.tl.steps
+        if s.step.kind in ("wipe", "power_cut") and s.t >= m.t_send
+    }
+    shadows = j.candidates(m.via, m.t_send, m.t_reply)
+    if m.via in failed and (j.redundant(m) != {True} or shadows & failed):
+        j.exercised["PR-4"] += 1
+        return  # both copies gone: an allowed loss
+    behaviour = "PR-2" if m.via in failed else "PR-4"
+    j.exercised[behaviour] += 1
+    j.diverged(
+        behaviour,
+        f"{m.ref}, accepted by {m.via} at {j.when(m.t_reply)}, is delivered or still queued: "
+        + (
+            f"{m.via}'s queue database was lost, but the shadow copy on "
+            f"{' or '.join(sorted(shadows))} survived to be promoted"
+            if behaviour == "PR-2"
+            else "a message may be lost only when its primary and its shadow fail together"
+        ),
+        f"it was never delivered, and at the harness's last look ({j.when(first)}) no "
+        f"active or shadow queue of any node held it",
+        first,
+    )
+
+
+def discard_rule(j: Judge, m: Sent) -> None:
+    """DI-1/DI-2/DI-4: once delivered, the shadow learns of it within a heartbeat and its
+    copy leaves the shadow queue."""
+    done = m.fully_delivered_at()
+    if done is None or j.redundant(m) != {True} or j.tl.scenario.topology.clock == "virtual":
+        return
+    if any(d.by != m.via for d in m.deliveries):
+        return  # promoted: the shadow delivered it itself
+    for snap in j.obs.snapshots:
+        if snap.queue != "shadow" or snap.t <= done or snap.node == m.via:
+            continue
+        if snap.node not in j.candidates(m.via, m.t_send, m.t_reply or m.t_send):
+            continue
+        beat = j.tl.one_setting(snap.node, "ShadowHeartbeatFrequency", m.t_send, snap.t)
+        if not isinstance(beat, int | float) or snap.t < done + beat + j.slack:
+            continue
+        if j.tl.reachable(snap.node, m.via, done, snap.t) != {True}:
+            continue
+        if j.tl.node_states(snap.node, done, snap.t) != {"up"}:
+            continue
+        j.exercised["DI-2"] += 1
+        if m.ref not in snap.refs:
+            continue
+        j.diverged(
+            "DI-2",
+            f"{m.ref} was delivered by {m.via} at {j.when(done)}; {snap.node} asks {m.via} for "
+            f"discard status at least every ShadowHeartbeatFrequency ({seconds(beat)}), is "
+            f"told, and moves its copy out of its shadow queue by {j.when(done + beat + j.slack)}",
+            f"the shadow queue of {snap.node} still held {m.ref} at {j.when(snap.t)}",
+            snap.t,
+        )
+        return
+
+
+def safety_net_rule(j: Judge, m: Sent) -> None:
+    """SN-1 / SN-2: a delivered message is kept in the primary's Safety Net and its
+    shadow's Shadow Safety Net; SN-3: until SafetyNetHoldTime, then no longer."""
+    done = m.fully_delivered_at()
+    if done is None or any(d.by != m.via for d in m.deliveries):
+        return
+    for snap in j.obs.snapshots:
+        if snap.t <= done + j.slack:
+            continue
+        if snap.queue == "safetynet_primary" and snap.node == m.via:
+            behaviour, after = "SN-1", done + j.slack
+        elif (
+            snap.queue == "safetynet_shadow"
+            and snap.node in j.holders(m)
+            and j.redundant(m) == {True}
+        ):
+            beat = j.tl.one_setting(snap.node, "ShadowHeartbeatFrequency", done, snap.t)
+            if not isinstance(beat, int | float) or j.tl.reachable(
+                snap.node, m.via, done, snap.t
+            ) != {True}:
+                continue
+            behaviour, after = "SN-2", done + beat + j.slack
+        else:
+            continue
+        if snap.t < after or len(j.tl.database_ids(snap.node, done, snap.t)) > 1:
+            continue
+        hold = j.tl.one_setting(snap.node, "SafetyNetHoldTime", done, snap.t)
+        if not isinstance(hold, int | float):
+            continue
+        least, most = j.tl.timer_elapsed(done, snap.t - j.slack)
+        if most < hold:
+            j.exercised[behaviour] += 1
+            if m.ref not in snap.refs:
+                where = "Safety Net" if behaviour == "SN-1" else "Shadow Safety Net"
+                j.diverged(
+                    behaviour,
+                    f"{m.ref}, delivered at {j.when(done)}, stays in the {where} of {snap.node} "
+                    f"for SafetyNetHoldTime ({seconds(hold)})",
+                    f"the {where} of {snap.node} did not hold it at {j.when(snap.t)}: "
+                    + _shown(snap),
+                    snap.t,
+                )
+                return
+        elif least >= hold + j.slack:
+            j.exercised["SN-3"] += 1
+            if m.ref in snap.refs:
+                j.diverged(
+                    "SN-3",
+                    f"{m.ref} leaves the Safety Net of {snap.node} once SafetyNetHoldTime "
+                    f"({seconds(hold)}) has passed since its delivery",
+                    f"the clock had moved {least:.0f}s since, and {snap.node} still held it at "
+                    f"{j.when(snap.t)}",
+                    snap.t,
+                )
+                return

@@ -1,0 +1,163 @@
+"""The observations the model judges, read from a run's history: each sent message with
+the reply its sender got, its deliveries (when, by which node, to whom), and the queues
+the harness looked at (``snapshot`` events) with the messages they held.
+
+A message is known by the harness's identity: the trace a delivery carries
+(``REF.TOKEN``), or its Message-ID (``<REF.TOKEN@...>``, or the one its send step gave).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pytest_shadowcheck.checks.inside import queue_entries
+
+if TYPE_CHECKING:
+    from pytest_shadowcheck.checks.model.state import Timeline
+    from pytest_shadowcheck.history import Event, History
+
+__all__ = ["Delivery", "Observations", "Sent", "Snapshot", "observe"]
+
+
+@dataclass
+class Delivery:
+    t: float
+    by: str
+    sink: str
+    recipients: tuple[str, ...]
+
+
+@dataclass
+class Sent:
+    """One send step's message and what became of it."""
+
+    ref: str
+    via: str
+    to: tuple[str, ...]
+    t_send: float
+    t_next: float
+    code: int | None = None
+    enhanced: str | None = None
+    text: str = ""
+    t_reply: float | None = None
+    deliveries: list[Delivery] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> bool:
+        return self.code == 250
+
+    def first_delivery(self, since: float = float("-inf")) -> Delivery | None:
+        return next((d for d in self.deliveries if d.t >= since), None)
+
+    def fully_delivered_at(self) -> float | None:
+        """When the last of its recipients first got it; None while one has not."""
+        times = []
+        for rcpt in self.to:
+            got = [d.t for d in self.deliveries if rcpt.lower() in d.recipients]
+            if not got:
+                return None
+            times.append(min(got))
+        return max(times) if times else None
+
+
+@dataclass
+class Snapshot:
+    t: float
+    node: str
+    queue: str
+    refs: set[str]
+    shown: list[str]
+
+
+@dataclass
+class Observations:
+    sent: dict[str, Sent] = field(default_factory=dict)
+    snapshots: list[Snapshot] = field(default_factory=list)
+    #: node->node lines: (t, link, direction, text, when their session began)
+    peer_lines: list[tuple[float, str, str, str, float]] = field(default_factory=list)
+
+
+def _ref_of(value: Any, by_id: dict[str, str]) -> str | None:
+    """The ref of a message from its trace (``REF.TOKEN``) or Message-ID."""
+    if not isinstance(value, str) or not value:
+        return None
+    if value in by_id:
+        return by_id[value]
+    bare = value.strip("<>").split("@", 1)[0]
+    return bare.rsplit(".", 1)[0] if "." in bare else None
+
+
+def observe(timeline: Timeline, history: History) -> Observations:
+    obs = Observations()
+    by_id: dict[str, str] = {}
+    for applied in timeline.steps:
+        if applied.step.kind != "send":
+            continue
+        spec = applied.step.arg
+        obs.sent[spec.id] = Sent(spec.id, spec.via, tuple(spec.to), applied.t, applied.t_next)
+        if spec.message_id:
+            by_id[spec.message_id] = spec.id
+    events = history.events()
+    _replies(obs, events, timeline)
+    nodes = set(timeline.scenario.topology.nodes)
+    began: dict[tuple[str, int | None], float] = {}
+    for event in events:
+        if event.kind == "delivery":
+            ref = _ref_of(event.data.get("trace"), {}) or _ref_of(
+                event.data.get("message_id"), by_id
+            )
+            sent = obs.sent.get(ref or "")
+            if sent is not None:
+                # the node named itself in EHLO (its first label), as checks/events.node_of
+                by = str(event.data.get("helo") or "?").split(".")[0]
+                rcpts = tuple(str(r).lower() for r in event.data.get("rcpt_tos") or ())
+                sent.deliveries.append(Delivery(event.t, by, str(event.data.get("sink")), rcpts))
+        elif event.kind == "snapshot" and "answer" in event.data:
+            entries = queue_entries(event.data["answer"])
+            shown = [str(e.get("message_id")) for e in entries]
+            refs = {r for e in entries if (r := _ref_of(e.get("message_id"), by_id))}
+            node, queue = str(event.data.get("node")), str(event.data.get("queue"))
+            obs.snapshots.append(Snapshot(event.t, node, queue, refs, shown))
+        elif event.kind == "line" and event.link:
+            src, _, dst = event.link.partition("->")
+            if src in nodes and dst in nodes:
+                text = str(event.data.get("text", ""))
+                start = began.setdefault((event.link, event.conn), event.t)
+                obs.peer_lines.append((event.t, event.link, event.direction or "", text, start))
+    return obs
+
+
+def _replies(obs: Observations, events: list[Event], timeline: Timeline) -> None:
+    """Each send's deciding reply: on its ``client->VIA`` link, the first connection
+    opened after the send step began (and, unless sent in the background, before the
+    next step): its reply to the content, or the refusal that ended it."""
+    conns: dict[tuple[str, int], list[Event]] = {}
+    for event in events:
+        if event.kind == "reply" and event.link and event.conn is not None:
+            conns.setdefault((event.link, event.conn), []).append(event)
+    taken: set[tuple[str, int]] = set()
+    order = sorted(obs.sent.values(), key=lambda s: s.t_send)
+    for sent in order:
+        link = f"client->{sent.via}"
+        background = next(
+            (a.step.arg.background for a in timeline.steps if a.t == sent.t_send), False
+        )
+        until = float("inf") if background else sent.t_next
+        candidates = [
+            (replies[0].t, key)
+            for key, replies in conns.items()
+            if key[0] == link and key not in taken and sent.t_send <= replies[0].t <= until
+        ]
+        if not candidates:
+            continue
+        _, key = min(candidates)
+        taken.add(key)
+        deciding = [r for r in conns[key] if r.data.get("command") == "EOD"]
+        refusals = [r for r in conns[key] if int(r.data.get("code") or 0) >= 400]
+        chosen = deciding[0] if deciding else (refusals[0] if refusals else None)
+        if chosen is not None:
+            sent.code = int(chosen.data.get("code") or 0) or None
+            sent.enhanced = chosen.data.get("enhanced")
+            sent.text = str(chosen.data.get("text", ""))
+            sent.t_reply = chosen.t
