@@ -68,7 +68,7 @@ def copy_rule(j: Judge, m: Sent) -> None:
         if m.ref in snap.refs:
             j.exercised["CR-1"] += 1
             return
-        quiet = not j.tl.changed(m.t_send, snap.t, {m.via, *shadows})
+        quiet = not j.tl.changed(m.t_send, snap.t, {m.via, *shadows}, hops=False)
         if not quiet or _delivered_before(m, snap.t + j.slack):
             break  # from here the copy may rightly have moved
         j.exercised["CR-1"] += 1
@@ -250,7 +250,9 @@ def loss_rule(j: Judge, m: Sent) -> None:
         j.tl.node_states(n, first, j.tl.end) != {"up"} for n in topo.nodes
     ):
         return
-    if any(m.ref in last[k].refs for k in needed):
+    held = [k for k in needed if m.ref in last[k].refs]
+    if held:
+        _kept_after_restart(j, m, {n for n, q in held if q == "active"}, first)
         return
     if any(st.step.kind == "sink" and st.t <= first for st in j.tl.steps):
         return  # a next hop told to refuse may have bounced it
@@ -369,3 +371,27 @@ def safety_net_rule(j: Judge, m: Sent) -> None:
                     snap.t,
                 )
                 return
+
+
+def _kept_after_restart(j: Judge, m: Sent, active: set[str], first: float) -> None:
+    """PR-3: a primary back on its own queue database still has the message to deliver:
+    when it is held only as a shadow copy while its primary is up, it is lost to the
+    primary and no shadow has cause to promote it."""
+    if active or m.t_reply is None:
+        return
+    restarts = [s for s in j.tl.steps if s.step.kind == "restart" and s.step.arg.node == m.via]
+    failed = any(
+        s.step.kind in ("wipe", "power_cut") and s.step.arg.node == m.via and s.t >= m.t_send
+        for s in j.tl.steps
+    )
+    if failed or not any(s.t > m.t_reply for s in restarts):
+        return
+    j.exercised["PR-3"] += 1
+    j.diverged(
+        "PR-3",
+        f"{m.via}, back on the same queue database, still holds {m.ref} (accepted at "
+        f"{j.when(m.t_reply)}, not yet delivered) and delivers it",
+        f"at the harness's last look ({j.when(first)}) {m.via}'s active queue did not hold it; "
+        f"only a shadow copy was left, which no shadow promotes while {m.via} is up",
+        first,
+    )

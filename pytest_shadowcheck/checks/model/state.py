@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_shadowcheck.history import plain_text
 from pytest_shadowcheck.scenario.durations import format_duration
 
 if TYPE_CHECKING:
@@ -121,9 +122,10 @@ class Timeline:
         values = self.setting(node, name, a, b)
         return next(iter(values)) if len(values) == 1 else None
 
-    def changed(self, a: float, b: float, nodes: set[str]) -> bool:
+    def changed(self, a: float, b: float, nodes: set[str], hops: bool = True) -> bool:
         """Whether anything that could change a message's path happened in ``[a, b]``
-        to these nodes, their links, any sink or their settings."""
+        to these nodes, the links between them, their settings, and (``hops``) their
+        links to the sinks and the sinks themselves."""
         for node in nodes:
             if len(self.node_states(node, a, b)) > 1 or self.node_states(node, a, b) != {"up"}:
                 return True
@@ -132,9 +134,10 @@ class Timeline:
                     return True
         for link, changes in self.links.items():
             ends = set(link.split("->"))
-            if ends & nodes and (changes and self.link_states(link, a, b) != {"ok"}):
+            near = ends <= nodes if not hops else bool(ends & nodes)
+            if near and changes and self.link_states(link, a, b) != {"ok"}:
                 return True
-        return any(self.sink_states(s, a, b) != {"accepting"} for s in self.sinks)
+        return hops and any(self.sink_states(s, a, b) != {"accepting"} for s in self.sinks)
 
     def reachable(self, src: str, dst: str, a: float, b: float) -> set[bool]:
         """Whether ``src`` could open a session to ``dst`` over ``[a, b]``: {True},
@@ -165,8 +168,9 @@ class Timeline:
 
 
 def _label(step: Step) -> str:
+    """The step as the history shows it (engine/steps.step_label), lists written plain."""
     describe = getattr(step.arg, "describe", None)
-    return f"{step.kind} {describe()}" if callable(describe) else step.kind
+    return plain_text(f"{step.kind} {describe()}") if callable(describe) else step.kind
 
 
 def build_timeline(scenario: Scenario, history: History, slack: float) -> Timeline:
@@ -233,7 +237,7 @@ def _apply(tl: Timeline, applied: AppliedStep, wipes: dict[str, int]) -> None:
                     continue
                 changes.append(Change(lo, until, value))
     elif kind == "advance":
-        tl.advances.append(Change(lo, back_hi, float(arg.seconds)))
+        tl.advances.append(Change(lo, hi, float(arg.seconds)))
 
 
 def seconds(value: float) -> str:

@@ -1,0 +1,85 @@
+"""Runs built by hand for the model's unit tests: a real scenario (loaded from YAML by the
+real loader) and a real History filled with the events a run of it would record, each at
+a chosen moment."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from pytest_shadowcheck.checks.model import ModelOutcome, explain
+from pytest_shadowcheck.history import History
+from pytest_shadowcheck.scenario.loader import load_behaviours, load_scenario_file
+
+TOKEN = "c0ffee01"
+
+
+def sentence(behaviour: str) -> str:
+    """The catalogue's sentence of ``behaviour``, as the model quotes it."""
+    return str(load_behaviours()[behaviour]["text"]).replace("*", "")
+
+
+class Built:
+    """One scenario and the history of a run of it, event by event."""
+
+    def __init__(self, tmp_path: Path, body: str, topology: str = "two-node-dag") -> None:
+        path = tmp_path / "built.yaml"
+        path.write_text(
+            f"defaults:\n  topology: {topology}\n"
+            "  settings: {ShadowHeartbeatFrequency: 0.5s, ShadowResubmitTimeSpan: 3s}\n"
+            "scenarios:\n  - name: built\n    title: built by hand\n    behaviours: [CR-1]\n"
+            + "\n".join("    " + line for line in body.strip("\n").splitlines())
+            + "\n    expect:\n      - model: {}\n",
+            encoding="utf-8",
+        )
+        (self.scenario,) = load_scenario_file(path)
+        self.history = History()
+        self._base = time.monotonic() - self.history.now()
+        self._next_step = 0
+        self._conns: dict[str, int] = {}
+
+    def at(self, t: float, kind: str, link: str | None = None, **data: Any) -> None:
+        conn = data.pop("conn", None)
+        direction = data.pop("direction", None)
+        self.history.record_at(self._base + t, kind, link, conn, direction, **data)
+
+    def step(self, t: float, back: float | None = None) -> None:
+        """The scenario's next step ran at ``t`` (a restart or wipe was back at ``back``)."""
+        step = self.scenario.steps[self._next_step]
+        self._next_step += 1
+        self.at(t, "step", text=f"{step.kind} {step.arg.describe()}", line=step.where.line)
+        if back is not None:
+            self.at(back, "step", text=f"{step.arg.node} back after {step.kind}, queue database x")
+
+    def steps(self, *times: float) -> None:
+        for t in times:
+            self.step(t)
+
+    def reply(self, t: float, via: str, code: int, text: str = "") -> None:
+        """The sender of the latest send through ``via`` got ``code`` for its content."""
+        link = f"client->{via}"
+        self._conns[link] = conn = self._conns.get(link, 0) + 1
+        self.at(t - 0.01, "reply", link, conn=conn, direction="s2c", command="CONNECT", code=220)
+        enhanced = {250: "2.6.0", 451: "4.4.0"}.get(code)
+        said = text or {250: "2.6.0 queued", 451: "4.4.0 Message failed to be made redundant"}[code]
+        self.at(
+            t, "reply", link, conn=conn, direction="s2c", command="EOD", code=code,
+            enhanced=enhanced, text=said,
+        )  # fmt: skip
+
+    def delivered(self, t: float, ref: str, by: str, *rcpts: str) -> None:
+        self.at(
+            t, "delivery", sink="mailbox", trace=f"{ref}.{TOKEN}",
+            message_id=f"<{ref}.{TOKEN}@shadowcheck.test>", rcpt_tos=list(rcpts), helo=by,
+        )  # fmt: skip
+
+    def looked(self, t: float, node: str, queue: str, *refs: str) -> None:
+        answer = [{"message_id": f"<{r}.{TOKEN}@shadowcheck.test>"} for r in refs]
+        self.at(t, "snapshot", node=node, queue=queue, answer=answer)
+
+    def line(self, t: float, link: str, direction: str, text: str, conn: int = 1) -> None:
+        self.at(t, "line", link, conn=conn, direction=direction, text=text)
+
+    def explain(self, slack: float = 2.0) -> ModelOutcome:
+        return explain(self.scenario, self.history, slack=slack)

@@ -1,0 +1,92 @@
+"""The catalogue model on real clusters: the hand-written runs of model_scenarios.yaml,
+judged by ``expect: [model: {}]`` alone, PASS on the reference and FAIL on broken
+variants of it under the behaviour whose prediction failed.
+
+Runs the scenarios in a child pytest, as tests/conformance/test_broken_variants.py does
+(a variant is the target ``broken:NAME`` of the conformance plugin ``broken_target``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SCENARIOS = HERE / "model_scenarios.yaml"
+CONFORMANCE = HERE.parent.parent / "conformance"
+
+pytestmark = pytest.mark.slow
+
+
+def run(tmp_path: Path, target: str, only: str = "") -> dict[str, tuple[str, str]]:
+    """Scenario name -> (passed | failed | error, the failure's text) from a child pytest."""
+    junit = tmp_path / "junit.xml"
+    command = [
+        sys.executable, "-m", "pytest", "--shadowcheck",
+        "--shadowcheck-target", target,
+        "--shadowcheck-target-plugin", "broken_target",
+        "--shadowcheck-scenarios", str(SCENARIOS),
+        f"--junitxml={junit}", "-o", "junit_family=xunit2",
+        "-p", "no:cacheprovider", "-q",
+    ]  # fmt: skip
+    if only:
+        command += ["-k", only]
+    path = [str(CONFORMANCE), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+    proc = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert junit.exists(), f"the child pytest wrote no JUnit XML:\n{proc.stdout}\n{proc.stderr}"
+    found: dict[str, tuple[str, str]] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        outcome, text = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome = "failed" if child.tag == "failure" else "error"
+                text = (child.get("message") or "") + "\n" + (child.text or "")
+        found[case.get("name", "").partition("[")[0]] = (outcome, text)
+    return found
+
+
+def test_the_reference_passes_every_model_run(tmp_path: Path) -> None:
+    found = run(tmp_path, "reference")
+    assert len(found) == 4
+    assert all(outcome == "passed" for outcome, _ in found.values()), found
+
+
+@pytest.mark.parametrize(
+    ("variant", "scenario", "behaviour", "said"),
+    [
+        (
+            "never-rejects-unredundant",
+            "model_replies_copies_and_discards",
+            "CR-4",
+            "mbx1 refuses m2 with 451 4.4.0",
+        ),
+        (
+            "ignores-queue-database-id",
+            "model_promotion_after_wipe",
+            "PR-2",
+            "m1 was not delivered by then",
+        ),
+        (
+            "restart-forgets-pending-deliveries",
+            "model_restart_keeps_the_queue",
+            "PR-3",
+            "mbx1's active queue did not hold it",
+        ),
+    ],
+)
+def test_a_broken_variant_diverges_under_the_right_behaviour(
+    tmp_path: Path, variant: str, scenario: str, behaviour: str, said: str
+) -> None:
+    outcome, text = run(tmp_path, f"broken:{variant}", only=scenario)[scenario]
+    assert outcome == "failed", text
+    assert "[FAIL] the catalogue model" in text and f"evidence for {behaviour}" in text, text
+    assert said in text
+    assert "operations up to it" in text

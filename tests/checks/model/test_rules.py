@@ -1,0 +1,412 @@
+"""Each rule of the catalogue model, driven by a history built by hand: the observation
+the catalogue forbids is a divergence under the rule's behaviour ID, quoting its
+sentence; the observations it allows (every one of them where the states leave several
+open) are not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS
+from pytest_shadowcheck.scenario.durations import parse_duration
+
+from .built import Built, sentence
+
+
+def test_every_modelled_behaviour_is_in_the_catalogue() -> None:
+    for behaviour in MODEL_BEHAVIOURS:
+        assert sentence(behaviour)
+
+
+# -- CR-4 / CR-5: the reply when no copy can be made -----------------------------------
+
+
+def shadow_down(tmp_path: Path, reject: bool) -> Built:
+    b = Built(
+        tmp_path,
+        f"settings: {{RejectMessageOnShadowFailure: {str(reject).lower()}}}\n"
+        "steps:\n  - kill: mbx2\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n",
+    )
+    b.steps(1.0, 1.2)
+    return b
+
+
+def test_cr4_an_unredundant_message_is_refused_451(tmp_path: Path) -> None:
+    # "RejectMessageOnShadowFailure=true and no copy can be made (... shadow down ...):
+    # reply `451 4.4.0 Message failed to be made redundant`"
+    b = shadow_down(tmp_path, reject=True)
+    b.reply(1.3, "mbx1", 250)
+    outcome = b.explain()
+    assert outcome.divergence is not None
+    assert outcome.divergence.behaviour == "CR-4"
+    assert outcome.divergence.rule == sentence("CR-4")
+    assert "mbx2 was down" in outcome.divergence.expected
+    assert "accepted m1 with `250" in outcome.divergence.observed
+    assert outcome.divergence.operations == [
+        "kill mbx2",
+        "send id=m1 via=mbx1 to=alice@corp.test",
+    ]
+
+
+def test_cr4_the_451_is_what_the_catalogue_allows(tmp_path: Path) -> None:
+    b = shadow_down(tmp_path, reject=True)
+    b.reply(1.3, "mbx1", 451)
+    outcome = b.explain()
+    assert outcome.divergence is None
+    assert outcome.exercised["CR-4"] == 1
+
+
+def test_cr5_accepted_without_redundancy(tmp_path: Path) -> None:
+    # "RejectMessageOnShadowFailure=false and no copy can be made: accept with 250 and
+    # process the message without redundancy."
+    b = shadow_down(tmp_path, reject=False)
+    b.reply(1.3, "mbx1", 451)
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "CR-5"
+    assert found.rule == sentence("CR-5")
+    ok = shadow_down(tmp_path, reject=False)
+    ok.reply(1.3, "mbx1", 250)
+    assert ok.explain().divergence is None
+    assert ok.explain().exercised["CR-5"] == 1
+
+
+def test_cr5_a_cut_link_is_as_good_as_a_shadow_down(tmp_path: Path) -> None:
+    b = Built(
+        tmp_path,
+        "steps:\n  - fault: {link: mbx1->mbx2, kind: cut}\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n",
+    )
+    b.steps(1.0, 1.2)
+    b.reply(1.3, "mbx1", 451)
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "CR-5"
+    assert "the link mbx1->mbx2 was cut" in found.expected
+
+
+def test_cr1_a_reachable_shadow_gets_the_copy_not_a_451(tmp_path: Path) -> None:
+    # "A message received from outside the boundary is copied to a shadow node inside the
+    # boundary before the primary acknowledges DATA to the sender"
+    b = Built(
+        tmp_path,
+        "settings: {RejectMessageOnShadowFailure: true}\n"
+        "steps:\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n",
+    )
+    b.step(1.0)
+    b.reply(1.1, "mbx1", 451)
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "CR-1"
+
+
+def test_a_shadow_coming_back_within_the_slack_may_go_either_way(tmp_path: Path) -> None:
+    b = Built(
+        tmp_path,
+        "settings: {RejectMessageOnShadowFailure: true}\n"
+        "steps:\n  - restart: mbx2\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n",
+    )
+    b.step(1.0, back=1.4)
+    b.step(1.5)
+    b.reply(1.6, "mbx1", 451)  # the primary had not yet seen mbx2 back
+    outcome = b.explain()
+    assert outcome.divergence is None
+    assert "CR-4" not in outcome.exercised and "CR-1" not in outcome.exercised
+
+
+def test_a_setting_changed_live_rules_from_its_step_on(tmp_path: Path) -> None:
+    b = Built(
+        tmp_path,
+        "steps:\n  - kill: mbx2\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
+        "  - set_settings: {values: {RejectMessageOnShadowFailure: true}}\n"
+        "  - send: {id: m2, via: mbx1, to: [alice@corp.test]}\n",
+    )
+    b.steps(1.0, 1.1)
+    b.reply(1.2, "mbx1", 250)  # still false: accepted without redundancy
+    b.steps(1.3, 1.4)
+    b.reply(1.5, "mbx1", 250)
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "CR-4"
+    assert "m2" in found.observed
+
+
+# -- CR-6: disabled means no copy and no XSHADOW ---------------------------------------
+
+
+def test_cr6_no_xshadow_advertised_when_disabled(tmp_path: Path) -> None:
+    # "ShadowRedundancyEnabled=false: no copy, no XSHADOW in EHLO, no XSHADOW issued."
+    b = Built(tmp_path, "settings: {ShadowRedundancyEnabled: false}\nsteps:\n  - wait: 1s\n")
+    b.step(0.5)
+    b.line(0.8, "mbx2->mbx1", "c2s", "EHLO mbx2")
+    b.line(0.81, "mbx2->mbx1", "s2c", "250-mbx1")
+    b.line(0.82, "mbx2->mbx1", "s2c", "250-XSHADOW mbx1 abc")
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "CR-6"
+    assert found.rule == sentence("CR-6")
+    assert "250-XSHADOW" in found.observed
+
+
+def test_cr6_a_session_opened_before_the_change_keeps_its_terms(tmp_path: Path) -> None:
+    b = Built(
+        tmp_path,
+        "steps:\n  - set_settings: {values: {ShadowRedundancyEnabled: false}}\n  - wait: 1s\n",
+    )
+    b.line(0.2, "mbx1->mbx2", "s2c", "250-XSHADOW mbx2 abc")
+    b.steps(0.5, 0.6)
+    b.line(0.7, "mbx1->mbx2", "c2s", "XSHADOW mbx1")
+    assert b.explain().divergence is None
+
+
+def test_cr6_no_copy_when_disabled(tmp_path: Path) -> None:
+    b = Built(
+        tmp_path,
+        "settings: {ShadowRedundancyEnabled: false}\n"
+        "steps:\n  - fault: {link: mbx1->mailbox, kind: cut}\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
+        "  - snapshot: {node: mbx2, queue: shadow}\n",
+    )
+    b.steps(0.5, 1.0)
+    b.reply(1.1, "mbx1", 250)
+    b.step(1.2)
+    b.looked(1.25, "mbx2", "shadow", "m1")
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "CR-6"
+    assert "held m1" in found.observed
+
+
+# -- CR-1: the copy is in a shadow queue ------------------------------------------------
+
+
+def held_back(tmp_path: Path, *more: str) -> Built:
+    """m1 sent through mbx1 while mbx1 cannot reach the mailbox."""
+    return Built(
+        tmp_path,
+        "steps:\n  - fault: {link: mbx1->mailbox, kind: cut}\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n" + "".join(more),
+    )
+
+
+def test_cr1_an_acknowledged_message_has_a_shadow_copy(tmp_path: Path) -> None:
+    b = held_back(tmp_path, "  - snapshot: {node: mbx2, queue: shadow}\n")
+    b.steps(0.5, 1.0)
+    b.reply(1.1, "mbx1", 250)
+    b.step(1.2)
+    b.looked(1.25, "mbx2", "shadow")
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "CR-1"
+    assert "no shadow queue held it" in found.observed
+    ok = held_back(tmp_path, "  - snapshot: {node: mbx2, queue: shadow}\n")
+    ok.steps(0.5, 1.0)
+    ok.reply(1.1, "mbx1", 250)
+    ok.step(1.2)
+    ok.looked(1.25, "mbx2", "shadow", "m1")
+    assert ok.explain().divergence is None
+    assert ok.explain().exercised["CR-1"] == 2  # the 250, then the copy seen
+
+
+# -- duplicates, loss (PR-4) ------------------------------------------------------------
+
+
+def test_twice_delivered_with_nothing_wrong_is_an_unwarranted_promotion(tmp_path: Path) -> None:
+    b = Built(tmp_path, "steps:\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n")
+    b.step(1.0)
+    b.reply(1.1, "mbx1", 250)
+    b.delivered(1.2, "m1", "mbx1", "alice@corp.test")
+    b.delivered(4.5, "m1", "mbx2", "alice@corp.test")
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "PR-1"
+    assert "2 times" in found.observed
+
+
+def test_pr3_a_primary_back_with_its_queue_may_deliver_twice(tmp_path: Path) -> None:
+    # "Primary back with the same database after ShadowResubmitTimeSpan: it delivers its
+    # own queue too: duplicate deliveries are expected"
+    b = held_back(
+        tmp_path, "  - kill: mbx1\n  - heal: mbx1->mailbox\n  - wait: 5s\n  - restart: mbx1\n"
+    )
+    b.steps(0.5, 1.0)
+    b.reply(1.1, "mbx1", 250)
+    b.steps(1.2, 1.3, 1.4)
+    b.delivered(4.4, "m1", "mbx2", "alice@corp.test")
+    b.step(6.4, back=6.8)
+    b.delivered(6.9, "m1", "mbx1", "alice@corp.test")
+    outcome = b.explain()
+    assert outcome.divergence is None
+    assert outcome.exercised["PR-3"] == 1 and outcome.exercised["PR-1"] >= 1
+
+
+def final_looks(b: Built, t: float) -> None:
+    for i, (node, queue) in enumerate(
+        [("mbx1", "active"), ("mbx1", "shadow"), ("mbx2", "active"), ("mbx2", "shadow")]
+    ):
+        b.looked(t + i * 0.01, node, queue)
+
+
+def test_pr4_a_message_lost_with_both_copies_is_outside_the_guarantee(tmp_path: Path) -> None:
+    # "Primary and shadow failing together: the message can be lost; this is outside the
+    # guarantee and a checker must classify it so, not as a pass."
+    b = held_back(tmp_path, "  - wipe: mbx2\n  - wipe: mbx1\n  - wait: 1s\n")
+    b.steps(0.5, 1.0)
+    b.reply(1.1, "mbx1", 250)
+    b.step(1.2, back=1.5)
+    b.step(1.6, back=1.9)
+    b.step(2.0)
+    final_looks(b, 4.0)  # past the slack after the last return
+    outcome = b.explain()
+    assert outcome.divergence is None
+    assert outcome.exercised["PR-4"] == 1
+
+
+def test_pr4_a_message_lost_though_only_its_primary_restarted(tmp_path: Path) -> None:
+    b = held_back(tmp_path, "  - restart: mbx1\n  - heal: mbx1->mailbox\n  - wait: 1s\n")
+    b.steps(0.5, 1.0)
+    b.reply(1.1, "mbx1", 250)
+    b.step(1.2, back=1.5)
+    b.steps(1.6, 1.7)
+    final_looks(b, 3.7)
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "PR-4"
+    assert found.rule == sentence("PR-4")
+    assert "no active or shadow queue of any node held it" in found.observed
+
+
+# -- PR-1 / PR-2: promotion ------------------------------------------------------------
+
+
+def killed(tmp_path: Path, span: str = "3s") -> Built:
+    b = held_back(tmp_path, "  - kill: mbx1\n  - heal: mbx1->mailbox\n  - wait: 9s\n")
+    b.scenario.settings["ShadowResubmitTimeSpan"] = parse_duration(span, b.scenario.where)
+    b.steps(0.5, 1.0)
+    b.reply(1.1, "mbx1", 250)
+    b.steps(1.2, 1.3, 1.4)
+    return b
+
+
+def test_pr1_the_shadow_promotes_after_the_span(tmp_path: Path) -> None:
+    # "If the shadow cannot open a session to the primary for ShadowResubmitTimeSpan, it
+    # promotes itself: its shadow messages become primary messages and go to the next hop."
+    b = killed(tmp_path)
+    b.at(10.4, "note", text="end")
+    found = b.explain().divergence
+    # span 3s + heartbeat 0.5s + slack 2s + 1s to deliver after the kill was done (1.3s)
+    assert found is not None and found.behaviour == "PR-1"
+    assert found.rule == sentence("PR-1")
+    assert "by +7.8s" in found.expected and "never arrived" in found.observed
+    ok = killed(tmp_path)
+    ok.delivered(4.6, "m1", "mbx2", "alice@corp.test")
+    ok.at(10.4, "note", text="end")
+    assert ok.explain().divergence is None
+    assert ok.explain().exercised["PR-1"] == 2  # not early, not late
+
+
+def test_pr1_not_before_the_span(tmp_path: Path) -> None:
+    # with the slack of a loaded machine, a 3s span leaves half a second of it to judge
+    b = killed(tmp_path, span="10s")
+    b.delivered(4.0, "m1", "mbx2", "alice@corp.test")
+    b.at(10.4, "note", text="end")
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "PR-1"
+    assert "out of its reach for" in found.observed
+
+
+def test_pr1_a_window_the_run_never_reached_is_not_judged(tmp_path: Path) -> None:
+    b = killed(tmp_path)
+    b.at(5.0, "note", text="the run ended early")
+    outcome = b.explain()
+    assert outcome.divergence is None
+
+
+def test_pr2_a_new_queue_database_is_promoted_at_once(tmp_path: Path) -> None:
+    # "If the shadow sees that the primary's queue database ID has changed, it promotes at
+    # once, without waiting for ShadowResubmitTimeSpan; resubmission follows within
+    # ShadowHeartbeatFrequency of the primary's return."
+    b = held_back(tmp_path, "  - wipe: mbx1\n  - heal: mbx1->mailbox\n  - wait: 4s\n")
+    b.steps(0.5, 1.0)
+    b.reply(1.1, "mbx1", 250)
+    b.step(1.2, back=1.5)
+    b.steps(1.6, 1.7)
+    b.at(5.7, "note", text="end")
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "PR-2"
+    assert found.rule == sentence("PR-2")
+    assert "by +5.0s" in found.expected  # back 1.5 + heartbeat 0.5 + slack 2 + 1
+
+
+# -- DI-2, SN-1, SN-2, SN-3 --------------------------------------------------------------
+
+
+def delivered_then_looked(tmp_path: Path, queue: str, node: str, *held: str) -> Built:
+    b = Built(
+        tmp_path,
+        "steps:\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n  - wait: 3s\n"
+        f"  - snapshot: {{node: {node}, queue: {queue}}}\n",
+    )
+    b.step(1.0)
+    b.reply(1.1, "mbx1", 250)
+    b.delivered(1.2, "m1", "mbx1", "alice@corp.test")
+    b.steps(1.3, 4.3)
+    b.looked(4.35, node, queue, *held)
+    return b
+
+
+def test_di2_the_copy_leaves_the_shadow_queue_within_a_heartbeat(tmp_path: Path) -> None:
+    # "The shadow asks the primary for discard status with XQDISCARD ... at least once every
+    # ShadowHeartbeatFrequency."
+    found = delivered_then_looked(tmp_path, "shadow", "mbx2", "m1").explain().divergence
+    assert found is not None and found.behaviour == "DI-2"
+    assert found.rule == sentence("DI-2")
+    ok = delivered_then_looked(tmp_path, "shadow", "mbx2").explain()
+    assert ok.divergence is None and ok.exercised["DI-2"] == 1
+
+
+def test_sn1_and_sn2_delivered_messages_are_kept_in_safety_net(tmp_path: Path) -> None:
+    # "After the primary has processed a message ..., the message moves from its active
+    # queue to the Primary Safety Net on the same node." / "After DI-4 the shadow keeps the
+    # message in its Shadow Safety Net."
+    found = delivered_then_looked(tmp_path, "safetynet_primary", "mbx1").explain().divergence
+    assert found is not None and found.behaviour == "SN-1"
+    found = delivered_then_looked(tmp_path, "safetynet_shadow", "mbx2").explain().divergence
+    assert found is not None and found.behaviour == "SN-2"
+    assert found.rule == sentence("SN-2")
+    ok = delivered_then_looked(tmp_path, "safetynet_shadow", "mbx2", "m1").explain()
+    assert ok.divergence is None and ok.exercised["SN-2"] == 1
+
+
+def test_sn3_safety_net_lets_go_after_the_hold_time(tmp_path: Path) -> None:
+    # "Messages leave the Safety Net after SafetyNetHoldTime; there is no size limit."
+    def run(*held: str) -> Built:
+        b = Built(
+            tmp_path,
+            "settings: {SafetyNetHoldTime: 1h}\n"
+            "steps:\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
+            "  - advance: 2h\n  - wait: 3s\n  - snapshot: {node: mbx1, queue: safetynet_primary}\n",
+            topology="two-node-dag-virtual",
+        )
+        b.step(1.0)
+        b.reply(1.1, "mbx1", 250)
+        b.delivered(1.2, "m1", "mbx1", "alice@corp.test")
+        b.steps(1.5, 1.6, 4.6)
+        b.looked(4.7, "mbx1", "safetynet_primary", *held)
+        return b
+
+    found = run("m1").explain().divergence
+    assert found is not None and found.behaviour == "SN-3"
+    assert found.rule == sentence("SN-3")
+    ok = run().explain()
+    assert ok.divergence is None and ok.exercised["SN-3"] == 1
+
+
+# -- what the model does not cover ------------------------------------------------------
+
+
+def test_unmodelled_settings_and_steps_are_named_and_not_judged(tmp_path: Path) -> None:
+    b = Built(
+        tmp_path,
+        "settings: {RejectMessageOnShadowFailure: true, MaxRetriesForLocalSiteShadow: 0}\n"
+        "steps:\n  - kill: mbx2\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
+        "  - resubmit: {node: mbx1, database: DB1, start: -1h, end: now}\n",
+    )
+    b.steps(1.0, 1.2)
+    b.reply(1.3, "mbx1", 250)  # CR-4 would fail, but retries are not modelled
+    outcome = b.explain()
+    assert outcome.unmodelled == ["resubmit", "MaxRetriesForLocalSiteShadow"]
+    assert outcome.divergence is None
+    assert "CR-4" not in outcome.exercised
