@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.history import History
     from pytest_shadowcheck.scenario.model import Scenario
 
-__all__ = ["MODEL_BEHAVIOURS", "Divergence", "ModelOutcome", "explain", "touched_by"]
+__all__ = ["MODEL_BEHAVIOURS", "Divergence", "ModelOutcome", "explain", "touched_by", "unmodelled"]
 
 #: the behaviour IDs the model has rules for
 MODEL_BEHAVIOURS: tuple[str, ...] = (
@@ -139,6 +139,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
         fates.duplicate_rule(judge, m)
         fates.promotion_rule(judge, m)
         fates.wipe_rule(judge, m)
+        fates.restart_rule(judge, m)
         fates.loss_rule(judge, m)
         fates.discard_rule(judge, m)
         fates.safety_net_rule(judge, m)

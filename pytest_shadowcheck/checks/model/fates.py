@@ -20,6 +20,7 @@ __all__ = [
     "duplicate_rule",
     "loss_rule",
     "promotion_rule",
+    "restart_rule",
     "safety_net_rule",
     "wipe_rule",
 ]
@@ -395,3 +396,55 @@ def _kept_after_restart(j: Judge, m: Sent, active: set[str], first: float) -> No
         f"only a shadow copy was left, which no shadow promotes while {m.via} is up",
         first,
     )
+
+
+def restart_rule(j: Judge, m: Sent) -> None:
+    """PR-3: a primary back on the same queue database delivers its own queue: once it
+    can reach the next hop again, the message goes out within a retry interval."""
+    if not m.accepted or m.t_reply is None:
+        return
+    for applied in j.tl.steps:
+        if applied.step.kind != "restart" or applied.step.arg.node != m.via:
+            continue
+        if applied.t < m.t_reply or _delivered_before(m, applied.t):
+            continue
+        back = min((t for t in j.tl.returns.get(m.via, []) if t >= applied.t), default=None)
+        retry = j.tl.setting(m.via, "TransientFailureRetryInterval", applied.t, j.tl.end)
+        if back is None or not all(isinstance(r, int | float) for r in retry):
+            continue
+        window = max(retry) + j.slack + DELIVERY_ALLOWANCE
+        # the first moment from which the primary surely could deliver it
+        moments = sorted(
+            {back + j.slack}
+            | {
+                c.hi
+                for changes in (*j.tl.links.values(), *j.tl.sinks.values(), *j.tl.nodes.values())
+                for c in changes
+                if c.hi > back
+            }
+        )
+        start = next(
+            (
+                t
+                for t in moments
+                if t + window <= j.tl.end and j.can_deliver(m.via, m, t, t + window)
+            ),
+            None,
+        )
+        if start is None or len(j.tl.database_ids(m.via, applied.t, start + window)) > 1:
+            continue
+        deadline = start + window
+        j.exercised["PR-3"] += 1
+        got = m.first_delivery(applied.t)
+        if got is not None and got.t <= deadline:
+            continue
+        seen = f"it arrived at {j.when(got.t)} (by {got.by})" if got else "it never arrived"
+        j.diverged(
+            "PR-3",
+            f"{m.via} came back at {j.when(back)} on the same queue database holding {m.ref}; "
+            f"from {j.when(start)} it could reach the next hop, so it delivers its own queue "
+            f"within TransientFailureRetryInterval ({seconds(max(retry))}), by {j.when(deadline)}",
+            f"{m.ref} was not delivered by then: {seen}",
+            deadline,
+        )
+        return

@@ -27,7 +27,8 @@ class Built:
         path = tmp_path / "built.yaml"
         path.write_text(
             f"defaults:\n  topology: {topology}\n"
-            "  settings: {ShadowHeartbeatFrequency: 0.5s, ShadowResubmitTimeSpan: 3s}\n"
+            "  settings: {ShadowHeartbeatFrequency: 0.5s, ShadowResubmitTimeSpan: 3s,"
+            " TransientFailureRetryInterval: 0.5s}\n"
             "scenarios:\n  - name: built\n    title: built by hand\n    behaviours: [CR-1]\n"
             + "\n".join("    " + line for line in body.strip("\n").splitlines())
             + "\n    expect:\n      - model: {}\n",

@@ -78,7 +78,7 @@ def test_the_reference_passes_every_model_run(tmp_path: Path) -> None:
             "restart-forgets-pending-deliveries",
             "model_restart_keeps_the_queue",
             "PR-3",
-            "mbx1's active queue did not hold it",
+            "so it delivers its own queue",
         ),
     ],
 )

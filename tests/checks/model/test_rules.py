@@ -410,3 +410,26 @@ def test_unmodelled_settings_and_steps_are_named_and_not_judged(tmp_path: Path) 
     assert outcome.unmodelled == ["resubmit", "MaxRetriesForLocalSiteShadow"]
     assert outcome.divergence is None
     assert "CR-4" not in outcome.exercised
+
+
+def test_pr3_a_primary_back_on_its_queue_delivers_it(tmp_path: Path) -> None:
+    # "Primary back with the same database after ShadowResubmitTimeSpan: it delivers its
+    # own queue too"
+    def run(*delivered: float) -> Built:
+        b = held_back(tmp_path, "  - restart: mbx1\n  - heal: mbx1->mailbox\n  - wait: 6s\n")
+        b.steps(0.5, 1.0)
+        b.reply(1.1, "mbx1", 250)
+        b.step(1.2, back=1.5)
+        b.steps(1.6, 1.7)
+        for t in delivered:
+            b.delivered(t, "m1", "mbx1", "alice@corp.test")
+        b.at(7.7, "note", text="end")
+        return b
+
+    found = run().explain().divergence
+    assert found is not None and found.behaviour == "PR-3"
+    assert found.rule == sentence("PR-3")
+    # the link healed at 1.6 (surely by 1.7 + 2s slack), a 0.5s retry, slack, delivery
+    assert "by +7.2s" in found.expected and "never arrived" in found.observed
+    ok = run(3.0).explain()
+    assert ok.divergence is None and ok.exercised["PR-3"] == 1
