@@ -113,10 +113,13 @@ def observe(timeline: Timeline, history: History) -> Observations:
                 by = str(event.data.get("helo") or "?").split(".")[0]
                 rcpts = tuple(str(r).lower() for r in event.data.get("rcpt_tos") or ())
                 sent.deliveries.append(Delivery(event.t, by, str(event.data.get("sink")), rcpts))
-        elif event.kind == "snapshot" and "answer" in event.data:
-            entries = queue_entries(event.data["answer"])
-            shown = [str(e.get("message_id")) for e in entries]
-            refs = {r for e in entries if (r := _ref_of(e.get("message_id"), by_id))}
+        elif event.kind == "snapshot" and ("answer" in event.data or "entries" in event.data):
+            if "answer" in event.data:
+                entries = queue_entries(event.data["answer"])
+                shown = [str(e.get("message_id")) for e in entries]
+            else:  # a queue check's last look: the refs (or Message-IDs) it held
+                shown = [str(x) for x in event.data["entries"] or ()]
+            refs = {r for x in shown if (r := x if x in obs.sent else _ref_of(x, by_id))}
             node, queue = str(event.data.get("node")), str(event.data.get("queue"))
             obs.snapshots.append(Snapshot(event.t, node, queue, refs, shown))
         elif event.kind == "line" and event.link:

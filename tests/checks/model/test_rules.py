@@ -433,3 +433,13 @@ def test_pr3_a_primary_back_on_its_queue_delivers_it(tmp_path: Path) -> None:
     assert "by +7.2s" in found.expected and "never arrived" in found.observed
     ok = run(3.0).explain()
     assert ok.divergence is None and ok.exercised["PR-3"] == 1
+
+
+def test_a_queue_checks_last_look_is_an_observation_too(tmp_path: Path) -> None:
+    b = held_back(tmp_path, "  - snapshot: {node: mbx2, queue: shadow}\n")
+    b.steps(0.5, 1.0)
+    b.reply(1.1, "mbx1", 250)
+    b.step(1.2)
+    b.at(1.25, "snapshot", node="mbx2", queue="shadow", entries=[])  # as check_queue records
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "CR-1"
