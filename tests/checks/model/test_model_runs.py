@@ -55,7 +55,7 @@ def run(tmp_path: Path, target: str, only: str = "") -> dict[str, tuple[str, str
 
 def test_the_reference_passes_every_model_run(tmp_path: Path) -> None:
     found = run(tmp_path, "reference")
-    assert len(found) == 4
+    assert len(found) == 5
     assert all(outcome == "passed" for outcome, _ in found.values()), found
 
 
@@ -79,6 +79,12 @@ def test_the_reference_passes_every_model_run(tmp_path: Path) -> None:
             "model_restart_keeps_the_queue",
             "PR-3",
             "so it delivers its own queue",
+        ),
+        (
+            "safety-net-never-expires",
+            "model_safety_net_hold_time",
+            "SN-3",
+            "m1 leaves the Safety Net of mbx1 once SafetyNetHoldTime (1h) has passed",
         ),
     ],
 )
