@@ -94,6 +94,8 @@ def copy_rule(j: Judge, m: Sent) -> None:
 def duplicate_rule(j: Judge, m: Sent) -> None:
     """Exactly once per recipient, unless something let two copies go (PR-1 promotion
     after an outage, PR-3 a primary back with its queue, a delivery cut mid-way)."""
+    if not j.sink_of(m):
+        return  # relayed through another node: its path is not modelled
     for rcpt in m.to:
         got = [d for d in m.deliveries if rcpt.lower() in d.recipients]
         if len(got) < 2:
@@ -123,8 +125,8 @@ def _resubmitted(j: Judge, t: float) -> bool:
 def promotion_rule(j: Judge, m: Sent) -> None:
     """PR-1: a shadow promotes only after it could not reach the primary for
     ShadowResubmitTimeSpan, and then does; the promoted copy goes to the next hop."""
-    if j.redundant(m) != {True} or m.t_reply is None:
-        return
+    if j.redundant(m) != {True} or m.t_reply is None or not j.sink_of(m):
+        return  # (a message relayed through another node is delivered by that node)
     shadows = j.holders(m)
     early = [d for d in m.deliveries if d.by != m.via and d.by in shadows]
     if early:
@@ -185,6 +187,8 @@ def _promoted_in_time(j: Judge, m: Sent, lo: float, hi: float, shadows: set[str]
         return  # back before the window closed: PR-3 / PR-2 territory
     if not j.can_deliver(shadow, m, lo, deadline) or j.span_bounds(shadow, lo, deadline) != bounds:
         return
+    if not j.copy_kept(m, shadow, deadline):
+        return
     j.exercised["PR-1"] += 1
     got = m.first_delivery(lo)
     if got is not None and got.t <= deadline:
@@ -221,7 +225,9 @@ def wipe_rule(j: Judge, m: Sent) -> None:
             continue
         if j.tl.reachable(shadow, m.via, back + j.slack, deadline) != {True}:
             continue
-        if not j.can_deliver(shadow, m, applied.t, deadline):
+        if not j.can_deliver(shadow, m, applied.t, deadline) or not j.copy_kept(
+            m, shadow, deadline
+        ):
             continue
         j.exercised["PR-2"] += 1
         got = m.first_delivery(applied.t)
@@ -308,6 +314,8 @@ def discard_rule(j: Judge, m: Sent) -> None:
             continue
         if j.tl.node_states(snap.node, done, snap.t) != {"up"}:
             continue
+        if not j.copy_kept(m, snap.node, snap.t):
+            continue
         j.exercised["DI-2"] += 1
         if m.ref not in snap.refs:
             continue
@@ -342,6 +350,8 @@ def safety_net_rule(j: Judge, m: Sent) -> None:
             if not isinstance(beat, int | float) or j.tl.reachable(
                 snap.node, m.via, done, snap.t
             ) != {True}:
+                continue
+            if not j.copy_kept(m, snap.node, snap.t):
                 continue
             behaviour, after = "SN-2", done + beat + j.slack
         else:

@@ -164,6 +164,22 @@ class Judge:
             for s in sinks
         )
 
+    def copy_kept(self, m: Sent, shadow: str, until: float) -> bool:
+        """Whether ``shadow`` surely still keeps ``m``'s copy and acts on it until
+        ``until``: never wiped or power cut since the 250, shadow redundancy on at both
+        ends throughout (a transport may drop its copies when it is switched off)."""
+        since = m.t_reply if m.t_reply is not None else m.t_send
+        lost = any(
+            s.step.kind in ("wipe", "power_cut") and s.step.arg.node == shadow and s.t >= since
+            for s in self.tl.steps
+            if s.t <= until
+        )
+        on = all(
+            self.tl.setting(n, "ShadowRedundancyEnabled", m.t_send, until) == {True}
+            for n in (m.via, shadow)
+        )
+        return on and not lost
+
     def when(self, t: float) -> str:
         return f"+{t:.1f}s"
 

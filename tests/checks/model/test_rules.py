@@ -443,3 +443,29 @@ def test_a_queue_checks_last_look_is_an_observation_too(tmp_path: Path) -> None:
     b.at(1.25, "snapshot", node="mbx2", queue="shadow", entries=[])  # as check_queue records
     found = b.explain().divergence
     assert found is not None and found.behaviour == "CR-1"
+
+
+def test_no_promotion_is_owed_from_a_copy_that_was_lost_or_switched_off(tmp_path: Path) -> None:
+    # the shadow was wiped first: both copies gone when the primary is (PR-4, not PR-2)
+    b = held_back(
+        tmp_path, "  - wipe: mbx2\n  - wipe: mbx1\n  - heal: mbx1->mailbox\n  - wait: 4s\n"
+    )
+    b.steps(0.5, 1.0)
+    b.reply(1.1, "mbx1", 250)
+    b.step(1.2, back=1.4)
+    b.step(1.5, back=1.7)
+    b.steps(1.8, 1.9)
+    b.at(6.0, "note", text="end")
+    assert b.explain().divergence is None
+    # shadow redundancy switched off after the copy was made: the copy may be dropped
+    off = held_back(
+        tmp_path,
+        "  - set_settings: {values: {ShadowRedundancyEnabled: false}}\n"
+        "  - kill: mbx1\n  - heal: mbx1->mailbox\n  - wait: 9s\n",
+    )
+    off.steps(0.5, 1.0)
+    off.reply(1.1, "mbx1", 250)
+    off.steps(1.2, 1.3, 1.4, 1.5)
+    off.at(10.5, "note", text="end")
+    outcome = off.explain()
+    assert outcome.divergence is None and "PR-1" not in outcome.exercised
