@@ -228,9 +228,10 @@ def _apply(tl: Timeline, applied: AppliedStep, wipes: dict[str, int]) -> None:
         tl.sinks.setdefault(arg.name, []).append(Change(lo, back_hi, state))
     elif kind == "set_settings":
         for node in arg.nodes or nodes:
-            # a node down or frozen gets the change when it is back
-            later = [t for t in tl.returns.get(node, []) if t >= lo]
-            until = max([hi, *(t + tl.slack for t in later[:1])])
+            # a node down or frozen gets the change when it is back (restart, resume)
+            # (as the engine sees it: every earlier step is done when this one starts)
+            earlier = [c.value for c in tl.nodes.get(node, []) if c.lo < lo]
+            until = hi if earlier[-1:] in ([], ["up"]) else _back(tl, node, lo)
             for name, value in arg.values.items():
                 changes = tl.settings.setdefault((node, name), [])
                 if arg.result == "rejected":  # the change may not take
@@ -243,3 +244,16 @@ def _apply(tl: Timeline, applied: AppliedStep, wipes: dict[str, int]) -> None:
 def seconds(value: float) -> str:
     """A duration as the scenario files write it."""
     return format_duration(value)
+
+
+def _back(tl: Timeline, node: str, since: float) -> float:
+    """When ``node``, down or frozen at ``since``, is surely back (and has been given the
+    changes made meanwhile): its next return after a restart, or the end of its next
+    resume step, plus the slack; the end of the run if it never comes back."""
+    returns = [t for t in tl.returns.get(node, []) if t >= since]
+    resumes = [
+        s.t_next
+        for s in tl.steps
+        if s.step.kind == "resume" and s.step.arg.node == node and s.t >= since
+    ]
+    return min([*returns, *resumes], default=tl.end) + tl.slack
