@@ -16,6 +16,7 @@ that replays it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -34,6 +35,7 @@ import pytest
 from pytest_shadowcheck.engine.generator import ExplorationPlan, plan, untestable_by_exploration
 from pytest_shadowcheck.engine.run import run_scenario
 from pytest_shadowcheck.engine.shrink import Budget, shrink_operations
+from pytest_shadowcheck.plugin.junit import junit_xml
 from pytest_shadowcheck.plugin.state import ShadowcheckState, run_basetemp
 from pytest_shadowcheck.plugin.terminal import note_writer
 from pytest_shadowcheck.progress import Progress
@@ -122,7 +124,11 @@ def setup_exploration(config: pytest.Config, state: ShadowcheckState) -> Explora
         count, length = SLICE_SCENARIOS, SLICE_OPERATIONS
     target = state.target
     capabilities = frozenset(c for c in CAPABILITIES if target.can(c))
-    directory = Path(tempfile.gettempdir()) / "shadowcheck-explore" / f"{target.label}-s{seed}"
+    # the same seed draws other scenarios for other capabilities or lengths: a directory
+    # of their own, so that two sessions never overwrite each other's files
+    digest = hashlib.sha1(",".join(sorted(capabilities)).encode()).hexdigest()[:8]
+    name = f"{target.label}-s{seed}-n{length}-{digest}"
+    directory = Path(tempfile.gettempdir()) / "shadowcheck-explore" / name
     exploration = Exploration(
         int(seed), count, length, capabilities, directory, deadline=deadline, only=only
     )
@@ -235,8 +241,11 @@ class XdistExploration:
 class ExplorationHooks:
     """The hooks of an exploration: the deadline, the figures, the terminal summary."""
 
-    def __init__(self, exploration: Exploration, controller: bool) -> None:
+    def __init__(
+        self, exploration: Exploration, controller: bool, report_dir: Path | None = None
+    ) -> None:
         self.exploration = exploration
+        self.report_dir = report_dir
         self.controller = controller
         self.ran = 0
         self.operations = 0
@@ -308,7 +317,8 @@ class ExplorationHooks:
         e = self.exploration
         lines = [
             f"exploration: seed {e.seed}, {self.ran} explored scenario(s) run, "
-            f"{self.operations} steps (operations and the endings) run, {len(self.failed)} failed"
+            f"{self.ran * e.length} operations ({self.operations} steps with the endings), "
+            f"{len(self.failed)} failed"
         ]
         if self.exercised:
             shown = ", ".join(f"{b} x{n}" for b, n in sorted(self.exercised.items()))
@@ -321,7 +331,37 @@ class ExplorationHooks:
             lines += [f"  {bid}: {why}" for bid, why in untestable.items()]
         if e.deadline:
             lines.append(f"replay this exploration: --shadowcheck-explore-seed={e.seed}")
+        if self.report_dir is not None:
+            lines.append(f"figures: {self.report_dir / 'exploration.json'}")
         return lines
+
+    def figures(self) -> dict[str, Any]:
+        """What a regression dashboard tracks across runs: ``exploration.json`` beside
+        the certification, and the JUnit property ``shadowcheck.exploration``."""
+        e = self.exploration
+        return {
+            "seed": e.seed,
+            "deep": e.deadline is not None,
+            "scenarios_run": self.ran,
+            "operations_run": self.ran * e.length,
+            "steps_run": self.operations,
+            "failed": self.failed,
+            "exercised": dict(sorted(self.exercised.items())),
+            "untestable": untestable_by_exploration(e.capabilities),
+        }
+
+    @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if not self.controller:
+            return
+        figures = self.figures()
+        xml = junit_xml(session.config)
+        if xml is not None:
+            xml.add_global_property("shadowcheck.exploration", json.dumps(figures))
+        if self.report_dir is not None:
+            self.report_dir.mkdir(parents=True, exist_ok=True)
+            text = json.dumps(figures, indent=1) + "\n"
+            (self.report_dir / "exploration.json").write_text(text, encoding="utf-8")
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.controller:

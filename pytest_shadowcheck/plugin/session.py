@@ -151,7 +151,7 @@ def configure(config: pytest.Config) -> None:
     if exploration is not None:
         files = [str(p) for p in exploration.files]
         config.args = files if exploration.only else [*config.args, *files]
-        hooks = ExplorationHooks(exploration, controller=workerinput is None)
+        hooks = ExplorationHooks(exploration, workerinput is None, state.report_dir)
         config.pluginmanager.register(hooks, "shadowcheck-exploration")
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(
