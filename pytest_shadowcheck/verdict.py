@@ -106,6 +106,9 @@ class Verdict:
     #: why a PASS would claim more than the run shows (a node restarted where the
     #: scenario reloads it): such a behaviour is UNTESTABLE, a FAIL still stands
     caveats: list[str] = field(default_factory=list)
+    #: an explored scenario's shrunk reproduction (plugin/exploration.py): its file,
+    #: operations and replay command
+    explored: dict[str, Any] | None = None
 
     def add(self, result: CheckResult) -> None:
         self.checks.append(result)

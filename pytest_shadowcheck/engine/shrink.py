@@ -22,7 +22,15 @@ from typing import Any
 from pytest_shadowcheck.scenario.replay import Selection, format_indices
 from pytest_shadowcheck.verdict import Status, Verdict
 
-__all__ = ["Budget", "ShrinkResult", "ddmin", "failure_signature", "shrink_workload"]
+__all__ = [
+    "Budget",
+    "ShrinkResult",
+    "StepShrinkResult",
+    "ddmin",
+    "failure_signature",
+    "shrink_operations",
+    "shrink_workload",
+]
 
 #: one attempt: the selection to play -> the verdict of that run
 Attempt = Callable[[Selection], Verdict]
@@ -178,3 +186,57 @@ def shrink_workload(
     return ShrinkResult(
         full.workload, full, best, budget.used, time.monotonic() - budget.started, stopped
     )
+
+
+@dataclass
+class StepShrinkResult:
+    """A failing explored scenario shrunk to the fewest of its operations."""
+
+    before: int
+    kept: list[int]
+    attempts: int
+    seconds: float
+    stopped: str = ""
+
+
+def shrink_operations(
+    original: Verdict,
+    count: int,
+    attempt: Callable[[list[int]], Verdict],
+    budget: Budget,
+    say: Callable[[str], None] = lambda _: None,
+) -> StepShrinkResult:
+    """The fewest of ``count`` numbered operations (an explored scenario's) that still
+    fail: ddmin over their numbers, each attempt a fresh run of the scenario rebuilt
+    from the kept ones. It fails "the same way" when a check that failed originally
+    (same name, e.g. ``no loss of m3``) fails again: a subset may lose fewer messages."""
+    wanted = {c.name for c in original.failures}
+    seen: dict[tuple[int, ...], bool] = {}
+    kept = list(range(count))
+
+    def fails(subset: list[int]) -> bool:
+        nonlocal kept
+        key = tuple(sorted(subset))
+        if key not in seen:
+            budget.spend()
+            began = time.monotonic()
+            verdict = attempt(list(key))
+            same = verdict.status == Status.FAIL and bool(
+                wanted & {c.name for c in verdict.failures}
+            )
+            seen[key] = same
+            outcome = "fails the same way" if same else f"does not ({verdict.status})"
+            say(
+                f"shrink attempt {budget.used}/{budget.attempts}: {len(key)} of {count} "
+                f"operations: {outcome} ({time.monotonic() - began:.0f}s)"
+            )
+        if seen[key] and len(key) < len(kept):
+            kept = list(key)
+        return seen[key]
+
+    stopped = ""
+    try:
+        ddmin(kept, fails)
+    except _OutOfBudget as exc:
+        stopped = str(exc)
+    return StepShrinkResult(count, kept, budget.used, time.monotonic() - budget.started, stopped)

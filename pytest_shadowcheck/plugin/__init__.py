@@ -121,6 +121,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "target has compiled in (a docker description's timers:); beyond it the scenario is "
         "UNTESTABLE, naming the timer (default 150)",
     )
+    group.addoption(
+        "--shadowcheck-explore",
+        metavar="DURATION",
+        default=None,
+        help="explore: generated scenarios (seeded operations on a bundled topology) from a "
+        "fresh seed, printed, until DURATION (300s, 5m, 1h) is spent; without it a bounded "
+        "slice from a fixed seed runs with the library",
+    )
+    group.addoption(
+        "--shadowcheck-explore-seed",
+        metavar="N",
+        type=int,
+        default=None,
+        help="explore from seed N (the slice, or with --shadowcheck-explore the deep "
+        "exploration): the same N generates the same scenarios",
+    )
+    group.addoption(
+        "--shadowcheck-explore-only",
+        action="store_true",
+        default=False,
+        help="run the explored scenarios alone, without the hand-written library",
+    )
     parser.addini(
         "shadowcheck", "enable shadowcheck (like --shadowcheck)", type="bool", default=False
     )

@@ -110,10 +110,16 @@ class ScenarioItem(pytest.Item):
         self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
     ) -> str | TerminalRepr:
         if isinstance(excinfo.value, ScenarioFailure):
-            from pytest_shadowcheck.plugin.shrinking import shrink_text
+            from pytest_shadowcheck.plugin.shrinking import explored_text, shrink_text
 
             verdict = excinfo.value.verdict
-            return "\n".join([verdict.render(rule_sentences()), *shrink_text(verdict.workloads)])
+            return "\n".join(
+                [
+                    verdict.render(rule_sentences()),
+                    *shrink_text(verdict.workloads),
+                    *explored_text(verdict.explored),
+                ]
+            )
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from pytest_shadowcheck.engine.run import run_scenario
 from pytest_shadowcheck.history import History
+from pytest_shadowcheck.plugin.exploration import explored_index, shrink_explored
 from pytest_shadowcheck.plugin.shrinking import shrink_failure
 from pytest_shadowcheck.plugin.state import ShadowcheckState, shown_workdir
 from pytest_shadowcheck.plugin.terminal import note_writer
@@ -98,4 +99,8 @@ def run_item(
         verdict.reason += f" (node data and logs kept in {shown_workdir(config, workdir)})"
     if verdict.status == Status.FAIL and config.getoption("shadowcheck_shrink", False):
         shrink_failure(state, scenario, verdict, replay)
+    if verdict.status == Status.FAIL and explored_index(scenario.name) is not None:
+        shrink_explored(
+            state, scenario, verdict, lambda path: replay_command(config, state.target_spec, path)
+        )
     return verdict

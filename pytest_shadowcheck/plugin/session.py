@@ -17,6 +17,11 @@ import pytest
 from pytest_shadowcheck.errors import TargetError
 from pytest_shadowcheck.plugin.certification import CertificationRecorder
 from pytest_shadowcheck.plugin.collect import ScenarioFile, ScenarioInconclusive, ScenarioItem
+from pytest_shadowcheck.plugin.exploration import (
+    ExplorationHooks,
+    XdistExploration,
+    setup_exploration,
+)
 from pytest_shadowcheck.plugin.junit import JUnitProperties
 from pytest_shadowcheck.plugin.state import (
     BASETEMP,
@@ -142,6 +147,16 @@ def configure(config: pytest.Config) -> None:
     elif config.getoption("shadowcheck_scenarios"):
         config.args = [*config.args, *(str(p) for p in state.scenario_paths)]
     state.library_paths = _library(config, state.scenario_paths)
+    exploration = setup_exploration(config, state)
+    if exploration is not None:
+        files = [str(p) for p in exploration.files]
+        config.args = files if exploration.only else [*config.args, *files]
+        hooks = ExplorationHooks(exploration, workerinput is None, state.report_dir)
+        config.pluginmanager.register(hooks, "shadowcheck-exploration")
+        if config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(
+                XdistExploration(exploration), "shadowcheck-explore-xdist"
+            )
     if workerinput is None:
         config.pluginmanager.register(JUnitProperties(state), "shadowcheck-junit")
         config.pluginmanager.register(CertificationRecorder(state), "shadowcheck-certification")

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.plugin.state import ShadowcheckState
     from pytest_shadowcheck.scenario.model import Scenario
 
-__all__ = ["shrink_failure", "shrink_text"]
+__all__ = ["explored_text", "shrink_failure", "shrink_text"]
 
 
 def shrink_failure(
@@ -122,5 +122,20 @@ def shrink_text(workloads: list[dict[str, Any]]) -> list[str]:
             f"{shrunk['attempts']} attempts, {shrunk['seconds']:g}s{early})",
             f"    replay shrunk: {shrunk['command']}",
             f"    replay full:   {facts.get('command', '')}",
+        ]
+    return lines
+
+
+def explored_text(shrunk: dict[str, Any] | None) -> list[str]:
+    """The failure text's lines for a shrunk explored scenario (Verdict.explored)."""
+    lines: list[str] = []
+    if shrunk:
+        early = f"; stopped early: {shrunk['stopped']}" if shrunk["stopped"] else ""
+        lines += [
+            f"shrunk explored scenario: {shrunk['operations_before']} -> "
+            f"{shrunk['operations_after']} operations ({', '.join(shrunk['operations'])}; "
+            f"{shrunk['attempts']} attempts, {shrunk['seconds']:g}s{early})",
+            f"    written as a scenario file: {shrunk['file']}",
+            f"    replay shrunk: {shrunk['command']}",
         ]
     return lines

@@ -1,0 +1,141 @@
+"""Benchmark: does exploration alone find each broken variant of the reference?
+
+    nice -n 10 python benchmarks/explore_variants.py [--only NAME,...] [--limit 300]
+        [--seed 1] [--shrink-attempts 16] [--out table.md]
+
+For each variant of ``tests/conformance/mta_variants`` (target ``broken:NAME``, as the
+conformance tests run them) a child ``pytest --shadowcheck --shadowcheck-explore-only
+--shadowcheck-explore=LIMIT`` explores from one seed, one scenario at a time (no xdist,
+so that the time to the find is the time one core took), and stops at the first FAIL
+(``-x``), which the plugin shrinks. The table, in Markdown, has per variant: found or
+not, the operations generated and the seconds spent up to the failing scenario's end
+(shrinking not counted), the shrunk length (operations) and the file the shrunk
+scenario was written to. Timing lives here, not in the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFORMANCE = ROOT / "tests" / "conformance"
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(CONFORMANCE))
+
+from mta_variants import all_variants  # noqa: E402
+
+from pytest_shadowcheck.plugin.exploration import DEEP_OPERATIONS  # noqa: E402
+
+_SHRUNK = re.compile(
+    r"shrunk explored scenario: (\d+) -> (\d+) operations \((.*); (\d+) attempts, ([\d.]+)s"
+)
+_FILE = re.compile(r"written as a scenario file: (\S+)")
+
+
+@dataclass
+class Row:
+    variant: str
+    found: bool
+    operations: int
+    seconds: float
+    shrunk: str
+    wall: float
+    file: str = ""
+
+
+def explore(name: str, limit: float, seed: int, attempts: int, work: Path) -> Row:
+    junit = work / f"{name}.xml"
+    command = [
+        sys.executable, "-m", "pytest", "--shadowcheck", "--shadowcheck-explore-only",
+        f"--shadowcheck-explore={limit:g}s", f"--shadowcheck-explore-seed={seed}",
+        "--shadowcheck-target", f"broken:{name}",
+        "--shadowcheck-target-plugin", "broken_target",
+        "--shadowcheck-shrink-attempts", str(attempts),
+        "--shadowcheck-report", str(work / name),
+        f"--junitxml={junit}", "-p", "no:cacheprovider", "-p", "no:xdist", "-x", "-q",
+    ]  # fmt: skip
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT), str(CONFORMANCE), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    began = time.monotonic()
+    done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - began
+    output = done.stdout + done.stderr
+    seconds, operations, found = 0.0, 0, False
+    if junit.is_file():
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            seconds += float(case.get("time") or 0)
+            operations += DEEP_OPERATIONS
+            if any(child.tag == "failure" for child in case):
+                found = True
+                break
+    shrunk, file = "-", ""
+    match = _SHRUNK.search(output)
+    if match:
+        seconds -= float(match.group(5))  # shrinking ran inside the failing item
+        shrunk = f"{match.group(2)} of {match.group(1)} ({match.group(4)} runs)"
+        where = _FILE.search(output)
+        file = where.group(1) if where else ""
+    return Row(name, found, operations, max(seconds, 0.0), shrunk, wall, file)
+
+
+def table(rows: list[Row], limit: float, seed: int) -> str:
+    found = sum(r.found for r in rows)
+    lines = [
+        f"Exploration alone (seed {seed}, at most {limit:g}s of exploring each, one core): "
+        f"{found} of {len(rows)} variants found.",
+        "",
+        "| variant | found | operations to find | seconds to find | shrunk to (operations) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ops = str(r.operations) if r.found else f"{r.operations} (none failed)"
+        secs = f"{r.seconds:.0f}" if r.found else f"> {r.seconds:.0f}"
+        lines.append(
+            f"| {r.variant} | {'yes' if r.found else 'no'} | {ops} | {secs} | {r.shrunk} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="comma-separated variant names")
+    parser.add_argument("--limit", type=float, default=300.0, help="seconds of exploring each")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--shrink-attempts", type=int, default=16)
+    parser.add_argument("--out", type=Path, default=None, help="also write the table here")
+    args = parser.parse_args()
+    wanted = [n for n in args.only.split(",") if n]
+    variants = [v.name for v in all_variants() if v.fails and (not wanted or v.name in wanted)]
+    unknown = sorted(set(wanted) - set(variants))
+    if unknown:
+        parser.error(f"unknown variant(s): {', '.join(unknown)}")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="explore-variants-") as tmp:
+        for name in variants:
+            row = explore(name, args.limit, args.seed, args.shrink_attempts, Path(tmp))
+            print(
+                f"{name}: {'found' if row.found else 'not found'} after {row.operations} "
+                f"operations, {row.seconds:.0f}s; shrunk {row.shrunk} ({row.wall:.0f}s in all)",
+                file=sys.stderr,
+            )
+            rows.append(row)
+    text = table(rows, args.limit, args.seed)
+    print(text)
+    if args.out:
+        args.out.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

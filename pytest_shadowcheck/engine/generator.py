@@ -1,0 +1,594 @@
+"""Explored scenarios: a seeded sequence of operations on a bundled topology.
+
+``generate(seed, index, ...)`` draws, from ``(seed, index)`` alone, a topology, start
+settings with fast timers and a state-dependent sequence of operations (sends, waits,
+node and link faults, scripted next hops, live setting changes, clock advances,
+resubmissions), each an ordinary action step of the suite, only those the target can
+perform (:data:`~pytest_shadowcheck.scenario.capabilities.STEP_CAPABILITY`). The
+scenario ends with every fault healed, every node back and a wait long enough for every
+timer in force, so that on a correct MTA whatever was acknowledged is delivered: the
+always-on invariants (no loss, integrity) and, with :data:`WITH_MODEL`, the model check
+judge it.
+
+The operations are kept apart from the steps (:class:`ExplorationPlan`): shrinking keeps
+a subset of the operations (engine/shrink.py, ddmin over their numbers) and the plan
+rebuilds a consistent scenario from it - snapshots only of nodes that are up, sends
+only through a node that can answer, and an ending that heals whatever the kept
+operations left broken.
+
+One node fault at a time (a kill, pause, wipe, or a cut between two nodes), and one
+next-hop fault (its link cut or its replies scripted), which holds mail in the queues
+while a node fails: a fault is ended, and the cluster given the time to recover
+(ShadowResubmitTimeSpan and two heartbeats), before the next of its kind starts. Two
+copies failing together is PR-4's case, outside the guarantee, which exploration does
+not generate (:func:`untestable_by_exploration` says so).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pytest_shadowcheck.scenario.capabilities import CAPABILITY_NEED, STEP_CAPABILITY
+from pytest_shadowcheck.scenario.loader import load_scenario_file
+from pytest_shadowcheck.scenario.model import Scenario
+
+__all__ = [
+    "EXPLORE_TOPOLOGIES",
+    "WITH_MODEL",
+    "ExplorationPlan",
+    "Operation",
+    "explored_name",
+    "generate",
+    "plan",
+    "untestable_by_exploration",
+]
+
+#: Whether explored scenarios end with ``expect: [{model: {}}]`` (the model check of
+#: checks/model). Off until that check kind exists on this branch: the always-on
+#: invariants judge explored scenarios meanwhile. The lead flips it when merging.
+WITH_MODEL = False
+
+#: the bundled topologies exploration draws from (the virtual one needs virtual_clock)
+EXPLORE_TOPOLOGIES = ("two-node-dag", "outages-three-node", "two-node-dag-virtual")
+
+#: protocol points a ``cut_at`` strikes at on a node->node link (issue 26's points):
+#: the shadow copy's final dot and its reply, the XSHADOW handshake, a discard query
+_NODE_POINTS = (
+    {"before_reply": "EOD"},
+    {"after": "EOD"},
+    {"after_reply": "EOD"},
+    {"before_reply": "XSHADOW"},
+    {"before_reply": "XQDISCARD"},
+    {"inside_reply": "EHLO"},
+)
+#: ... and on a node->sink link: the delivery's final dot and its reply
+_SINK_POINTS = ({"before_reply": "EOD"}, {"after": "EOD"}, {"before_reply": "RCPT"})
+#: temporary refusals a next hop gives (a 5xx would bounce the message: no loss, but
+#: not a delivery the no-loss invariant sees)
+_TEMPFAILS = ("451 4.3.0 mailbox busy, try later", "421 4.3.2 service shutting down")
+_SIZES = (None, None, 4_000, 40_000, 400_000)
+
+#: the settings exploration changes while the cluster runs, and the values it draws
+_LIVE = {
+    "RejectMessageOnShadowFailure": (True, False),
+    "ShadowRedundancyEnabled": (True, False),
+    "ShadowHeartbeatFrequency": (0.5, 1.0),
+    "ShadowResubmitTimeSpan": (2.0, 3.0, 4.0),
+}
+
+#: behaviour ID -> the capabilities exploration needs to exercise it (any one of the
+#: tuples), with what it does with them; behaviours not named are exercised on any
+#: target (sends and link faults need only the harness's proxies)
+_NEEDS: dict[str, tuple[tuple[tuple[str, ...], ...], str]] = {
+    "PR-2": ((("wipe_queue_db",),), "restarts a node on a new queue database"),
+    "PR-3": ((("kill", "restart"), ("restart",)), "restarts a node on its queue database"),
+    "DI-1": ((("control_api",),), "reads the primary's discard events and queues"),
+    "DI-4": ((("control_api",),), "reads the shadow queue after a delivery"),
+    "SN-1": ((("control_api",),), "reads the primary's Safety Net"),
+    "SN-2": ((("control_api",),), "reads the shadow's Shadow Safety Net"),
+    "SN-3": ((("virtual_clock", "control_api"),), "moves the clock past SafetyNetHoldTime"),
+    "SN-5": ((("control_api",),), "asks for a resubmission from Safety Net"),
+    "CR-6": ((("set_settings",),), "turns shadow redundancy off while the cluster runs"),
+}
+#: behaviours exploration never exercises, on any target, and why
+_NEVER = {
+    "PR-4": "exploration keeps to one fault at a time: two copies failing together is "
+    "outside the guarantee, judged by the hand-written scenarios",
+}
+
+
+def untestable_by_exploration(capabilities: frozenset[str]) -> dict[str, str]:
+    """Behaviour ID -> why exploration cannot exercise it on a target with these
+    capabilities (the operations it would need are never generated for it)."""
+    out = dict(_NEVER)
+    for bid, (options, does) in _NEEDS.items():
+        if any(set(need) <= capabilities for need in options):
+            continue
+        missing = sorted({c for need in options for c in need} - capabilities)
+        out[bid] = f"exploration {does}, which needs the target to " + "; ".join(
+            CAPABILITY_NEED[c] for c in missing
+        )
+    return dict(sorted(out.items()))
+
+
+def explored_name(seed: int, index: int) -> str:
+    return f"explore_s{seed}_{index:03d}"
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One generated operation: its action steps (as a scenario file writes them) and
+    what it does to the cluster's state (``effect``: kind and node, link or sink)."""
+
+    label: str
+    steps: tuple[dict[str, Any], ...]
+    effect: tuple[str, str] = ("", "")
+    #: behaviour IDs the operation exercises (the scenario names their union)
+    behaviours: tuple[str, ...] = ()
+
+
+@dataclass
+class _State:
+    nodes: tuple[str, ...]
+    down: set[str] = field(default_factory=set)
+    paused: set[str] = field(default_factory=set)
+    cut: set[str] = field(default_factory=set)
+    scripted: set[str] = field(default_factory=set)
+
+    def answering(self) -> list[str]:
+        return [n for n in self.nodes if n not in self.down and n not in self.paused]
+
+    def apply(self, effect: tuple[str, str]) -> None:
+        kind, what = effect
+        if kind == "down":
+            self.down.add(what)
+        elif kind == "up":
+            self.down.discard(what)
+            self.paused.discard(what)
+        elif kind == "pause":
+            self.paused.add(what)
+        elif kind == "resume":
+            self.paused.discard(what)
+        elif kind == "cut":
+            self.cut.add(what)
+        elif kind == "heal":
+            self.cut.discard(what)
+        elif kind == "script":
+            self.scripted.add(what)
+        elif kind == "unscript":
+            self.scripted.discard(what)
+
+    def quiet(self) -> bool:
+        return not (self.down or self.paused or self.cut or self.scripted)
+
+    def node_links(self) -> set[str]:
+        return {link for link in self.cut if link.partition("->")[2] in self.nodes}
+
+    def hop_links(self) -> set[str]:
+        return self.cut - self.node_links()
+
+    def faulted(self, category: str) -> bool:
+        """Whether a fault of ``category`` (node, hop) is on."""
+        if category == "node":
+            return bool(self.down or self.paused or self.node_links())
+        return bool(self.scripted or self.hop_links())
+
+
+@cache
+def _topology(name: str) -> dict[str, Any]:
+    path = Path(str(resources.files("scenarios"))) / "topologies" / f"{name}.yaml"
+    data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return data
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}s"
+
+
+@dataclass
+class ExplorationPlan:
+    """The operations of one explored scenario, and how to build it from any subset."""
+
+    seed: int
+    index: int
+    topology: str
+    settings: dict[str, Any]
+    operations: list[Operation]
+    capabilities: frozenset[str]
+
+    @property
+    def name(self) -> str:
+        return explored_name(self.seed, self.index)
+
+    def _timers(self, kept: Sequence[Operation]) -> tuple[float, float]:
+        """The longest ShadowResubmitTimeSpan and ShadowHeartbeatFrequency in force."""
+        spans = [float(self.settings["ShadowResubmitTimeSpan"])]
+        beats = [float(self.settings["ShadowHeartbeatFrequency"])]
+        for op in kept:
+            for step in op.steps:
+                values = step.get("set_settings", {}).get("values", {})
+                spans += [_parse(values[k]) for k in values if k == "ShadowResubmitTimeSpan"]
+                beats += [_parse(values[k]) for k in values if k == "ShadowHeartbeatFrequency"]
+        return max(spans), max(beats)
+
+    def recovery(self, kept: Sequence[Operation]) -> float:
+        """How long the cluster needs after a fault ends: a promotion, two heartbeats,
+        a retry of the delivery and a margin for a loaded machine."""
+        span, beat = self._timers(kept)
+        retry = float(self.settings["TransientFailureRetryInterval"])
+        return span + 2 * beat + retry + 2.0
+
+    def document(
+        self, keep: Sequence[int] | None = None, name: str | None = None
+    ) -> dict[str, Any]:
+        """The scenario's entry of a scenario file, built from the operations numbered
+        ``keep`` (None: all)."""
+        chosen = range(len(self.operations)) if keep is None else sorted(set(keep))
+        kept = [self.operations[i] for i in chosen]
+        data = _topology(self.topology)
+        state = _State(tuple(data["nodes"]))
+        snapshots = "control_api" in self.capabilities
+        steps: list[dict[str, Any]] = []
+        waited = 0.0
+
+        def look() -> None:
+            if snapshots:
+                for node in state.answering():
+                    steps.extend(
+                        {"snapshot": {"node": node, "queue": q}} for q in ("active", "shadow")
+                    )
+
+        for op in kept:
+            for drawn in op.steps:
+                step = self._routed(drawn, state) if "send" in drawn else drawn
+                if step is None:
+                    continue
+                if "wait" in step:
+                    waited += _parse(step["wait"])
+                steps.append(step)
+            state.apply(op.effect)
+            look()
+        # the ending: every fault healed, every node back, time for every timer
+        ending: list[dict[str, Any]] = []
+        if state.cut:
+            ending.append({"heal": "all"})
+        ending += [{"sink": {"name": s, "reply": "accept"}} for s in sorted(state.scripted)]
+        ending += [{"resume": n} for n in state.nodes if n in state.paused]
+        ending += [{"restart": n} for n in state.nodes if n in state.down]
+        final = self.recovery(kept) + 2.0
+        ending.append({"wait": _seconds(final)})
+        steps += ending
+        state = _State(state.nodes)
+        look()
+        behaviours = sorted({b for op in kept for b in op.behaviours} | {"CR-1"}, key=_bid)
+        doc: dict[str, Any] = {
+            "name": name or self.name,
+            "title": f"explored from seed {self.seed}, scenario {self.index}: "
+            + (", ".join(op.label for op in kept) or "no operation"),
+            "behaviours": behaviours,
+            "topology": self.topology,
+            "settings": {
+                k: _seconds(v) if isinstance(v, float) else v for k, v in self.settings.items()
+            },
+            # the waits, a few seconds a step on a loaded machine, and the ending
+            "timeout": _seconds(round(waited + final + 2 * len(steps) + 60)),
+            # the no-loss invariant stops waiting once everything arrived
+            "settle": "20s",
+            "steps": steps,
+            "expect": [{"model": {}}] if WITH_MODEL else [],
+        }
+        return doc
+
+    def _routed(self, step: dict[str, Any], state: _State) -> dict[str, Any] | None:
+        """A send through a node that answers: its own when it can, else the first that
+        can (a kept subset may have the drawn one down); None when none can."""
+        send = dict(step["send"])
+        answering = state.answering()
+        if not answering:
+            return None
+        if send["via"] not in answering:
+            send["via"] = answering[0]
+        return {"send": send}
+
+    def scenario(
+        self, keep: Sequence[int] | None = None, directory: Path | None = None, name: str = ""
+    ) -> Scenario:
+        """The scenario of the operations ``keep`` (None: all), written to ``directory``
+        (default: a per-user temporary one) and loaded back as the suite loads a file."""
+        text = self.yaml(keep, name=name)
+        where = directory or _default_directory()
+        where.mkdir(parents=True, exist_ok=True)
+        path = where / f"{name or self.name}.yaml"
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+        (scenario,) = load_scenario_file(path)
+        return scenario
+
+    def yaml(self, keep: Sequence[int] | None = None, name: str = "") -> str:
+        doc = self.document(keep, name or None)
+        ops = len(self.operations) if keep is None else len(set(keep))
+        head = (
+            f"Explored scenario: seed {self.seed}, index {self.index}, {ops} operation(s) "
+            f"of {len(self.operations)}; generated by pytest-shadowcheck's exploration"
+        )
+        return "".join(f"# {line}\n" for line in head.splitlines()) + yaml.dump(
+            {"scenarios": [doc]}, sort_keys=False, default_flow_style=None, width=88
+        )
+
+
+def _default_directory() -> Path:
+    return Path(tempfile.gettempdir()) / f"shadowcheck-explore-{os.getuid()}"
+
+
+def _bid(bid: str) -> tuple[str, int]:
+    family, _, number = bid.partition("-")
+    return family, int(number)
+
+
+def _parse(value: Any) -> float:
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).strip()
+    if text.endswith("ms"):
+        return float(text[:-2]) / 1000
+    return float(text.rstrip("s"))
+
+
+class _Drawer:
+    """Draws one plan's operations; ``can`` says which step kinds the target performs."""
+
+    def __init__(self, rng: random.Random, topology: str, capabilities: frozenset[str]):
+        self.rng = rng
+        self.capabilities = capabilities
+        data = _topology(topology)
+        self.nodes = tuple(data["nodes"])
+        self.recipients = tuple(data["directory"]["recipients"])
+        hops = data.get("next_hops", {})
+        self.sinks = tuple(sorted({h["sink"] for h in hops.values() if h.get("sink")}))
+        self.virtual = data.get("clock") == "virtual"
+        self.state = _State(self.nodes)
+        self.sent = 0
+        #: a message may have been acknowledged with a single holder (redundancy off, or
+        #: acknowledged without a copy): losing a node's queue database would lose it, PR-4
+        self.single_holder = False
+        self.redundancy = True
+        self.reject = True
+        #: how long the cluster needs after a fault ends (ExplorationPlan.recovery)
+        self.recovery = 10.0
+        self.resubmits = 0
+
+    def can(self, kind: str) -> bool:
+        need = STEP_CAPABILITY.get(kind)
+        return need is None or need in self.capabilities
+
+    def node(self) -> str:
+        return self.rng.choice(self.nodes)
+
+    def send(self) -> Operation:
+        self.sent += 1
+        ref = f"m{self.sent}"
+        answering = self.state.answering() or list(self.nodes)
+        count = self.rng.choice((1, 1, 2, 3))
+        to = self.rng.sample(self.recipients, min(count, len(self.recipients)))
+        spec: dict[str, Any] = {"id": ref, "via": self.rng.choice(answering), "to": to}
+        size = self.rng.choice(_SIZES)
+        if size:
+            spec["size"] = size
+        # a node that cannot make a copy answers within SendConnectionInactivityTimeout
+        spec["timeout"] = "20s"
+        return Operation(f"send {ref} via {spec['via']}", ({"send": spec},), behaviours=("CR-1",))
+
+    def wait(self) -> Operation:
+        seconds = self.rng.choice((0.2, 0.5, 1.0, 1.5))
+        return Operation(f"wait {seconds:g}s", ({"wait": _seconds(seconds)},))
+
+    def start_fault(self, category: str) -> Operation:
+        """A node fault (``node``: a kill, pause, restart, wipe, or a cut between two
+        nodes) or a next-hop fault (``hop``: its link cut, or its replies scripted), in a
+        cluster that has none of that category: a node fault while a next hop holds the
+        mail back is where copies matter."""
+        node = self.node()
+        other = self.rng.choice([n for n in self.nodes if n != node])
+        sink = self.rng.choice(self.sinks)
+        if category == "hop":
+            return self._hop_fault(node, sink)
+        choices: list[tuple[str, int]] = [("cut_node", 1), ("point", 2)]
+        if self.can("kill") and self.can("restart"):
+            choices += [("kill", 3), ("restart", 2)]
+        if self.can("pause"):
+            choices.append(("pause", 2))
+        if self.can("wipe") and not self.single_holder:
+            choices.append(("wipe", 4))
+        if self.can("power_cut") and self.can("restart") and not self.single_holder:
+            choices.append(("power_cut", 1))
+        kind = self.rng.choices([c for c, _ in choices], [w for _, w in choices])[0]
+        if kind == "kill":
+            return Operation(f"kill {node}", ({"kill": node},), ("down", node), ("PR-1", "PR-3"))
+        if kind == "power_cut":
+            return Operation(f"power_cut {node}", ({"power_cut": node},), ("down", node), ("PR-1",))
+        if kind == "pause":
+            return Operation(f"pause {node}", ({"pause": node},), ("pause", node), ("PR-1", "CR-4"))
+        if kind in ("restart", "wipe"):
+            behaviours = ("PR-3",) if kind == "restart" else ("PR-2",)
+            steps = ({kind: node}, {"wait": _seconds(self.recovery)})
+            return Operation(f"{kind} {node}", steps, ("up", node), behaviours)
+        link = f"{node}->{other}"
+        if kind == "cut_node":
+            step = {"fault": {"link": link, "kind": "cut"}}
+            return Operation(f"cut {link}", (step,), ("cut", link), ("CR-4", "CR-5", "PR-1"))
+        point = dict(self.rng.choice(_NODE_POINTS))
+        fault: dict[str, Any] = {"link": link, "kind": "cut_at", "point": point}
+        ((place, verb),) = point.items()
+        label = f"cut {link} {place} {verb}"
+        return Operation(label, ({"fault": fault},), ("cut", link), ("CR-3", "DI-2"))
+
+    def _hop_fault(self, node: str, sink: str) -> Operation:
+        kind = self.rng.choice(("cut", "point", "tempfail", "tempfail"))
+        link = f"{node}->{sink}"
+        if kind == "cut":
+            step = {"fault": {"link": link, "kind": "cut"}}
+            return Operation(f"cut {link}", (step,), ("cut", link), ("DI-1",))
+        if kind == "point":
+            point = dict(self.rng.choice(_SINK_POINTS))
+            fault: dict[str, Any] = {"link": link, "kind": "cut_at", "point": point}
+            ((place, verb),) = point.items()
+            label = f"cut {link} {place} {verb}"
+            return Operation(label, ({"fault": fault},), ("cut", link), ("DI-1",))
+        # a next hop refusing for a while: one recipient's RCPT, or the end of DATA
+        reply = self.rng.choice(_TEMPFAILS)
+        if self.rng.random() < 0.5:
+            rcpt = self.rng.choice(self.recipients)
+            spec: dict[str, Any] = {"name": sink, "rcpt": {rcpt: reply}}
+            label = f"{sink} refuses RCPT {rcpt} with {reply[:3]}"
+        else:
+            spec = {"name": sink, "data": reply}
+            label = f"{sink} refuses DATA with {reply[:3]}"
+        return Operation(label, ({"sink": spec},), ("script", sink), ("DI-1",))
+
+    def end_fault(self, category: str) -> Operation:
+        state = self.state
+        wait = {"wait": _seconds(self.recovery)}
+        if category == "node" and state.down:
+            node = sorted(state.down)[0]
+            wipe = self.can("wipe") and not self.single_holder and self.rng.random() < 0.3
+            how = "wipe" if wipe else "restart"
+            ids = ("PR-2",) if how == "wipe" else ("PR-3",)
+            return Operation(f"{how} {node}", ({how: node}, wait), ("up", node), ids)
+        if category == "node" and state.paused:
+            node = sorted(state.paused)[0]
+            return Operation(
+                f"resume {node}", ({"resume": node}, wait), ("resume", node), ("PR-1",)
+            )
+        links = sorted(state.node_links() if category == "node" else state.hop_links())
+        if links:
+            return Operation(f"heal {links[0]}", ({"heal": links[0]}, wait), ("heal", links[0]))
+        sink = sorted(state.scripted)[0]
+        step = {"sink": {"name": sink, "reply": "accept"}}
+        return Operation(f"{sink} accepts again", (step, wait), ("unscript", sink))
+
+    def set_settings(self) -> Operation:
+        name = self.rng.choice(sorted(_LIVE))
+        value = self.rng.choice(_LIVE[name])
+        if name == "ShadowRedundancyEnabled":
+            self.redundancy = bool(value)
+        if name == "RejectMessageOnShadowFailure":
+            self.reject = bool(value)
+        if name == "ShadowRedundancyEnabled" and not value:
+            self.single_holder = True
+        if name == "RejectMessageOnShadowFailure" and not value:
+            self.single_holder = True
+        shown = _seconds(value) if isinstance(value, float) else value
+        step = {"set_settings": {"values": {name: shown}}}
+        ids = {
+            "ShadowRedundancyEnabled": ("CR-6",),
+            "RejectMessageOnShadowFailure": ("CR-4", "CR-5"),
+        }
+        return Operation(f"set {name}={str(shown).lower()}", (step,), behaviours=ids.get(name, ()))
+
+
+def plan(
+    seed: int,
+    index: int,
+    *,
+    capabilities: frozenset[str],
+    length: int,
+    topologies: Sequence[str] = EXPLORE_TOPOLOGIES,
+) -> ExplorationPlan:
+    """The operations of explored scenario ``index`` of ``seed``: deterministic."""
+    rng = random.Random(f"shadowcheck-explore:{seed}:{index}")
+    usable = [
+        t
+        for t in topologies
+        if _topology(t).get("clock", "real") != "virtual" or "virtual_clock" in capabilities
+    ]
+    topology = rng.choice(usable)
+    settings: dict[str, Any] = {
+        "ShadowHeartbeatFrequency": rng.choice((0.5, 1.0)),
+        "ShadowResubmitTimeSpan": rng.choice((2.0, 3.0, 4.0)),
+        "TransientFailureRetryInterval": 0.5,
+        # a heartbeat or a copy to a frozen node gives up after this
+        "SendConnectionInactivityTimeout": 1.0,
+        "RejectMessageOnShadowFailure": rng.random() < 0.75,
+    }
+    if _topology(topology).get("clock") == "virtual":
+        settings["SafetyNetHoldTime"] = rng.choice((600.0, 3600.0))
+    drawer = _Drawer(rng, topology, capabilities)
+    drawer.reject = bool(settings["RejectMessageOnShadowFailure"])
+    drawer.single_holder = not drawer.reject
+    ops: list[Operation] = []
+    temp = ExplorationPlan(seed, index, topology, settings, ops, capabilities)
+    while len(ops) < length:
+        drawer.recovery = temp.recovery(ops)
+        quiet = drawer.state.quiet()
+        weights: list[tuple[str, int]] = [("send", 5), ("wait", 1)]
+        # next-hop faults last: a node fault while mail is held back is what copies are for
+        for category, start, end in (("node", 2, 3), ("hop", 3, 1)):
+            on = drawer.state.faulted(category)
+            weights.append(("end_" + category, end) if on else ("start_" + category, start))
+        if drawer.can("set_settings"):
+            weights.append(("settings", 1))
+        if drawer.virtual and drawer.can("advance"):
+            weights.append(("advance", 1))
+        if drawer.can("resubmit") and quiet and drawer.resubmits < 1:
+            weights.append(("resubmit", 1))
+        kind = rng.choices([k for k, _ in weights], [w for _, w in weights])[0]
+        op: Operation | None
+        if kind == "send":
+            op = drawer.send()
+        elif kind == "wait":
+            op = drawer.wait()
+        elif kind.startswith("start_"):
+            op = drawer.start_fault(kind.partition("_")[2])
+        elif kind.startswith("end_"):
+            op = drawer.end_fault(kind.partition("_")[2])
+        elif kind == "settings":
+            op = drawer.set_settings()
+        elif kind == "advance":
+            minutes = rng.choice((1, 5, 20, 45))
+            op = Operation(
+                f"advance {minutes}m", ({"advance": f"{minutes}m"},), behaviours=("SN-3",)
+            )
+        else:
+            node = drawer.node()
+            database = rng.choice(
+                sorted(set(_topology(topology)["directory"]["recipients"].values()))
+            )
+            step = {"resubmit": {"node": node, "database": database, "start": "-1h", "end": "now"}}
+            op = Operation(f"resubmit {database} on {node}", (step,), behaviours=("SN-5",))
+            drawer.resubmits += 1
+        if op is None:
+            continue
+        drawer.state.apply(op.effect)
+        ops.append(op)
+        if kind.startswith("end_") and drawer.state.quiet() and drawer.reject and drawer.redundancy:
+            # a fault ended and the recovery waited with nothing held back: whatever had a
+            # single holder is delivered, and every message from now on gets a copy
+            drawer.single_holder = False
+    return temp
+
+
+def generate(
+    seed: int,
+    index: int,
+    *,
+    capabilities: frozenset[str],
+    length: int,
+    topologies: Sequence[str] = EXPLORE_TOPOLOGIES,
+    directory: Path | None = None,
+) -> Scenario:
+    """Explored scenario ``index`` of ``seed`` (named ``explore_s{seed}_{index:03d}``):
+    ``length`` operations a target with ``capabilities`` can perform."""
+    return plan(
+        seed, index, capabilities=capabilities, length=length, topologies=topologies
+    ).scenario(directory=directory)

@@ -1,0 +1,371 @@
+"""Exploration: seeded, generated scenarios run beside the hand-written ones.
+
+``pytest --shadowcheck`` runs a bounded slice (:data:`SLICE_SCENARIOS` scenarios of
+:data:`SLICE_OPERATIONS` operations from the fixed seed :data:`SLICE_SEED`);
+``--shadowcheck-explore=DURATION`` explores from a fresh seed (printed) until the
+duration is spent; ``--shadowcheck-explore-seed=N`` fixes the seed;
+``--shadowcheck-explore-only`` leaves the hand-written scenarios out.
+
+An explored scenario is an ordinary scenario file (engine/generator.py writes it), so it
+is collected, run and reported as any other; its replay command names that file. One
+that FAILs is shrunk (engine/shrink.shrink_operations: ddmin over its operations, each
+attempt a fresh run), the shrunk scenario written as YAML (scenario/writer.py) to the
+report directory (or the run's basetemp), and the failure shows it with the command
+that replays it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import re
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_shadowcheck.engine.generator import ExplorationPlan, plan, untestable_by_exploration
+from pytest_shadowcheck.engine.run import run_scenario
+from pytest_shadowcheck.engine.shrink import Budget, shrink_operations
+from pytest_shadowcheck.plugin.junit import junit_xml
+from pytest_shadowcheck.plugin.state import ShadowcheckState, run_basetemp
+from pytest_shadowcheck.plugin.terminal import note_writer
+from pytest_shadowcheck.progress import Progress
+from pytest_shadowcheck.scenario.capabilities import CAPABILITIES
+from pytest_shadowcheck.scenario.model import Scenario
+from pytest_shadowcheck.scenario.writer import scenario_yaml
+from pytest_shadowcheck.verdict import Status, Verdict
+
+__all__ = [
+    "SLICE_OPERATIONS",
+    "SLICE_SCENARIOS",
+    "SLICE_SEED",
+    "Exploration",
+    "ExplorationHooks",
+    "XdistExploration",
+    "explored_index",
+    "setup_exploration",
+    "shrink_explored",
+]
+
+#: the bounded slice of every ``pytest --shadowcheck``: fixed, so runs compare
+SLICE_SEED = 2027
+SLICE_SCENARIOS = 3
+SLICE_OPERATIONS = 10
+#: operations of each scenario of a deep exploration
+DEEP_OPERATIONS = 16
+#: the shortest an explored scenario runs (s): a deep exploration collects enough
+#: scenarios for its duration at this pace, and starts none after the deadline
+_FASTEST = 8.0
+_KEY = pytest.StashKey["Exploration"]()
+_EXPLORED = re.compile(r"^explore_s(\d+)_(\d{3})$")
+#: the property an explored item's report carries (operations, verdict, behaviours)
+PROPERTY = "shadowcheck.explored"
+
+
+def explored_index(name: str) -> tuple[int, int] | None:
+    """(seed, index) of an explored scenario's name, None for any other."""
+    found = _EXPLORED.match(name)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+@dataclass
+class Exploration:
+    seed: int
+    count: int
+    length: int
+    capabilities: frozenset[str]
+    directory: Path
+    #: epoch seconds after which no explored scenario starts (deep exploration)
+    deadline: float | None = None
+    only: bool = False
+    files: list[Path] = field(default_factory=list)
+
+    def plan(self, index: int) -> ExplorationPlan:
+        return plan(self.seed, index, capabilities=self.capabilities, length=self.length)
+
+
+def _duration(text: str) -> float:
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*", text)
+    if not found:
+        raise pytest.UsageError(f"--shadowcheck-explore={text}: not a duration (e.g. 300s, 5m, 1h)")
+    return float(found.group(1)) * {"s": 1, "m": 60, "h": 3600}[found.group(2) or "s"]
+
+
+def setup_exploration(config: pytest.Config, state: ShadowcheckState) -> Exploration | None:
+    """The session's exploration, its scenario files written; None when it is off
+    (a command line naming scenarios or paths runs only those)."""
+    deep = config.getoption("shadowcheck_explore", None)
+    seed = config.getoption("shadowcheck_explore_seed", None)
+    only = bool(config.getoption("shadowcheck_explore_only", False))
+    asked = deep is not None or seed is not None or only
+    if not asked and config.args_source == pytest.Config.ArgsSource.ARGS:
+        return None
+    if not asked and config.getoption("shadowcheck_scenarios"):
+        return None  # a library of one's own: the slice is the bundled library's
+    workerinput = getattr(config, "workerinput", None)
+    shared = json.loads(workerinput.get("shadowcheck_explore", "{}")) if workerinput else {}
+    deadline = shared.get("deadline")
+    if deep is not None:
+        seconds = _duration(str(deep))
+        seed = shared.get("seed", seed if seed is not None else random.randrange(1, 10**6))
+        deadline = deadline or time.time() + seconds
+        count, length = max(1, math.ceil(seconds / _FASTEST)), DEEP_OPERATIONS
+    else:
+        seed = SLICE_SEED if seed is None else int(seed)
+        count, length = SLICE_SCENARIOS, SLICE_OPERATIONS
+    target = state.target
+    capabilities = frozenset(c for c in CAPABILITIES if target.can(c))
+    # the same seed draws other scenarios for other capabilities or lengths: a directory
+    # of their own, so that two sessions never overwrite each other's files
+    digest = hashlib.sha1(",".join(sorted(capabilities)).encode()).hexdigest()[:8]
+    name = f"{target.label}-s{seed}-n{length}-{digest}"
+    directory = Path(tempfile.gettempdir()) / "shadowcheck-explore" / name
+    exploration = Exploration(
+        int(seed), count, length, capabilities, directory, deadline=deadline, only=only
+    )
+    for index in range(count):
+        explored = exploration.plan(index)
+        explored.scenario(directory=directory)
+        exploration.files.append(directory / f"{explored.name}.yaml")
+    config.stash[_KEY] = exploration
+    return exploration
+
+
+def get_exploration(config: pytest.Config) -> Exploration | None:
+    return config.stash.get(_KEY, None)
+
+
+def shrink_explored(
+    state: ShadowcheckState, scenario: Scenario, verdict: Verdict, replay: Callable[[str], str]
+) -> None:
+    """Shrink a FAILed explored scenario to the fewest operations that still fail; the
+    shrunk scenario is written as YAML and named, with its replay command, in the
+    verdict (``Verdict.explored``, shown by plugin/shrinking.explored_text); ``replay``
+    makes the command line that runs a scenario file."""
+    config = state.config
+    exploration = get_exploration(config)
+    found = explored_index(scenario.name)
+    if exploration is None or found is None or found[0] != exploration.seed:
+        return
+    explored = exploration.plan(found[1])
+    progress = Progress(scenario.name, note_writer(config))
+    budget = Budget(
+        int(config.getoption("shadowcheck_shrink_attempts", 40)),
+        float(config.getoption("shadowcheck_shrink_time", 1200.0)),
+    )
+    scratch = Path(tempfile.mkdtemp(prefix=f"{scenario.name}-shrinking-"))
+    shrunk_name = f"{scenario.name}_shrunk"
+
+    def attempt(keep: list[int]) -> Verdict:
+        candidate = explored.scenario(keep, directory=scratch, name=shrunk_name)
+        return _run(state, candidate)
+
+    count = len(explored.operations)
+    progress.note(f"shrinking {scenario.name}: {count} operations")
+    result = shrink_operations(verdict, count, attempt, budget, progress.note)
+    shutil.rmtree(scratch, ignore_errors=True)
+    out = _output_directory(state)
+    out.mkdir(parents=True, exist_ok=True)
+    shrunk = explored.scenario(result.kept, directory=out, name=shrunk_name)
+    labels = [explored.operations[i].label for i in result.kept]
+    comment = (
+        f"{scenario.name} (exploration seed {exploration.seed}) shrunk from {count} to "
+        f"{len(result.kept)} operations: {', '.join(labels)}\n"
+        f"It failed against target {state.target_spec}: "
+        + "; ".join(c.name for c in verdict.failures)
+    )
+    path = out / f"{shrunk_name}.yaml"
+    path.write_text(scenario_yaml(shrunk, comment=comment), encoding="utf-8")
+    verdict.explored = {
+        "seed": exploration.seed,
+        "index": found[1],
+        "operations_before": count,
+        "operations_after": len(result.kept),
+        "operations": labels,
+        "file": str(path),
+        "attempts": result.attempts,
+        "seconds": round(result.seconds, 1),
+        "stopped": result.stopped,
+        "command": replay(str(path)),
+    }
+    progress.note(
+        f"shrunk {scenario.name} to {len(result.kept)} of {count} operations in "
+        f"{result.attempts} attempts ({result.seconds:.0f}s): {path}"
+    )
+
+
+def _output_directory(state: ShadowcheckState) -> Path:
+    if state.report_dir is not None:
+        return state.report_dir / "explored"
+    base = run_basetemp(state.config)
+    return (base or Path(tempfile.gettempdir())) / "shadowcheck-explored"
+
+
+def _run(state: ShadowcheckState, scenario: Scenario) -> Verdict:
+    """One fresh run of a shrinking attempt; its workdir goes."""
+    verdict = Verdict(scenario.name, scenario.behaviours, source=str(scenario.where))
+    workdir = state.workdir(scenario.name)
+    try:
+        run_scenario(
+            scenario,
+            state.target,
+            workdir=workdir,
+            progress=Progress(f"{scenario.name} (shrinking)"),
+            verdict=verdict,
+        )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return verdict
+
+
+class XdistExploration:
+    """Every xdist worker explores the controller's seed, to its deadline."""
+
+    def __init__(self, exploration: Exploration) -> None:
+        self.exploration = exploration
+
+    def pytest_configure_node(self, node: Any) -> None:
+        shared = {"seed": self.exploration.seed, "deadline": self.exploration.deadline}
+        node.workerinput["shadowcheck_explore"] = json.dumps(shared)
+
+
+class ExplorationHooks:
+    """The hooks of an exploration: the deadline, the figures, the terminal summary."""
+
+    def __init__(
+        self, exploration: Exploration, controller: bool, report_dir: Path | None = None
+    ) -> None:
+        self.exploration = exploration
+        self.report_dir = report_dir
+        self.controller = controller
+        self.ran = 0
+        self.operations = 0
+        self.failed: list[str] = []
+        self.exercised: Counter[str] = Counter()
+        self.skipped_for_time = 0
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        e = self.exploration
+        kind = (
+            "deep, until " + time.strftime("%H:%M:%S", time.localtime(e.deadline))
+            if e.deadline
+            else "bounded slice"
+        )
+        return [
+            f"shadowcheck exploration: seed {e.seed} ({kind}), {e.count} scenario(s) of "
+            f"{e.length} operations; replay with --shadowcheck-explore-seed={e.seed}"
+            + (" --shadowcheck-explore-only" if e.only else "")
+        ]
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: Any) -> bool | None:
+        """Past a deep exploration's deadline, explored items do not start (silently:
+        they were collected only to fill the time)."""
+        deadline = self.exploration.deadline
+        scenario = getattr(item, "scenario", None)
+        if deadline is None or scenario is None or explored_index(scenario.name) is None:
+            return None
+        if time.time() < deadline:
+            return None
+        return True
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: Any) -> Any:
+        report = yield
+        scenario = getattr(item, "scenario", None)
+        verdict = getattr(item, "verdict", None)
+        if call.when != "setup" or scenario is None or verdict is None:
+            return report
+        if explored_index(scenario.name) is None:
+            return report
+        operations = sum(1 for s in scenario.steps if s.kind != "snapshot")
+        exercised = sorted(
+            {
+                b
+                for c in verdict.checks
+                if c.name.startswith("model") and c.status == Status.PASS
+                for b in c.behaviours
+            }
+        )
+        facts = {"operations": operations, "status": str(verdict.status), "exercised": exercised}
+        report.user_properties.append((PROPERTY, json.dumps(facts)))
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "setup":
+            return
+        for name, value in report.user_properties:
+            if name != PROPERTY:
+                continue
+            facts = json.loads(str(value))
+            self.ran += 1
+            self.operations += int(facts["operations"])
+            self.exercised.update(facts["exercised"])
+            if facts["status"] == str(Status.FAIL):
+                self.failed.append(report.nodeid)
+
+    def summary(self) -> list[str]:
+        e = self.exploration
+        lines = [
+            f"exploration: seed {e.seed}, {self.ran} explored scenario(s) run, "
+            f"{self.ran * e.length} operations ({self.operations} steps with the endings), "
+            f"{len(self.failed)} failed"
+        ]
+        if self.exercised:
+            shown = ", ".join(f"{b} x{n}" for b, n in sorted(self.exercised.items()))
+            lines.append(f"behaviours exercised (model check passed): {shown}")
+        else:
+            lines.append("behaviours exercised: none measured (no model check in these scenarios)")
+        untestable = untestable_by_exploration(e.capabilities)
+        if untestable:
+            lines.append("UNTESTABLE by exploration on this target:")
+            lines += [f"  {bid}: {why}" for bid, why in untestable.items()]
+        if e.deadline:
+            lines.append(f"replay this exploration: --shadowcheck-explore-seed={e.seed}")
+        if self.report_dir is not None:
+            lines.append(f"figures: {self.report_dir / 'exploration.json'}")
+        return lines
+
+    def figures(self) -> dict[str, Any]:
+        """What a regression dashboard tracks across runs: ``exploration.json`` beside
+        the certification, and the JUnit property ``shadowcheck.exploration``."""
+        e = self.exploration
+        return {
+            "seed": e.seed,
+            "deep": e.deadline is not None,
+            "scenarios_run": self.ran,
+            "operations_run": self.ran * e.length,
+            "steps_run": self.operations,
+            "failed": self.failed,
+            "exercised": dict(sorted(self.exercised.items())),
+            "untestable": untestable_by_exploration(e.capabilities),
+        }
+
+    @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if not self.controller:
+            return
+        figures = self.figures()
+        xml = junit_xml(session.config)
+        if xml is not None:
+            xml.add_global_property("shadowcheck.exploration", json.dumps(figures))
+        if self.report_dir is not None:
+            self.report_dir.mkdir(parents=True, exist_ok=True)
+            text = json.dumps(figures, indent=1) + "\n"
+            (self.report_dir / "exploration.json").write_text(text, encoding="utf-8")
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.controller:
+            return
+        terminalreporter.write_sep("-", "shadowcheck exploration")
+        for line in self.summary():
+            terminalreporter.write_line(line)

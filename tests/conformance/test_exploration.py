@@ -1,0 +1,114 @@
+"""Exploration end to end, in child pytests: the bounded slice passes on the reference;
+against a broken variant an explored scenario FAILs, is shrunk to a few operations and
+written as a scenario file, which its printed replay command shows failing on the
+variant, and which passes on the reference.
+
+Seed 222's first scenario holds the mail back at the next hop (a 421 to the end of DATA),
+sends one message through mbx2 and wipes mbx2: its shadow on mbx1 must promote the copy
+(PR-2). ``shadow-drops-copies`` acknowledges copies it never stores, so the message is
+lost - found through the no-loss invariant alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from pytest_shadowcheck.scenario.loader import load_scenario_file
+
+HERE = Path(__file__).resolve().parent
+
+pytestmark = pytest.mark.slow
+
+
+def _child(
+    tmp_path: Path, args: list[str], name: str, timeout: float = 400
+) -> tuple[dict[str, str], str]:
+    """A child ``pytest --shadowcheck``; (scenario name -> outcome, its output)."""
+    junit = tmp_path / f"{name}.xml"
+    plugin = [] if "broken_target" in args else ["--shadowcheck-target-plugin", "broken_target"]
+    command = [
+        sys.executable, "-m", "pytest", "--shadowcheck", *plugin,
+        f"--junitxml={junit}", "-p", "no:cacheprovider", "-q", "-rfE", *args,
+    ]  # fmt: skip
+    path = [str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+    proc = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    output = proc.stdout + proc.stderr
+    assert junit.exists(), f"the child pytest wrote no JUnit XML:\n{output[-3000:]}"
+    outcomes = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        tags = {child.tag for child in case}
+        outcome = next((t for t in ("failure", "error", "skipped") if t in tags), "passed")
+        outcomes[case.get("name", "").partition("[")[0]] = outcome
+    return outcomes, output
+
+
+def test_the_bounded_slice_passes_on_the_reference(tmp_path: Path) -> None:
+    outcomes, output = _child(tmp_path, ["--shadowcheck-explore-only", "-n", "2"], "slice")
+    assert set(outcomes) == {"explore_s2027_000", "explore_s2027_001", "explore_s2027_002"}
+    # without the model check a scenario that loses nothing is NOT-APPLICABLE (skipped)
+    assert set(outcomes.values()) <= {"passed", "skipped"}, output[-4000:]
+    assert "exploration: seed 2027, 3 explored scenario(s) run" in output
+    assert "UNTESTABLE by exploration on this target:" in output
+    assert "PR-4: exploration keeps to one fault at a time" in output
+
+
+def test_operations_a_black_box_cannot_perform_are_not_generated(tmp_path: Path) -> None:
+    args = [
+        "--shadowcheck-explore-only", "--shadowcheck-explore-seed=31", "--collect-only",
+        "--shadowcheck-target", "reference:capabilities=kill,restart",
+    ]  # fmt: skip
+    _, output = _child(tmp_path, args, "collect")
+    assert "3 of 3 scenario(s) can run" in output, output[-3000:]
+    written = Path(tempfile.gettempdir()) / "shadowcheck-explore"
+    digest = hashlib.sha1(b"kill,restart").hexdigest()[:8]
+    files = sorted((written / f"reference-s31-n10-{digest}").glob("explore_s31_*.yaml"))
+    assert len(files) == 3
+    for path in files:
+        (scenario,) = load_scenario_file(path)
+        kinds = {step.kind for step in scenario.steps}
+        assert not kinds & {"pause", "wipe", "snapshot", "set_settings", "advance", "resubmit"}
+    assert "SN-5: exploration asks for a resubmission from Safety Net" in output
+    assert "PR-2: exploration restarts a node on a new queue database" in output
+
+
+def test_a_find_is_shrunk_written_and_replayed(tmp_path: Path) -> None:
+    report = tmp_path / "report"
+    args = [
+        "--shadowcheck-explore-only", "--shadowcheck-explore-seed=222",
+        "--shadowcheck-target", "broken:shadow-drops-copies",
+        "--shadowcheck-shrink-attempts", "4", "--shadowcheck-report", str(report),
+        "-k", "explore_s222_000",
+    ]  # fmt: skip
+    outcomes, output = _child(tmp_path, args, "find")
+    assert outcomes == {"explore_s222_000": "failure"}, output[-4000:]
+    assert "no loss of m1" in output
+    shrunk = re.search(r"shrunk explored scenario: 10 -> (\d+) operations", output)
+    assert shrunk and int(shrunk.group(1)) <= 4, output[-4000:]
+    written = report / "explored" / "explore_s222_000_shrunk.yaml"
+    assert f"written as a scenario file: {written}" in output
+    (scenario,) = load_scenario_file(written)
+    assert {"send", "wipe"} <= {step.kind for step in scenario.steps}
+    # the replay command, as printed, fails the same way on the variant
+    replay = re.search(r"replay shrunk: (.+)", output)
+    assert replay is not None
+    words = shlex.split(replay.group(1))
+    assert words[:2] == ["pytest", "--shadowcheck"] and words[-1] == str(written)
+    replayed, text = _child(tmp_path, [w for w in words[2:] if w != "--shadowcheck"], "replay")
+    assert replayed == {"explore_s222_000_shrunk": "failure"}, text[-4000:]
+    assert "no loss of m1" in text
+    # ... and the reference loses nothing
+    reference, text = _child(tmp_path, [str(written)], "reference")
+    assert reference["explore_s222_000_shrunk"] in ("passed", "skipped"), text[-4000:]

@@ -1,0 +1,158 @@
+"""The generator of explored scenarios: deterministic from (seed, index), only what the
+target can perform, and every scenario (or shrunk subset of one) ends healed, with
+every node back and time for every timer in force."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from pytest_shadowcheck.engine.generator import (
+    WITH_MODEL,
+    explored_name,
+    generate,
+    plan,
+    untestable_by_exploration,
+)
+from pytest_shadowcheck.scenario.capabilities import CAPABILITIES, STEP_CAPABILITY
+from pytest_shadowcheck.scenario.durations import parse_duration
+from pytest_shadowcheck.scenario.model import Scenario
+
+ALL = frozenset(CAPABILITIES)
+#: a black box with process control only (a docker MTA without a control API)
+PROCESS_ONLY = frozenset({"kill", "pause", "restart", "wipe_queue_db"})
+
+
+def _steps(scenario: Scenario) -> list[tuple[str, object]]:
+    return [(s.kind, s.arg) for s in scenario.steps]
+
+
+def test_same_seed_and_index_give_the_same_scenario(tmp_path: Path) -> None:
+    first = plan(5, 3, capabilities=ALL, length=15)
+    again = plan(5, 3, capabilities=ALL, length=15)
+    assert [op.label for op in first.operations] == [op.label for op in again.operations]
+    assert first.yaml() == again.yaml()
+    a = generate(5, 3, capabilities=ALL, length=15, directory=tmp_path / "a")
+    b = generate(5, 3, capabilities=ALL, length=15, directory=tmp_path / "b")
+    assert a.name == b.name == explored_name(5, 3) == "explore_s5_003"
+    assert _steps(a) == _steps(b) and a.settings == b.settings
+
+
+def test_seeds_and_indexes_give_different_scenarios() -> None:
+    texts = {plan(s, i, capabilities=ALL, length=12).yaml() for s in (1, 2) for i in range(5)}
+    assert len(texts) == 10
+
+
+@pytest.mark.parametrize("capabilities", [frozenset(), PROCESS_ONLY, ALL - {"wipe_queue_db"}])
+def test_only_operations_the_target_can_perform(
+    tmp_path: Path, capabilities: frozenset[str]
+) -> None:
+    for index in range(25):
+        scenario = plan(3, index, capabilities=capabilities, length=16).scenario(directory=tmp_path)
+        for step in scenario.steps:
+            need = STEP_CAPABILITY.get(step.kind)
+            assert need is None or need in capabilities, (scenario.name, step.kind)
+        assert set(scenario.required_capabilities()) <= capabilities
+        if "virtual_clock" not in capabilities:
+            assert scenario.topology.clock == "real"
+
+
+def test_a_target_with_everything_gets_every_kind_of_operation() -> None:
+    kinds = {
+        next(iter(step))
+        for index in range(40)
+        for op in plan(9, index, capabilities=ALL, length=16).operations
+        for step in op.steps
+    }
+    wanted = {"send", "wait", "kill", "restart", "wipe", "pause", "resume", "fault", "heal"}
+    wanted |= {"sink", "set_settings", "advance", "resubmit", "power_cut"}
+    assert wanted <= kinds
+
+
+def _ends_healed(scenario: Scenario) -> None:
+    """Every fault of the scenario is ended, and the last wait outlasts the timers."""
+    down: set[str] = set()
+    paused: set[str] = set()
+    cut: set[str] = set()
+    scripted: set[str] = set()
+    for step in scenario.steps:
+        arg = step.arg
+        if step.kind in ("kill", "power_cut"):
+            down.add(arg.node)
+        elif step.kind in ("restart", "wipe"):
+            down.discard(arg.node)
+            paused.discard(arg.node)
+        elif step.kind == "pause":
+            paused.add(arg.node)
+        elif step.kind == "resume":
+            paused.discard(arg.node)
+        elif step.kind == "fault":
+            cut.add(arg.link)
+        elif step.kind == "heal":
+            cut = set() if arg.link is None else cut - {arg.link}
+        elif step.kind == "sink":
+            scripted = scripted - {arg.name} if arg.reply == "accept" else scripted | {arg.name}
+        elif step.kind == "snapshot":
+            # a snapshot asks a node's control API: only one that is up answers
+            assert arg.node not in down | paused, scenario.name
+    assert not (down or paused or cut or scripted), scenario.name
+    waits = [s.arg.timeout for s in scenario.steps if s.kind == "wait"]
+    span = max(scenario.setting_values("ShadowResubmitTimeSpan"))
+    beat = max(scenario.setting_values("ShadowHeartbeatFrequency"))
+    assert waits[-1] >= span + 2 * beat, scenario.name
+    assert [s.kind for s in scenario.steps[-2:]] != ["kill", "wait"]
+
+
+def test_every_scenario_and_every_subset_ends_healed(tmp_path: Path) -> None:
+    rng = random.Random(4)
+    for index in range(30):
+        explored = plan(21, index, capabilities=ALL, length=16)
+        _ends_healed(explored.scenario(directory=tmp_path))
+        for _ in range(4):
+            keep = rng.sample(range(16), rng.randint(0, 16))
+            _ends_healed(explored.scenario(keep, directory=tmp_path, name="subset"))
+
+
+def test_no_wipe_while_a_message_may_be_acknowledged_with_a_single_holder() -> None:
+    """A message acknowledged with no shadow copy (RejectMessageOnShadowFailure=false, or
+    redundancy off) has one holder: a wipe would lose it (PR-4, outside the guarantee)."""
+    wipes = 0
+    for index in range(60):
+        explored = plan(13, index, capabilities=ALL, length=16)
+        reject, redundancy = explored.settings["RejectMessageOnShadowFailure"], True
+        for op in explored.operations:
+            for step in op.steps:
+                kind = next(iter(step))
+                if kind in ("wipe", "power_cut"):
+                    assert reject and redundancy, (explored.name, op.label)
+                    wipes += 1
+                values = step["set_settings"]["values"] if kind == "set_settings" else {}
+                reject = values.get("RejectMessageOnShadowFailure", reject)
+                redundancy = values.get("ShadowRedundancyEnabled", redundancy)
+    assert wipes > 20
+
+
+def test_timers_are_fast_and_sends_answer_in_time(tmp_path: Path) -> None:
+    scenario = plan(2, 0, capabilities=ALL, length=16).scenario(directory=tmp_path)
+    assert max(scenario.setting_values("ShadowResubmitTimeSpan")) <= 4
+    assert scenario.settings["SendConnectionInactivityTimeout"] == 1
+    assert all(s.arg.timeout <= 20 for s in scenario.steps if s.kind == "send")
+    total = sum(s.arg.timeout for s in scenario.steps if s.kind == "wait")
+    assert scenario.timeout > total + parse_duration("30s", scenario.where)
+
+
+def test_the_model_expectation_waits_for_its_flag(tmp_path: Path) -> None:
+    scenario = plan(2, 1, capabilities=ALL, length=4).scenario(directory=tmp_path)
+    assert [s.kind for s in scenario.expect] == (["model"] if WITH_MODEL else [])
+
+
+def test_behaviours_exploration_cannot_exercise_are_named_with_the_reason() -> None:
+    assert set(untestable_by_exploration(ALL)) == {"PR-4"}
+    black_box = untestable_by_exploration(PROCESS_ONLY)
+    assert {"SN-3", "SN-5", "CR-6", "DI-4"} <= set(black_box)
+    assert "PR-2" not in black_box and "PR-3" not in black_box
+    assert "change the MTA's settings while it runs" in black_box["CR-6"]
+    no_wipe = untestable_by_exploration(ALL - {"wipe_queue_db"})
+    assert "restart a node on a new, empty queue database" in no_wipe["PR-2"]
