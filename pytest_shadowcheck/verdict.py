@@ -35,6 +35,9 @@ class CheckResult:
     excerpt: str = ""
     #: behaviour IDs this check evidences; empty: every behaviour of the scenario
     behaviours: list[str] = field(default_factory=list)
+    #: how often each behaviour's rules decided something (the model check): coverage a
+    #: dashboard tracks across runs
+    counts: dict[str, int] = field(default_factory=dict)
 
     def render(self, excerpt: bool = True, rule: str = "") -> str:
         """The check as a mail admin reads it: the rule it tested (``rule``, the

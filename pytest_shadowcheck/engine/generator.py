@@ -7,7 +7,7 @@ resubmissions), each an ordinary action step of the suite, only those the target
 perform (:data:`~pytest_shadowcheck.scenario.capabilities.STEP_CAPABILITY`). The
 scenario ends with every fault healed, every node back and a wait long enough for every
 timer in force, so that on a correct MTA whatever was acknowledged is delivered: the
-always-on invariants (no loss, integrity) and, with :data:`WITH_MODEL`, the model check
+always-on invariants (no loss, integrity) and the model check
 judge it.
 
 The operations are kept apart from the steps (:class:`ExplorationPlan`): shrinking keeps
@@ -38,13 +38,13 @@ from typing import Any
 
 import yaml
 
+from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS
 from pytest_shadowcheck.scenario.capabilities import CAPABILITY_NEED, STEP_CAPABILITY
 from pytest_shadowcheck.scenario.loader import load_scenario_file
 from pytest_shadowcheck.scenario.model import Scenario
 
 __all__ = [
     "EXPLORE_TOPOLOGIES",
-    "WITH_MODEL",
     "ExplorationPlan",
     "Operation",
     "explored_name",
@@ -53,10 +53,6 @@ __all__ = [
     "untestable_by_exploration",
 ]
 
-#: Whether explored scenarios end with ``expect: [{model: {}}]`` (the model check of
-#: checks/model). Off until that check kind exists on this branch: the always-on
-#: invariants judge explored scenarios meanwhile. The lead flips it when merging.
-WITH_MODEL = False
 
 #: the bundled topologies exploration draws from (the virtual one needs virtual_clock)
 EXPLORE_TOPOLOGIES = ("two-node-dag", "outages-three-node", "two-node-dag-virtual")
@@ -270,7 +266,9 @@ class ExplorationPlan:
         steps += ending
         state = _State(state.nodes)
         look()
-        behaviours = sorted({b for op in kept for b in op.behaviours} | {"CR-1"}, key=_bid)
+        # every ID the model judges: its FAIL names the one whose prediction failed
+        judged = set(MODEL_BEHAVIOURS) - set(_NEVER)
+        behaviours = sorted({b for op in kept for b in op.behaviours} | judged, key=_bid)
         doc: dict[str, Any] = {
             "name": name or self.name,
             "title": f"explored from seed {self.seed}, scenario {self.index}: "
@@ -285,7 +283,7 @@ class ExplorationPlan:
             # the no-loss invariant stops waiting once everything arrived
             "settle": "20s",
             "steps": steps,
-            "expect": [{"model": {}}] if WITH_MODEL else [],
+            "expect": [{"model": {}}],
         }
         return doc
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from pytest_shadowcheck.checks.model.check import MODEL_CHECK
 from pytest_shadowcheck.engine.generator import ExplorationPlan, plan, untestable_by_exploration
 from pytest_shadowcheck.engine.run import run_scenario
 from pytest_shadowcheck.engine.shrink import Budget, shrink_operations
@@ -288,15 +289,15 @@ class ExplorationHooks:
         if explored_index(scenario.name) is None:
             return report
         operations = sum(1 for s in scenario.steps if s.kind != "snapshot")
-        exercised = sorted(
-            {
-                b
-                for c in verdict.checks
-                if c.name.startswith("model") and c.status == Status.PASS
-                for b in c.behaviours
-            }
-        )
-        facts = {"operations": operations, "status": str(verdict.status), "exercised": exercised}
+        exercised: Counter[str] = Counter()
+        for c in verdict.checks:
+            if c.name == MODEL_CHECK and c.status == Status.PASS:
+                exercised.update(c.counts)
+        facts = {
+            "operations": operations,
+            "status": str(verdict.status),
+            "exercised": dict(exercised),
+        }
         report.user_properties.append((PROPERTY, json.dumps(facts)))
         return report
 
@@ -322,9 +323,9 @@ class ExplorationHooks:
         ]
         if self.exercised:
             shown = ", ".join(f"{b} x{n}" for b, n in sorted(self.exercised.items()))
-            lines.append(f"behaviours exercised (model check passed): {shown}")
+            lines.append(f"rules of the catalogue model that decided, by behaviour: {shown}")
         else:
-            lines.append("behaviours exercised: none measured (no model check in these scenarios)")
+            lines.append("no rule of the catalogue model decided anything (no model check passed)")
         untestable = untestable_by_exploration(e.capabilities)
         if untestable:
             lines.append("UNTESTABLE by exploration on this target:")

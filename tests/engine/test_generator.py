@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from pytest_shadowcheck.engine.generator import (
-    WITH_MODEL,
     explored_name,
     generate,
     plan,
@@ -145,7 +144,7 @@ def test_timers_are_fast_and_sends_answer_in_time(tmp_path: Path) -> None:
 
 def test_the_model_expectation_waits_for_its_flag(tmp_path: Path) -> None:
     scenario = plan(2, 1, capabilities=ALL, length=4).scenario(directory=tmp_path)
-    assert [s.kind for s in scenario.expect] == (["model"] if WITH_MODEL else [])
+    assert [s.kind for s in scenario.expect] == ["model"]
 
 
 def test_behaviours_exploration_cannot_exercise_are_named_with_the_reason() -> None:

@@ -13,7 +13,10 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.checks.view import RunView as Run
     from pytest_shadowcheck.scenario.model import Step
 
-__all__ = ["DEFAULT_SLACK", "check_model"]
+__all__ = ["DEFAULT_SLACK", "MODEL_CHECK", "check_model"]
+
+#: the name of the model check's result
+MODEL_CHECK = "the catalogue model"
 
 #: how late past its window an event may come on a loaded machine and still count
 DEFAULT_SLACK = 2.0
@@ -22,7 +25,7 @@ DEFAULT_SLACK = 2.0
 async def check_model(run: Run, step: Step) -> CheckResult:
     slack = float(step.arg.get("slack", DEFAULT_SLACK))
     outcome = explain(run.scenario, run.history, slack=slack)
-    name = "the catalogue model"
+    name = MODEL_CHECK
     aside = (
         f" (not covered by the model, so not judged where they matter: "
         f"{', '.join(outcome.unmodelled)})"
@@ -62,4 +65,5 @@ async def check_model(run: Run, step: Step) -> CheckResult:
         f"{outcome.operations} operations followed; rules decided: {exercised}{aside}",
         where=str(step.where),
         behaviours=sorted(outcome.exercised),
+        counts=dict(sorted(outcome.exercised.items())),
     )
