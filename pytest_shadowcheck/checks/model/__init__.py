@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pytest_shadowcheck.checks.model import fates
+from pytest_shadowcheck.checks.model import fates, resubmission
 from pytest_shadowcheck.checks.model.replay import observe
 from pytest_shadowcheck.checks.model.rules import Divergence, Judge, disabled_rule, reply_rule
 from pytest_shadowcheck.checks.model.state import DEFAULTS, build_timeline
@@ -40,6 +40,9 @@ MODEL_BEHAVIOURS: tuple[str, ...] = (
     "SN-1",
     "SN-2",
     "SN-3",
+    "SN-5",
+    "SN-9",
+    "SN-12",
 )
 
 #: the step kinds whose effect the model follows
@@ -58,6 +61,7 @@ MODELLED_STEPS = frozenset(
         "sink",
         "set_settings",
         "advance",
+        "resubmit",
         "snapshot",
         "check",
         "note",
@@ -86,7 +90,6 @@ _TOUCHES: dict[str, frozenset[str]] = {
     "MaxAcknowledgementDelay": frozenset(),
     "ReplayLagTime": frozenset(),
     "PrimarySafetyNetUnavailableTimeout": frozenset(),
-    "resubmit": frozenset({"PR-1", "SN-3"}),
 }
 
 
@@ -133,6 +136,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
     obs = observe(timeline, history)
     judge = Judge(timeline, obs)
     disabled_rule(judge)
+    resubmission.dsn_rule(judge)
     for m in obs.sent.values():
         reply_rule(judge, m)
         fates.copy_rule(judge, m)
@@ -143,6 +147,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
         fates.loss_rule(judge, m)
         fates.discard_rule(judge, m)
         fates.safety_net_rule(judge, m)
+        resubmission.resubmission_rule(judge, m)
     missing = unmodelled(scenario)
     touched = touched_by(missing)
     found = sorted((d for d in judge.divergences if d.behaviour not in touched), key=lambda d: d.t)

@@ -122,6 +122,14 @@ def _resubmitted(j: Judge, t: float) -> bool:
     return any(s.step.kind == "resubmit" and s.t <= t for s in j.tl.steps)
 
 
+def _since_resubmission(j: Judge, m: Sent, t: float) -> float:
+    """From when a copy resubmitted before ``t`` is surely out of the way: the last
+    request's end plus a delivery, or its redelivery, whichever is later."""
+    last = max(s.t_next for s in j.tl.steps if s.step.kind == "resubmit" and s.t <= t)
+    again = [d.t for d in m.deliveries if last <= d.t <= t]
+    return max([last + j.slack + DELIVERY_ALLOWANCE, *again])
+
+
 def promotion_rule(j: Judge, m: Sent) -> None:
     """PR-1: a shadow promotes only after it could not reach the primary for
     ShadowResubmitTimeSpan, and then does; the promoted copy goes to the next hop."""
@@ -310,6 +318,9 @@ def discard_rule(j: Judge, m: Sent) -> None:
         beat = j.tl.one_setting(snap.node, "ShadowHeartbeatFrequency", m.t_send, snap.t)
         if not isinstance(beat, int | float) or snap.t < done + beat + j.slack:
             continue
+        # a resubmitted copy is queued, copied and delivered anew: judge it a heartbeat on
+        if _resubmitted(j, snap.t) and snap.t < _since_resubmission(j, m, snap.t) + beat + j.slack:
+            continue
         if j.tl.reachable(snap.node, m.via, done, snap.t) != {True}:
             continue
         if j.tl.node_states(snap.node, done, snap.t) != {"up"}:
@@ -361,7 +372,11 @@ def safety_net_rule(j: Judge, m: Sent) -> None:
         hold = j.tl.one_setting(snap.node, "SafetyNetHoldTime", done, snap.t)
         if not isinstance(hold, int | float):
             continue
-        least, most = j.tl.timer_elapsed(done, snap.t - j.slack)
+        # a resubmitted copy enters the Safety Net again when it is delivered again
+        latest = max(d.t for d in m.deliveries if d.t <= snap.t - j.slack)
+        least, most = j.tl.timer_elapsed(latest, snap.t - j.slack)
+        if _resubmitted(j, snap.t):
+            least = j.tl.timer_elapsed(_since_resubmission(j, m, snap.t), snap.t - j.slack)[0]
         if most < hold:
             j.exercised[behaviour] += 1
             if m.ref not in snap.refs:

@@ -76,6 +76,8 @@ class Observations:
     snapshots: list[Snapshot] = field(default_factory=list)
     #: node->node lines: (t, link, direction, text, when their session began)
     peer_lines: list[tuple[float, str, str, str, float]] = field(default_factory=list)
+    #: bounces (an empty reverse path) at a sink: (t, sink, node that sent it)
+    bounces: list[tuple[float, str, str]] = field(default_factory=list)
 
 
 def _ref_of(value: Any, by_id: dict[str, str]) -> str | None:
@@ -103,7 +105,10 @@ def observe(timeline: Timeline, history: History) -> Observations:
     nodes = set(timeline.scenario.topology.nodes)
     began: dict[tuple[str, int | None], float] = {}
     for event in events:
-        if event.kind == "delivery":
+        if event.kind == "delivery" and event.data.get("mail_from") in ("", "<>"):
+            by = str(event.data.get("helo") or "?").split(".")[0]
+            obs.bounces.append((event.t, str(event.data.get("sink")), by))
+        elif event.kind == "delivery":
             ref = _ref_of(event.data.get("trace"), {}) or _ref_of(
                 event.data.get("message_id"), by_id
             )

@@ -68,6 +68,8 @@ class Timeline:
     steps: list[AppliedStep] = field(default_factory=list)
     #: the time of the last event of the history: no window closing after it is judged
     end: float = 0.0
+    #: the wall clock (Unix epoch) at the history's t == 0: a real clock's reading
+    wall0: float = 0.0
     nodes: dict[str, list[Change]] = field(default_factory=dict)
     #: node -> changes of its queue database (a counter: a wipe makes a new one)
     databases: dict[str, list[Change]] = field(default_factory=dict)
@@ -178,7 +180,9 @@ def build_timeline(scenario: Scenario, history: History, slack: float) -> Timeli
     events = history.events()
     line = scenario.steps
     done = [e for e in events if e.kind == "step" and "line" in e.data]
-    timeline = Timeline(scenario, slack, end=events[-1].t if events else 0.0)
+    timeline = Timeline(
+        scenario, slack, end=events[-1].t if events else 0.0, wall0=history.started_at
+    )
     # the i-th step event with a line is the i-th step (the engine records each before it)
     for i, (step, event) in enumerate(zip(line, done, strict=False)):
         t_next = done[i + 1].t if i + 1 < len(done) else timeline.end

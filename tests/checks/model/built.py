@@ -69,9 +69,11 @@ class Built:
             enhanced=enhanced, text=said,
         )  # fmt: skip
 
-    def delivered(self, t: float, ref: str, by: str, *rcpts: str) -> None:
+    def delivered(
+        self, t: float, ref: str, by: str, *rcpts: str, sink: str = "mailbox", sender: str = "s"
+    ) -> None:
         self.at(
-            t, "delivery", sink="mailbox", trace=f"{ref}.{TOKEN}",
+            t, "delivery", sink=sink, trace=f"{ref}.{TOKEN}", mail_from=sender,
             message_id=f"<{ref}.{TOKEN}@shadowcheck.test>", rcpt_tos=list(rcpts), helo=by,
         )  # fmt: skip
 

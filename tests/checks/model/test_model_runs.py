@@ -55,7 +55,7 @@ def run(tmp_path: Path, target: str, only: str = "") -> dict[str, tuple[str, str
 
 def test_the_reference_passes_every_model_run(tmp_path: Path) -> None:
     found = run(tmp_path, "reference")
-    assert len(found) == 5
+    assert len(found) == 6
     assert all(outcome == "passed" for outcome, _ in found.values()), found
 
 
@@ -85,6 +85,18 @@ def test_the_reference_passes_every_model_run(tmp_path: Path) -> None:
             "model_safety_net_hold_time",
             "SN-3",
             "m1 leaves the Safety Net of mbx1 once SafetyNetHoldTime (1h) has passed",
+        ),
+        (
+            "window-start-excluded",
+            "model_resubmission_window",
+            "SN-5",
+            "takes at_start (processed by mbx1 at 2026-01-01 01:00:00",
+        ),
+        (
+            "resubmits-crossed-boundary",
+            "model_resubmission_window",
+            "SN-12",
+            "frank@branch.test got crossed again",
         ),
     ],
 )

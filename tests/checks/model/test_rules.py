@@ -394,6 +394,98 @@ def test_sn3_safety_net_lets_go_after_the_hold_time(tmp_path: Path) -> None:
     assert ok.divergence is None and ok.exercised["SN-3"] == 1
 
 
+# -- SN-5, SN-12, SN-9: resubmission from Safety Net ------------------------------------
+
+
+def resubmitted(tmp_path: Path, request: str, *again: tuple[str, str]) -> Built:
+    """On a virtual clock: m1 for alice (DB1) processed at 00:59:59, m2 for alice at
+    01:00:00, m3 for frank (another boundary, DB3) at 01:00:00; then ``request``; then the
+    redeliveries ``again`` (ref, recipient)."""
+    b = Built(
+        tmp_path,
+        "settings: {SafetyNetHoldTime: 2d}\n"
+        "steps:\n  - advance: 59m + 59s\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n  - wait: 1s\n"
+        "  - advance: 1s\n"
+        "  - send: {id: m2, via: mbx1, to: [alice@corp.test]}\n"
+        "  - send: {id: m3, via: mbx1, to: [frank@branch.test]}\n  - wait: 1s\n"
+        f"  - resubmit: {request}\n  - wait: 4s\n"
+        "  - snapshot: {node: mbx1, queue: safetynet_primary}\n",
+        topology="safetynet-two-node-virtual",
+    )
+    b.step(0.1)
+    b.step(0.2)
+    b.reply(0.3, "mbx1", 250)
+    b.delivered(0.4, "m1", "mbx1", "alice@corp.test")
+    b.steps(0.5, 1.5, 1.6)
+    b.reply(1.7, "mbx1", 250)
+    b.delivered(1.8, "m2", "mbx1", "alice@corp.test")
+    b.step(1.9)
+    b.reply(2.0, "mbx1", 250)
+    b.delivered(2.1, "m3", "mbx1", "frank@branch.test", sink="branch")
+    b.steps(2.5, 3.5, 4.0)
+    for i, (ref, rcpt) in enumerate(again):
+        sink = "branch" if rcpt.endswith("branch.test") else "mailbox"
+        b.delivered(3.6 + i / 10, ref, "mbx1", rcpt, sink=sink)
+    b.step(7.5)
+    b.looked(7.6, "mbx1", "safetynet_primary", "m1", "m2", "m3")
+    return b
+
+
+DB1 = '{node: mbx1, database: DB1, start: "2026-01-01T01:00:00Z", end: "2026-01-01T09:00:00Z"}'
+DB3 = '{node: mbx2, database: DB3, start: "2026-01-01T01:00:00Z", end: "2026-01-01T02:00:00Z"}'
+
+
+def test_sn5_every_message_inside_the_window_is_resubmitted(tmp_path: Path) -> None:
+    # "A resubmission request names a mailbox database and a time window; every Safety Net
+    # message for that database inside the window is resubmitted, none outside it."
+    found = resubmitted(tmp_path, DB1).explain().divergence
+    assert found is not None and found.behaviour == "SN-5"
+    assert found.rule == sentence("SN-5")
+    assert "takes m2" in found.expected and "was not resubmitted" in found.observed
+    ok = resubmitted(tmp_path, DB1, ("m2", "alice@corp.test")).explain()
+    assert ok.divergence is None and ok.exercised["SN-5"] == 1
+
+
+def test_sn5_none_outside_the_window(tmp_path: Path) -> None:
+    # "... none outside it": m1 was processed at 00:59:59, before the window's start
+    b = resubmitted(tmp_path, DB1, ("m1", "alice@corp.test"), ("m2", "alice@corp.test"))
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "SN-5"
+    assert "processed it at 2026-01-01 00:59:59, outside the window" in found.expected
+    assert "got m1 again" in found.observed
+
+
+def test_sn12_a_message_that_crossed_the_boundary_is_never_resubmitted(tmp_path: Path) -> None:
+    # "A message that crossed the boundary successfully is never resubmitted from Safety Net."
+    found = resubmitted(tmp_path, DB3, ("m3", "frank@branch.test")).explain().divergence
+    assert found is not None and found.behaviour == "SN-12"
+    assert found.rule == sentence("SN-12")
+    assert "outside the boundary" in found.expected
+    ok = resubmitted(tmp_path, DB3).explain()
+    assert ok.divergence is None and ok.exercised["SN-12"] == 1
+
+
+def test_sn9_no_dsn_from_a_resubmission(tmp_path: Path) -> None:
+    # "Safety Net resubmissions never produce DSNs or NDRs."
+    b = Built(
+        tmp_path,
+        "steps:\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n  - wait: 1s\n"
+        '  - sink: {name: mailbox, reply: "550 5.1.1 mailbox unavailable"}\n'
+        "  - resubmit: {node: mbx1, database: DB1, start: -1h, end: +1h}\n  - wait: 2s\n",
+        topology="safetynet-two-node-virtual",
+    )
+    b.step(0.1)
+    b.reply(0.2, "mbx1", 250)
+    b.delivered(0.3, "m1", "mbx1", "alice@corp.test")
+    b.steps(0.5, 1.5, 1.6, 1.7)
+    b.delivered(1.9, "dsn", "mbx1", "s@ext.test", sink="senders", sender="")
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "SN-9"
+    assert found.rule == sentence("SN-9")
+    assert "sent a bounce" in found.observed
+
+
 # -- what the model does not cover ------------------------------------------------------
 
 
@@ -402,12 +494,12 @@ def test_unmodelled_settings_and_steps_are_named_and_not_judged(tmp_path: Path) 
         tmp_path,
         "settings: {RejectMessageOnShadowFailure: true, MaxRetriesForLocalSiteShadow: 0}\n"
         "steps:\n  - kill: mbx2\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
-        "  - resubmit: {node: mbx1, database: DB1, start: -1h, end: now}\n",
+        "  - directory: {recipient: alice@corp.test, database: DB2}\n",
     )
     b.steps(1.0, 1.2)
     b.reply(1.3, "mbx1", 250)  # CR-4 would fail, but retries are not modelled
     outcome = b.explain()
-    assert outcome.unmodelled == ["resubmit", "MaxRetriesForLocalSiteShadow"]
+    assert outcome.unmodelled == ["directory", "MaxRetriesForLocalSiteShadow"]
     assert outcome.divergence is None
     assert "CR-4" not in outcome.exercised
 
