@@ -105,6 +105,10 @@ class ModelOutcome:
     unmodelled: list[str] = field(default_factory=list)
 
 
+#: below this a send connector's idle timeout may end sessions to healthy nodes too
+_SESSION_TIMEOUT_FLOOR = 1.0
+
+
 def unmodelled(scenario: Scenario) -> list[str]:
     """The settings and step kinds of ``scenario`` the model has no rule for."""
     found: list[str] = []
@@ -117,6 +121,13 @@ def unmodelled(scenario: Scenario) -> list[str]:
         elif step.kind not in MODELLED_STEPS and step.kind not in found:
             found.append(step.kind)
     known = set(DEFAULTS)
+    if all(
+        isinstance(v, int | float) and v >= _SESSION_TIMEOUT_FLOOR
+        for v in scenario.setting_values("SendConnectionInactivityTimeout")
+    ):
+        # it only decides how soon a session to a frozen node gives up, and the model
+        # already counts a frozen node as one no copy reaches (TO-4, then CR-4/CR-5)
+        known.add("SendConnectionInactivityTimeout")
     found += sorted(names - known)
     return found
 

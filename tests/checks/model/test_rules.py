@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS
+from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS, ModelOutcome
 from pytest_shadowcheck.scenario.durations import parse_duration
 
 from .built import Built, sentence
@@ -502,6 +502,33 @@ def test_unmodelled_settings_and_steps_are_named_and_not_judged(tmp_path: Path) 
     assert outcome.unmodelled == ["directory", "MaxRetriesForLocalSiteShadow"]
     assert outcome.divergence is None
     assert "CR-4" not in outcome.exercised
+
+
+def test_a_send_connector_timeout_of_a_second_or_more_is_modelled(tmp_path: Path) -> None:
+    # "A primary->shadow session that times out before the copy is acknowledged counts as
+    # a failed shadow attempt (then CR-4 / CR-5)": the model counts a frozen shadow as one
+    # no copy reaches, so a timeout that only ends sessions to frozen nodes changes nothing
+    steps = (
+        "steps:\n  - kill: mbx2\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
+    )
+
+    def run(timeout: str) -> ModelOutcome:
+        b = Built(
+            tmp_path,
+            "settings: {RejectMessageOnShadowFailure: true, "
+            f"SendConnectionInactivityTimeout: {timeout}}}\n" + steps,
+        )
+        b.steps(1.0, 1.2)
+        b.reply(1.3, "mbx1", 250)
+        return b.explain()
+
+    judged = run("1s")
+    assert judged.unmodelled == [] and judged.divergence is not None
+    assert judged.divergence.behaviour == "CR-4"
+    # shorter, it may end sessions to healthy nodes too: not judged
+    unjudged = run("0.2s")
+    assert unjudged.unmodelled == ["SendConnectionInactivityTimeout"]
+    assert unjudged.divergence is None
 
 
 def test_pr3_a_primary_back_on_its_queue_delivers_it(tmp_path: Path) -> None:
