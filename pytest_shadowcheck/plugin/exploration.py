@@ -34,9 +34,9 @@ import pytest
 
 from pytest_shadowcheck.checks.model.check import MODEL_CHECK
 from pytest_shadowcheck.engine.generator import ExplorationPlan, plan, untestable_by_exploration
-from pytest_shadowcheck.engine.run import run_scenario
 from pytest_shadowcheck.engine.shrink import Budget, shrink_operations
 from pytest_shadowcheck.plugin.junit import junit_xml
+from pytest_shadowcheck.plugin.shrinking import attempt_run
 from pytest_shadowcheck.plugin.state import ShadowcheckState, run_basetemp
 from pytest_shadowcheck.plugin.terminal import note_writer
 from pytest_shadowcheck.progress import Progress
@@ -168,7 +168,7 @@ def shrink_explored(
 
     def attempt(keep: list[int]) -> Verdict:
         candidate = explored.scenario(keep, directory=scratch, name=shrunk_name)
-        return _run(state, candidate)
+        return attempt_run(state, candidate)
 
     count = len(explored.operations)
     progress.note(f"shrinking {scenario.name}: {count} operations")
@@ -209,23 +209,6 @@ def _output_directory(state: ShadowcheckState) -> Path:
         return state.report_dir / "explored"
     base = run_basetemp(state.config)
     return (base or Path(tempfile.gettempdir())) / "shadowcheck-explored"
-
-
-def _run(state: ShadowcheckState, scenario: Scenario) -> Verdict:
-    """One fresh run of a shrinking attempt; its workdir goes."""
-    verdict = Verdict(scenario.name, scenario.behaviours, source=str(scenario.where))
-    workdir = state.workdir(scenario.name)
-    try:
-        run_scenario(
-            scenario,
-            state.target,
-            workdir=workdir,
-            progress=Progress(f"{scenario.name} (shrinking)"),
-            verdict=verdict,
-        )
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return verdict
 
 
 class XdistExploration:

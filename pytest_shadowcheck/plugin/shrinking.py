@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.plugin.state import ShadowcheckState
     from pytest_shadowcheck.scenario.model import Scenario
 
-__all__ = ["explored_text", "shrink_failure", "shrink_text"]
+__all__ = ["attempt_run", "explored_text", "shrink_failure", "shrink_text"]
 
 
 def shrink_failure(
@@ -54,7 +54,7 @@ def shrink_failure(
 
         def attempt(selection: Selection) -> Verdict:
             chosen = {**state.selections, selection.workload: selection}
-            return _attempt(state, scenario, chosen, replay)
+            return attempt_run(state, scenario, chosen, replay)
 
         progress.note(
             f"shrinking workload {name}: {_count(full)} failed; first guess {guess.describe()}"
@@ -70,10 +70,14 @@ def shrink_failure(
         )
 
 
-def _attempt(
-    state: ShadowcheckState, scenario: Scenario, selections: dict[str, Selection], replay: str
+def attempt_run(
+    state: ShadowcheckState,
+    scenario: Scenario,
+    selections: dict[str, Selection] | None = None,
+    replay: str = "",
 ) -> Verdict:
-    """One fresh run of ``scenario`` with only ``selections`` played; its workdir goes."""
+    """One fresh run of a shrinking attempt: ``scenario`` (with only ``selections`` of
+    its workloads played); its workdir goes."""
     config = state.config
     verdict = Verdict(scenario.name, scenario.behaviours, source=str(scenario.where))
     workdir = state.workdir(scenario.name)
