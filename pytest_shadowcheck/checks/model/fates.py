@@ -464,6 +464,9 @@ def restart_rule(j: Judge, m: Sent) -> None:
         if start is None or len(j.tl.database_ids(m.via, applied.t, start + window)) > 1:
             continue
         deadline = start + window
+        if j.tl.timer_elapsed(start, deadline)[0] < max(retry):
+            # a virtual clock that stood still: the node's retry timer never ran out
+            continue
         j.exercised["PR-3"] += 1
         got = m.first_delivery(applied.t)
         if got is not None and got.t <= deadline:

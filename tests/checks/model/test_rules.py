@@ -554,6 +554,25 @@ def test_pr3_a_primary_back_on_its_queue_delivers_it(tmp_path: Path) -> None:
     assert ok.divergence is None and ok.exercised["PR-3"] == 1
 
 
+def test_pr3_on_a_virtual_clock_that_stood_still_the_retry_is_not_due(tmp_path: Path) -> None:
+    # the retry interval runs on the node's clock: a virtual one moves only by `advance`,
+    # so without one the primary back on its queue owes no retry yet (found by
+    # exploration: seed 31, scenario 33 on the reference)
+    body = (
+        "steps:\n  - fault: {link: mbx1->mailbox, kind: cut}\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
+        "  - restart: mbx1\n  - heal: mbx1->mailbox\n  - wait: 6s\n"
+    )
+    b = Built(tmp_path, body, topology="two-node-dag-virtual")
+    b.steps(0.5, 1.0)
+    b.reply(1.1, "mbx1", 250)
+    b.step(1.2, back=1.5)
+    b.steps(1.6, 1.7)
+    b.at(7.7, "note", text="end")
+    outcome = b.explain()
+    assert outcome.divergence is None and outcome.exercised["PR-3"] == 0
+
+
 def test_a_queue_checks_last_look_is_an_observation_too(tmp_path: Path) -> None:
     b = held_back(tmp_path, "  - snapshot: {node: mbx2, queue: shadow}\n")
     b.steps(0.5, 1.0)
