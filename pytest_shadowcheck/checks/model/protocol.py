@@ -62,8 +62,8 @@ def ack_order_rule(j: Judge, m: Sent) -> None:
             "CR-3",
             f"{m.via} tells the sender 250 for {m.ref} only once {server} has acknowledged the "
             f"shadow copy",
-            f"{m.via} told the sender `250 {m.text}` at {j.when(m.t_reply)}, and {server} "
-            f"acknowledged the copy only at {j.when(answer[0])} (`{answer[1]}`)",
+            f"{m.via} told the sender `250 {m.text}` at +{m.t_reply:.3f}s, and {server} "
+            f"acknowledged the copy only at +{answer[0]:.3f}s (`{answer[1]}`)",
             answer[0],
         )
         return

@@ -615,7 +615,7 @@ def test_cr3_the_sender_is_told_250_only_after_the_shadow_acknowledged(tmp_path:
     found = copied(tmp_path, ack=1.5, reply=1.3).explain().divergence
     assert found is not None and found.behaviour == "CR-3"
     assert found.rule == sentence("CR-3")
-    assert "mbx2 acknowledged the copy only at +1.5s" in found.observed
+    assert "mbx2 acknowledged the copy only at +1.500s" in found.observed
     ok = copied(tmp_path, ack=1.25, reply=1.3).explain()
     assert ok.divergence is None and ok.exercised["CR-3"] == 1
 
