@@ -94,6 +94,14 @@ def _ehlo_replies(
     return out
 
 
+def _same_boundary(j: Judge, a: str, b: str) -> bool:
+    """Whether nodes ``a`` and ``b`` share a shadow redundancy boundary: one DAG, or
+    outside any DAG one site."""
+    nodes = j.tl.scenario.topology.nodes
+    x, y = nodes[a], nodes[b]
+    return x.dag == y.dag if x.dag is not None else y.dag is None and x.site == y.site
+
+
 def advertisement_rule(j: Judge) -> None:
     """XS-1: XSHADOW is advertised in EHLO only when shadow redundancy is enabled and the
     session is authorised: never to the harness's anonymous sender; to a peer node that
@@ -118,7 +126,7 @@ def advertisement_rule(j: Judge) -> None:
                     )
                     return
                 continue
-            if client not in nodes or not authorised:
+            if client not in nodes or not authorised or not _same_boundary(j, client, server):
                 continue
             # a change made live reaches the node within the slack of its step
             enabled = j.tl.setting(server, "ShadowRedundancyEnabled", began - j.slack, t)
