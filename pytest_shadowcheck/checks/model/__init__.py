@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pytest_shadowcheck.checks.model import fates, resubmission
+from pytest_shadowcheck.checks.model import fates, notifications, protocol, resubmission
 from pytest_shadowcheck.checks.model.replay import observe
 from pytest_shadowcheck.checks.model.rules import Divergence, Judge, disabled_rule, reply_rule
 from pytest_shadowcheck.checks.model.state import DEFAULTS, build_timeline
@@ -29,10 +29,12 @@ __all__ = ["MODEL_BEHAVIOURS", "Divergence", "ModelOutcome", "explain", "touched
 #: the behaviour IDs the model has rules for
 MODEL_BEHAVIOURS: tuple[str, ...] = (
     "CR-1",
+    "CR-3",
     "CR-4",
     "CR-5",
     "CR-6",
     "DI-2",
+    "DI-5",
     "PR-1",
     "PR-2",
     "PR-3",
@@ -43,6 +45,7 @@ MODEL_BEHAVIOURS: tuple[str, ...] = (
     "SN-5",
     "SN-9",
     "SN-12",
+    "XS-1",
 )
 
 #: the step kinds whose effect the model follows
@@ -82,7 +85,7 @@ _TOUCHES: dict[str, frozenset[str]] = {
     "SendConnectionInactivityTimeout": frozenset({"PR-1", "PR-3", "CR-4", "CR-5", "CR-1"}),
     # expiry of shadows and discard events: copies that may rightly vanish or stay
     "MessageExpirationTimeout": frozenset({"CR-1", "PR-2", "PR-4", "SN-3"}),
-    "ShadowMessageAutoDiscardInterval": frozenset({"DI-2", "SN-2"}),
+    "ShadowMessageAutoDiscardInterval": frozenset({"DI-2", "DI-5", "SN-2"}),
     # a size limit refuses with its own reply, which the model leaves alone
     "MaxMessageSize": frozenset(),
     "ReceiveConnectionInactivityTimeout": frozenset({"CR-4", "CR-5"}),
@@ -147,6 +150,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
     obs = observe(timeline, history)
     judge = Judge(timeline, obs)
     disabled_rule(judge)
+    protocol.advertisement_rule(judge)
     resubmission.dsn_rule(judge)
     for m in obs.sent.values():
         reply_rule(judge, m)
@@ -157,6 +161,8 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
         fates.restart_rule(judge, m)
         fates.loss_rule(judge, m)
         fates.discard_rule(judge, m)
+        notifications.restart_discard_rule(judge, m)
+        protocol.ack_order_rule(judge, m)
         fates.safety_net_rule(judge, m)
         resubmission.resubmission_rule(judge, m)
     missing = unmodelled(scenario)

@@ -78,6 +78,14 @@ class Observations:
     peer_lines: list[tuple[float, str, str, str, float]] = field(default_factory=list)
     #: bounces (an empty reverse path) at a sink: (t, sink, node that sent it)
     bounces: list[tuple[float, str, str]] = field(default_factory=list)
+    #: every session's lines, node->node and client->node: (link, conn) -> (t, direction,
+    #: text), in order
+    sessions: dict[tuple[str, int | None], list[tuple[float, str, str]]] = field(
+        default_factory=dict
+    )
+    #: message contents carried node->node (a copy, a relay): (t of its final dot, link,
+    #: conn, ref)
+    contents: list[tuple[float, str, int | None, str]] = field(default_factory=list)
 
 
 def _ref_of(value: Any, by_id: dict[str, str]) -> str | None:
@@ -127,8 +135,19 @@ def observe(timeline: Timeline, history: History) -> Observations:
             refs = {r for x in shown if (r := x if x in obs.sent else _ref_of(x, by_id))}
             node, queue = str(event.data.get("node")), str(event.data.get("queue"))
             obs.snapshots.append(Snapshot(event.t, node, queue, refs, shown))
+        elif event.kind == "data" and event.link:
+            src, _, dst = event.link.partition("->")
+            ref = _ref_of(event.data.get("trace"), {}) or _ref_of(
+                event.data.get("message_id"), by_id
+            )
+            if src in nodes and dst in nodes and ref in obs.sent:
+                obs.contents.append((event.t, event.link, event.conn, str(ref)))
         elif event.kind == "line" and event.link:
             src, _, dst = event.link.partition("->")
+            if dst in nodes and (src in nodes or src == "client"):
+                text = str(event.data.get("text", ""))
+                said = (event.t, event.direction or "", text)
+                obs.sessions.setdefault((event.link, event.conn), []).append(said)
             if src in nodes and dst in nodes:
                 text = str(event.data.get("text", ""))
                 start = began.setdefault((event.link, event.conn), event.t)

@@ -84,5 +84,12 @@ class Built:
     def line(self, t: float, link: str, direction: str, text: str, conn: int = 1) -> None:
         self.at(t, "line", link, conn=conn, direction=direction, text=text)
 
+    def content(self, t: float, link: str, ref: str, conn: int = 1) -> None:
+        """The final dot of ``ref``'s content on ``link`` (a copy, a relay)."""
+        self.at(
+            t, "data", link, conn=conn, direction="c2s", size=100, trace=f"{ref}.{TOKEN}",
+            message_id=f"<{ref}.{TOKEN}@shadowcheck.test>",
+        )  # fmt: skip
+
     def explain(self, slack: float = 2.0) -> ModelOutcome:
         return explain(self.scenario, self.history, slack=slack)

@@ -55,7 +55,7 @@ def run(tmp_path: Path, target: str, only: str = "") -> dict[str, tuple[str, str
 
 def test_the_reference_passes_every_model_run(tmp_path: Path) -> None:
     found = run(tmp_path, "reference")
-    assert len(found) == 6
+    assert len(found) == 7
     assert all(outcome == "passed" for outcome, _ in found.values()), found
 
 
@@ -67,6 +67,24 @@ def test_the_reference_passes_every_model_run(tmp_path: Path) -> None:
             "model_replies_copies_and_discards",
             "CR-4",
             "mbx1 refuses m2 with 451 4.4.0",
+        ),
+        (
+            "ack-before-shadow-copy",
+            "model_replies_copies_and_discards",
+            "CR-3",
+            "mbx2 acknowledged the copy only at",
+        ),
+        (
+            "advertises-xshadow-to-anyone",
+            "model_restart_keeps_the_queue",
+            "XS-1",
+            "mbx1 does not advertise XSHADOW to an anonymous sender",
+        ),
+        (
+            "forgets-discards-on-restart",
+            "model_discards_survive_restart",
+            "DI-5",
+            "still hands mbx2 the discard notification",
         ),
         (
             "ignores-queue-database-id",

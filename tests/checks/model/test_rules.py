@@ -607,3 +607,152 @@ def test_no_promotion_is_owed_from_a_copy_that_was_lost_or_switched_off(tmp_path
     off.at(10.5, "note", text="end")
     outcome = off.explain()
     assert outcome.divergence is None and "PR-1" not in outcome.exercised
+
+
+# -- CR-3: the shadow acknowledges the copy before the sender is told --------------------
+
+
+def copied(tmp_path: Path, ack: float, reply: float, extra: str = "") -> Built:
+    """m1 sent through mbx1 at 1.0, its copy's final dot to mbx2 at 1.2, the shadow's
+    250 to it at ``ack``, the sender's 250 at ``reply``."""
+    b = Built(
+        tmp_path,
+        f"steps:\n  - send: {{id: m1, via: mbx1, to: [alice@corp.test]}}\n{extra}",
+    )
+    b.step(1.0)
+    b.line(1.05, "mbx1->mbx2", "s2c", "220 mbx2 ready")
+    b.line(1.1, "mbx1->mbx2", "c2s", "XSHADOW mbx1")
+    b.content(1.2, "mbx1->mbx2", "m1")
+    b.line(ack, "mbx1->mbx2", "s2c", "250 2.6.0 queued as shadow")
+    b.reply(reply, "mbx1", 250)
+    return b
+
+
+def test_cr3_the_sender_is_told_250_only_after_the_shadow_acknowledged(tmp_path: Path) -> None:
+    # "The primary sends its 250 to the sender only after the shadow's acknowledgement of
+    # the copy."
+    found = copied(tmp_path, ack=1.5, reply=1.3).explain().divergence
+    assert found is not None and found.behaviour == "CR-3"
+    assert found.rule == sentence("CR-3")
+    assert "mbx2 acknowledged the copy only at +1.500s" in found.observed
+    ok = copied(tmp_path, ack=1.25, reply=1.3).explain()
+    assert ok.divergence is None and ok.exercised["CR-3"] == 1
+
+
+def test_cr3_a_copy_refused_or_made_while_the_shadow_changed_is_not_judged(
+    tmp_path: Path,
+) -> None:
+    b = copied(tmp_path, ack=1.5, reply=1.3, extra="  - pause: mbx2\n")
+    b.step(1.4)  # the shadow frozen while the copy was under way: its late 250 is stale
+    assert b.explain().divergence is None and "CR-3" not in b.explain().exercised
+    refused = Built(tmp_path, "steps:\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n")
+    refused.step(1.0)
+    refused.line(1.05, "mbx1->mbx2", "s2c", "220 mbx2 ready")
+    refused.content(1.2, "mbx1->mbx2", "m1")
+    refused.line(1.25, "mbx1->mbx2", "s2c", "451 4.3.0 try later")
+    refused.reply(1.3, "mbx1", 250)
+    refused.line(1.5, "mbx1->mbx2", "s2c", "250 2.0.0 bye")
+    assert refused.explain().divergence is None
+
+
+# -- XS-1: XSHADOW only to an authorised peer, only when enabled --------------------------
+
+
+def ehlo(b: Built, t: float, link: str, *reply: str, auth: bool = False, conn: int = 1) -> None:
+    b.line(t, link, "s2c", "220 ready", conn=conn)
+    if auth:
+        b.line(t + 0.01, link, "c2s", "AUTH PLAIN ****", conn=conn)
+        b.line(t + 0.02, link, "s2c", "235 2.7.0 Authentication successful", conn=conn)
+    b.line(t + 0.03, link, "c2s", "EHLO peer", conn=conn)
+    for i, text in enumerate(reply):
+        b.line(t + 0.04 + i * 0.001, link, "s2c", text, conn=conn)
+
+
+def test_xs1_xshadow_is_advertised_only_to_an_authorised_peer(tmp_path: Path) -> None:
+    # "XSHADOW is advertised in EHLO only when shadow redundancy is enabled and the session
+    # is authorised for it"
+    b = Built(tmp_path, "steps:\n  - wait: 1s\n")
+    b.step(0.5)
+    ehlo(b, 0.6, "client->mbx1", "250-mbx1", "250-XSHADOW mbx1 abc", "250 HELP")
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "XS-1"
+    assert found.rule == sentence("XS-1")
+    assert "anonymous sender" in found.expected
+    ok = Built(tmp_path, "steps:\n  - wait: 1s\n")
+    ok.step(0.5)
+    ehlo(ok, 0.6, "client->mbx1", "250-mbx1", "250 HELP")
+    ehlo(ok, 0.7, "mbx1->mbx2", "250-mbx2", "250 HELP")  # before AUTH: not authorised
+    ehlo(ok, 0.8, "mbx1->mbx2", "250-mbx2", "250 XSHADOW mbx2 abc", auth=True, conn=2)
+    outcome = ok.explain()
+    assert outcome.divergence is None and outcome.exercised["XS-1"] == 2
+
+
+def test_xs1_an_enabled_node_advertises_xshadow_to_its_peer(tmp_path: Path) -> None:
+    b = Built(tmp_path, "steps:\n  - wait: 1s\n")
+    b.step(0.5)
+    ehlo(b, 0.8, "mbx1->mbx2", "250-mbx2", "250 HELP", auth=True)
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "XS-1"
+    assert "its ShadowRedundancyEnabled is true" in found.expected
+
+
+def test_xs1_a_setting_changed_live_rules_after_the_slack(tmp_path: Path) -> None:
+    b = Built(
+        tmp_path,
+        "settings: {ShadowRedundancyEnabled: false}\n"
+        "steps:\n  - set_settings: {values: {ShadowRedundancyEnabled: true}}\n  - wait: 5s\n",
+    )
+    b.steps(0.5, 0.6)
+    # within the slack of the change: either answer is allowed
+    ehlo(b, 1.0, "mbx1->mbx2", "250-mbx2", "250 HELP", auth=True)
+    assert b.explain().divergence is None and "XS-1" not in b.explain().exercised
+    # past it: the new value rules
+    ehlo(b, 3.0, "mbx1->mbx2", "250-mbx2", "250 HELP", auth=True, conn=2)
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "XS-1" and found.t > 3.0
+
+
+# -- DI-5: discard notifications survive a restart of the primary -------------------------
+
+
+def delivered_paused_restarted(tmp_path: Path, *held: str, look: float = 9.0) -> Built:
+    """m1 copied to mbx2, then delivered (at 1.3) while mbx2 is frozen; the primary
+    restarted (at 3.5, the slack after, back at 4.0) before the shadow is resumed (at
+    4.1); the shadow queue looked at ``look``."""
+    b = Built(
+        tmp_path,
+        "steps:\n  - fault: {link: mbx1->mailbox, kind: cut}\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
+        "  - pause: mbx2\n  - heal: mbx1->mailbox\n  - wait: 1s\n  - restart: mbx1\n"
+        "  - resume: mbx2\n  - wait: 3s\n  - snapshot: {node: mbx2, queue: shadow}\n",
+    )
+    b.steps(0.4, 0.5)
+    b.reply(0.6, "mbx1", 250)
+    b.steps(0.7, 0.8)
+    b.delivered(1.3, "m1", "mbx1", "alice@corp.test")
+    b.step(1.4)
+    b.step(3.5, back=4.0)
+    b.steps(4.1, 4.2)
+    b.step(look)
+    b.looked(look + 0.05, "mbx2", "shadow", *held)
+    return b
+
+
+def test_di5_a_restarted_primary_still_hands_out_its_discard_notifications(
+    tmp_path: Path,
+) -> None:
+    # "Discard notifications are kept on disk: a primary restarted with the same queue
+    # database still hands them out."
+    found = delivered_paused_restarted(tmp_path, "m1").explain().divergence
+    assert found is not None and found.behaviour == "DI-5"
+    assert found.rule == sentence("DI-5")
+    assert "restarted on the same queue database" in found.expected
+    assert "still held m1" in found.observed
+    ok = delivered_paused_restarted(tmp_path).explain()
+    assert ok.divergence is None and ok.exercised["DI-5"] == 1
+
+
+def test_di5_not_judged_before_a_heartbeat_after_the_shadow_is_back(tmp_path: Path) -> None:
+    # resumed by 4.2 (sure from 4.2 + slack): a heartbeat and the slack later is 8.7
+    early = delivered_paused_restarted(tmp_path, "m1", look=8.0).explain()
+    assert early.divergence is None and "DI-5" not in early.exercised

@@ -31,8 +31,17 @@ def _advertises_xshadow_to_anyone() -> None:
 
     original = NodeHandler.handle_EHLO
 
-    async def handle_EHLO(self: NodeHandler, server: Any, session: Any, *args: Any) -> list[str]:
-        responses = await original(self, server, session, *args)
+    # aiosmtpd reads the hook's signature: it must name its five arguments (with *args
+    # every connection was refused before its greeting, and the variant was found by that)
+    async def handle_EHLO(
+        self: NodeHandler,
+        server: Any,
+        session: Any,
+        envelope: Any,
+        hostname: str,
+        responses: list[str],
+    ) -> list[str]:
+        responses = await original(self, server, session, envelope, hostname, responses)
         advert = self.node.shadow_advertisement()
         if advert and not any("XSHADOW" in line for line in responses):
             responses.insert(-1, "250-" + advert)

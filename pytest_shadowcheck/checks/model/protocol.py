@@ -1,0 +1,146 @@
+"""Rules read from the SMTP sessions themselves: the order of the shadow's and the
+sender's acknowledgements (CR-3), and who is offered XSHADOW in EHLO (XS-1).
+
+Times come from one recording clock: a proxy records a line before it forwards it, so
+a line recorded first was sent first.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_shadowcheck.checks.model.replay import Sent
+    from pytest_shadowcheck.checks.model.rules import Judge
+
+__all__ = ["ack_order_rule", "advertisement_rule"]
+
+_FINAL = re.compile(r"^\d{3}(?:\s|$)")
+_XSHADOW = re.compile(r"^250[- ]XSHADOW\b", re.IGNORECASE)
+_EHLO = re.compile(r"^EHLO\b", re.IGNORECASE)
+
+
+def _reply_after(lines: list[tuple[float, str, str]], t: float) -> tuple[float, str] | None:
+    """The server's first whole reply line at or after ``t`` (the last of a multi-line
+    reply): what answered the command or content sent just before."""
+    for at, direction, text in lines:
+        if at >= t and direction == "s2c" and _FINAL.match(text):
+            return at, text
+    return None
+
+
+def ack_order_rule(j: Judge, m: Sent) -> None:
+    """CR-3: the shadow's 250 to the copy's final dot comes before the sender's 250.
+
+    Judged for a copy whose session ``m.via`` opened to one of its shadows while the
+    sender waited (or within the slack after its 250: a copy sent late is the fault),
+    both ends up and linked throughout, no resubmission about (which copies anew)."""
+    if not m.accepted or m.t_reply is None or not j.sink_of(m):
+        return  # relayed through another node: its later sessions are not copies
+    late = m.t_reply + j.slack
+    if any(s.step.kind == "resubmit" and s.t <= late for s in j.tl.steps):
+        return
+    shadows = j.candidates(m.via, m.t_send, m.t_reply)
+    for t, link, conn, ref in j.obs.contents:
+        client, _, server = link.partition("->")
+        if ref != m.ref or client != m.via or server not in shadows:
+            continue
+        lines = j.obs.sessions.get((link, conn), [])
+        began = lines[0][0] if lines else t
+        if not m.t_send <= began <= late:
+            continue
+        if j.tl.changed(m.t_send, late, {m.via, server}, hops=False):
+            continue
+        answer = _reply_after(lines, t)
+        if answer is None or not answer[1].startswith("250"):
+            continue  # refused or never answered: no acknowledgement to order
+        j.exercised["CR-3"] += 1
+        if answer[0] < m.t_reply:
+            continue
+        j.diverged(
+            "CR-3",
+            f"{m.via} tells the sender 250 for {m.ref} only once {server} has acknowledged the "
+            f"shadow copy",
+            f"{m.via} told the sender `250 {m.text}` at +{m.t_reply:.3f}s, and {server} "
+            f"acknowledged the copy only at +{answer[0]:.3f}s (`{answer[1]}`)",
+            answer[0],
+        )
+        return
+
+
+def _ehlo_replies(
+    lines: list[tuple[float, str, str]],
+) -> list[tuple[float, bool, list[str]]]:
+    """Each EHLO's reply in a session: (t of its last line, whether a successful AUTH
+    came before it, its lines)."""
+    out: list[tuple[float, bool, list[str]]] = []
+    authorised = asked = False
+    block: list[str] = []
+    for at, direction, text in lines:
+        if direction == "c2s":
+            asked = bool(_EHLO.match(text))
+            block = []
+            continue
+        if text.startswith("235"):
+            authorised = True
+        if not asked:
+            continue
+        block.append(text)
+        if _FINAL.match(text):
+            if text.startswith("250"):
+                out.append((at, authorised, block))
+            asked, block = False, []
+    return out
+
+
+def _same_boundary(j: Judge, a: str, b: str) -> bool:
+    """Whether nodes ``a`` and ``b`` share a shadow redundancy boundary: one DAG, or
+    outside any DAG one site."""
+    nodes = j.tl.scenario.topology.nodes
+    x, y = nodes[a], nodes[b]
+    return x.dag == y.dag if x.dag is not None else y.dag is None and x.site == y.site
+
+
+def advertisement_rule(j: Judge) -> None:
+    """XS-1: XSHADOW is advertised in EHLO only when shadow redundancy is enabled and the
+    session is authorised: never to the harness's anonymous sender; to a peer node that
+    authenticated, whenever the answering node's ShadowRedundancyEnabled is true (the
+    other half, never while it is false, is CR-6's)."""
+    nodes = j.tl.scenario.topology.nodes
+    for (link, _conn), lines in sorted(j.obs.sessions.items(), key=lambda kv: kv[1][0][0]):
+        client, _, server = link.partition("->")
+        began = lines[0][0]
+        for t, authorised, block in _ehlo_replies(lines):
+            offered = any(_XSHADOW.match(text) for text in block)
+            if client == "client" and not authorised:
+                j.exercised["XS-1"] += 1
+                if offered:
+                    j.diverged(
+                        "XS-1",
+                        f"{server} does not advertise XSHADOW to an anonymous sender: the "
+                        f"session is not authorised for it",
+                        f"{server} answered the sender's EHLO with "
+                        f"`{next(x for x in block if _XSHADOW.match(x))}` at {j.when(t)}",
+                        t,
+                    )
+                    return
+                continue
+            if client not in nodes or not authorised or not _same_boundary(j, client, server):
+                continue
+            # a change made live reaches the node within the slack of its step
+            enabled = j.tl.setting(server, "ShadowRedundancyEnabled", began - j.slack, t)
+            if enabled != {True}:
+                continue
+            j.exercised["XS-1"] += 1
+            if offered:
+                continue
+            j.diverged(
+                "XS-1",
+                f"{server} advertises XSHADOW to {client}, a peer authenticated in its "
+                f"boundary: its ShadowRedundancyEnabled is true",
+                f"{server} answered {client}'s EHLO after AUTH without XSHADOW at "
+                f"{j.when(t)}: " + " | ".join(f"`{x}`" for x in block),
+                t,
+            )
+            return
