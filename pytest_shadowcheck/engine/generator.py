@@ -90,6 +90,10 @@ _NEEDS: dict[str, tuple[tuple[tuple[str, ...], ...], str]] = {
     "PR-3": ((("kill", "restart"), ("restart",)), "restarts a node on its queue database"),
     "DI-1": ((("control_api",),), "reads the primary's discard events and queues"),
     "DI-4": ((("control_api",),), "reads the shadow queue after a delivery"),
+    "DI-5": (
+        (("restart", "control_api"),),
+        "restarts a primary on its queue database and reads its shadow's queue",
+    ),
     "SN-1": ((("control_api",),), "reads the primary's Safety Net"),
     "SN-2": ((("control_api",),), "reads the shadow's Shadow Safety Net"),
     "SN-3": ((("virtual_clock", "control_api"),), "moves the clock past SafetyNetHoldTime"),
