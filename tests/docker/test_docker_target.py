@@ -224,7 +224,10 @@ def test_bundled_scenarios_pass_on_the_reference_image(
         entry = next(b for b in data["behaviours"] if b["id"] == behaviour)
         # -m runs part of the library: what ran passed, the certification says partial
         assert entry["status"] in ("PASS", "PARTIAL"), (behaviour, entry["status"])
-        assert all(s["status"] == "PASS" for s in entry["scenarios"]), entry["scenarios"]
+        # the library's scenarios: the explored slice names every ID its model judges,
+        # and one that no rule of the model decided on is NOT-APPLICABLE there
+        library = [s for s in entry["scenarios"] if not s["scenario"].startswith("explore_")]
+        assert library and all(s["status"] == "PASS" for s in library), library
 
 
 ADMIN_SCENARIO = (
