@@ -148,16 +148,19 @@ class LazyFS(mfusepy.Operations):
 
     def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
         full = self._full(path)
-        try:
-            st = os.lstat(full)
-        except OSError as exc:
-            raise mfusepy.FuseOSError(exc.errno) from None
+        # The stat and the held data are read under one lock: a sync between them
+        # would report the backing file's old, shorter size, and the kernel, trusting
+        # it, would cut another process's reads short (SQLite: SQLITE_IOERR_SHORT_READ).
+        with self.mutex:
+            try:
+                st = os.lstat(full)
+            except OSError as exc:
+                raise mfusepy.FuseOSError(exc.errno) from None
+            entry = self.held.held(st.st_ino)
+            size = entry.size(st.st_size) if entry is not None else st.st_size
         attrs = {key: getattr(st, key) for key in _STAT_KEYS}
         attrs.update({key: getattr(st, ns) for key, ns in _TIME_KEYS.items()})
-        with self.mutex:
-            entry = self.held.held(st.st_ino)
-            if entry is not None:
-                attrs["st_size"] = entry.size(st.st_size)
+        attrs["st_size"] = size
         return attrs
 
     def open(self, path: str, flags: int) -> int:

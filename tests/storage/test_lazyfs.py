@@ -4,6 +4,7 @@ until their directory is fsynced, a full and a failing disk, and SQLite on top."
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import sqlite3
 import subprocess
@@ -292,3 +293,36 @@ def test_held_data_in_a_moved_directory_is_named_where_it_now_is(lazy: LazyMount
     write(m / "incoming" / "a1" / "message", b"never fsynced", sync=False)
     os.rename(m / "incoming" / "a1", m / "queue" / "a1")
     assert lazy.power_cut()["lost"] == [{"file": "queue/a1/message", "bytes": 13}]
+
+
+WRITES = 20000
+_APPEND_AND_SYNC = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)
+for _ in range(int(sys.argv[2])):
+    os.write(fd, b"x" * 512)
+    os.fsync(fd)
+os.close(fd)
+"""
+
+
+def test_a_file_never_looks_shorter_while_another_process_appends_and_syncs(
+    lazy: LazyMount,
+) -> None:
+    # SQLite's processes share a WAL so: a size read from the backing file while
+    # the held data was being synced into it once looked short, the kernel believed
+    # it and cut a reader's pread short (SQLITE_IOERR_SHORT_READ in a workers node).
+    path = lazy.mountpoint / "wal"
+    path.write_bytes(b"")
+    writer = subprocess.Popen([sys.executable, "-c", _APPEND_AND_SYNC, str(path), str(WRITES)])
+    seen: list[int] = []
+    try:
+        while writer.poll() is None:
+            seen.append(path.stat().st_size)
+    finally:
+        writer.wait(60)
+    assert writer.returncode == 0
+    shrank = [(a, b) for a, b in itertools.pairwise(seen) if b < a]
+    assert len(seen) > 100, "the reader saw too few sizes to tell"
+    assert not shrank, f"the size went down {len(shrank)} times, only appended to: {shrank[:3]}"
+    assert path.stat().st_size == WRITES * 512
