@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from pytest_shadowcheck.plugin.exploration import EXPLORATION_PLUGIN
 from pytest_shadowcheck.plugin.junit import junit_xml
 from pytest_shadowcheck.plugin.state import ShadowcheckState
 from pytest_shadowcheck.report.certification import (
@@ -23,6 +24,12 @@ from pytest_shadowcheck.report.certification import (
 from pytest_shadowcheck.statuses import Status
 
 __all__ = ["CertificationRecorder"]
+
+
+def _exploration_figures(config: pytest.Config) -> dict[str, Any] | None:
+    """What the exploration plugin counted, when explored scenarios were collected."""
+    hooks = config.pluginmanager.get_plugin(EXPLORATION_PLUGIN)
+    return hooks.figures() if hooks is not None else None
 
 
 class CertificationRecorder:
@@ -67,6 +74,7 @@ class CertificationRecorder:
             library=library_scenarios(state.library_paths or state.scenario_paths),
             collection_errors=self.errors,
             glue=[{"provides": list(g.provides), "what": g.what} for g in state.target.glue],
+            exploration=_exploration_figures(session.config),
         )
         partial = [b["id"] for b in self.report["behaviours"] if b["status"] == "PARTIAL"]
         xml = junit_xml(session.config)

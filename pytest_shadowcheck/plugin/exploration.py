@@ -46,6 +46,7 @@ from pytest_shadowcheck.scenario.writer import scenario_yaml
 from pytest_shadowcheck.verdict import Status, Verdict
 
 __all__ = [
+    "EXPLORATION_PLUGIN",
     "SLICE_OPERATIONS",
     "SLICE_SCENARIOS",
     "SLICE_SEED",
@@ -68,6 +69,8 @@ DEEP_OPERATIONS = 16
 _FASTEST = 8.0
 _KEY = pytest.StashKey["Exploration"]()
 _EXPLORED = re.compile(r"^explore_s(\d+)_(\d{3})$")
+#: the name the exploration hooks are registered under (the certification asks them)
+EXPLORATION_PLUGIN = "shadowcheck-exploration"
 #: the property an explored item's report carries (operations, verdict, behaviours)
 PROPERTY = "shadowcheck.explored"
 

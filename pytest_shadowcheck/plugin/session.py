@@ -18,6 +18,7 @@ from pytest_shadowcheck.errors import TargetError
 from pytest_shadowcheck.plugin.certification import CertificationRecorder
 from pytest_shadowcheck.plugin.collect import ScenarioFile, ScenarioInconclusive, ScenarioItem
 from pytest_shadowcheck.plugin.exploration import (
+    EXPLORATION_PLUGIN,
     ExplorationHooks,
     XdistExploration,
     setup_exploration,
@@ -152,7 +153,7 @@ def configure(config: pytest.Config) -> None:
         files = [str(p) for p in exploration.files]
         config.args = files if exploration.only else [*config.args, *files]
         hooks = ExplorationHooks(exploration, workerinput is None, state.report_dir)
-        config.pluginmanager.register(hooks, "shadowcheck-exploration")
+        config.pluginmanager.register(hooks, EXPLORATION_PLUGIN)
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(
                 XdistExploration(exploration), "shadowcheck-explore-xdist"
@@ -241,7 +242,6 @@ class SessionHooks:
             report.shadowcheck = data
         return report
 
-
     def pytest_report_header(self, config: pytest.Config) -> list[str] | None:
         if STATE_KEY not in config.stash:
             return None
@@ -258,10 +258,8 @@ class SessionHooks:
             f"shadowcheck workdirs: {BASETEMP} is {run_basetemp(config) or 'not used'}",
         ]
 
-
     def pytest_report_collectionfinish(
-        self,
-        config: pytest.Config, start_path: Path, items: Sequence[pytest.Item]
+        self, config: pytest.Config, start_path: Path, items: Sequence[pytest.Item]
     ) -> list[str] | None:
         """With --collect-only: which scenarios the target can run, and what each other one
         needs (a capability, a relay, a setting) - before anything runs."""

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_shadowcheck.errors import ScenarioError
+from pytest_shadowcheck.report.exploration import exploration_section
 from pytest_shadowcheck.report.rules import rule_sentence, rule_sentences
 from pytest_shadowcheck.report.workload_tables import shrunk_section, workload_table
 from pytest_shadowcheck.scenario.loader import load_behaviours, load_scenario_file
@@ -186,9 +187,11 @@ def build_report(
     library: dict[str, list[str]] | None = None,
     collection_errors: list[dict[str, str]] | None = None,
     glue: list[dict[str, Any]] | None = None,
+    exploration: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The certification. ``glue`` is the target's (``[{provides, what}]``): a PASS of a
-    behaviour it provides is counted as :data:`GLUE_PASS`, not as the MTA's PASS."""
+    behaviour it provides is counted as :data:`GLUE_PASS`, not as the MTA's PASS.
+    ``exploration`` is what the explored scenarios covered, when any ran."""
     catalogue = load_behaviours()
     library = library or {}
     provided = glue_of(glue or [])
@@ -221,6 +224,8 @@ def build_report(
         "collection_errors": collection_errors or [],
         "glue": [{"provides": list(g["provides"]), "what": g["what"]} for g in glue or []],
     }
+    if exploration is not None:
+        report["exploration"] = exploration
     report["admin_summary"] = admin_summary(report)
     return report
 
@@ -665,6 +670,7 @@ section {{ border-top: 1px solid #ddd; margin-top: 1em; }}
 <h2>Evidence: scenarios with a status other than PASS</h2>{details or "<p>none</p>"}
 {_workloads_section(report)}
 {shrunk_section(report)}
+{exploration_section(report)}
 {"<h2>Scenario files with errors</h2>" + errors if errors else ""}
 </body></html>
 """
