@@ -42,6 +42,7 @@ def ack_order_rule(j: Judge, m: Sent) -> None:
     if any(s.step.kind == "resubmit" and s.t <= late for s in j.tl.steps):
         return
     shadows = j.candidates(m.via, m.t_send, m.t_reply)
+    copied = False
     for t, link, conn, ref in j.obs.contents:
         client, _, server = link.partition("->")
         if ref != m.ref or client != m.via or server not in shadows:
@@ -52,6 +53,7 @@ def ack_order_rule(j: Judge, m: Sent) -> None:
             continue
         if j.tl.changed(m.t_send, late, {m.via, server}, hops=False):
             continue
+        copied = True
         answer = _reply_after(lines, t)
         if answer is None or not answer[1].startswith("250"):
             continue  # refused or never answered: no acknowledgement to order
@@ -67,6 +69,31 @@ def ack_order_rule(j: Judge, m: Sent) -> None:
             answer[0],
         )
         return
+    if not copied:
+        _no_copy_rule(j, m, shadows, late)
+
+
+def _no_copy_rule(j: Judge, m: Sent, shadows: set[str], late: float) -> None:
+    """CR-1: a message acknowledged while a shadow was surely reachable, redundancy on
+    and nothing changing, went to a shadow before the 250: its content on a session
+    the primary opened to one while the sender waited (the wire is the one view of the
+    copy every target gives)."""
+    if not shadows or j.tl.changed(m.t_send, late, {m.via, *shadows}, hops=False):
+        return
+    if j.tl.setting(m.via, "ShadowRedundancyEnabled", m.t_send, late) != {True}:
+        return
+    if j.copy_possible(m.via, m.t_send, late) != {True}:
+        return
+    j.exercised["CR-1"] += 1
+    j.diverged(
+        "CR-1",
+        f"{m.via} copies {m.ref} to {' or '.join(sorted(shadows))} before it tells the "
+        f"sender 250: shadow redundancy is on and the shadow was up and reachable",
+        f"{m.via} told the sender `250 {m.text}` at {j.when(m.t_reply)}, and by "
+        f"{j.when(late)} it had sent no copy of {m.ref} to "
+        f"{' or '.join(sorted(shadows))} in a session opened while the sender waited",
+        m.t_reply,
+    )
 
 
 def _ehlo_replies(

@@ -39,6 +39,8 @@ class Built:
         self._base = time.monotonic() - self.history.now()
         self._next_step = 0
         self._conns: dict[str, int] = {}
+        #: the latest send's message
+        self._sent = ""
 
     def at(self, t: float, kind: str, link: str | None = None, **data: Any) -> None:
         conn = data.pop("conn", None)
@@ -49,6 +51,8 @@ class Built:
         """The scenario's next step ran at ``t`` (a restart or wipe was back at ``back``)."""
         step = self.scenario.steps[self._next_step]
         self._next_step += 1
+        if step.kind == "send":
+            self._sent = step.arg.id
         self.at(t, "step", text=f"{step.kind} {step.arg.describe()}", line=step.where.line)
         if back is not None:
             self.at(back, "step", text=f"{step.arg.node} back after {step.kind}, queue database x")
@@ -57,8 +61,12 @@ class Built:
         for t in times:
             self.step(t)
 
-    def reply(self, t: float, via: str, code: int, text: str = "") -> None:
-        """The sender of the latest send through ``via`` got ``code`` for its content."""
+    def reply(self, t: float, via: str, code: int, text: str = "", copied: bool = True) -> None:
+        """The sender of the latest send got ``code`` for its content; a 250 comes, as on
+        a correct MTA, after ``via`` copied it to the other node of its DAG (``copied``
+        False: no copy on the wire)."""
+        if code == 250 and copied:
+            self.copy(t - 0.05, via, self._sent)
         link = f"client->{via}"
         self._conns[link] = conn = self._conns.get(link, 0) + 1
         self.at(t - 0.01, "reply", link, conn=conn, direction="s2c", command="CONNECT", code=220)
@@ -68,6 +76,17 @@ class Built:
             t, "reply", link, conn=conn, direction="s2c", command="EOD", code=code,
             enhanced=enhanced, text=said,
         )  # fmt: skip
+
+    def copy(self, t: float, via: str, ref: str) -> None:
+        """``via`` copies ``ref`` to the other node of its DAG, acknowledged at ``t``: a
+        session opened just before."""
+        nodes = self.scenario.topology.nodes
+        shadow = next(n for n in nodes if n != via and nodes[n].dag == nodes[via].dag)
+        link = f"{via}->{shadow}"
+        self._conns[link] = conn = self._conns.get(link, 0) + 1
+        self.line(t - 0.03, link, "s2c", f"220 {shadow} ready", conn=conn)
+        self.content(t - 0.01, link, ref, conn=conn)
+        self.line(t, link, "s2c", "250 2.6.0 queued as shadow", conn=conn)
 
     def delivered(
         self, t: float, ref: str, by: str, *rcpts: str, sink: str = "mailbox", sender: str = "s"

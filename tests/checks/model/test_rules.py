@@ -184,6 +184,31 @@ def held_back(tmp_path: Path, *more: str) -> Built:
     )
 
 
+def test_cr1_a_message_is_copied_on_the_wire_before_its_250(tmp_path: Path) -> None:
+    # "A message received from outside the boundary is copied to a shadow node inside the
+    # boundary *before* the primary acknowledges DATA to the sender" - the wire is the
+    # view of the copy every target gives (an MTA without shadow redundancy makes none)
+    b = held_back(tmp_path)
+    b.steps(0.5, 1.0)
+    b.reply(1.1, "mbx1", 250, copied=False)
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "CR-1"
+    assert found.rule == sentence("CR-1")
+    assert "sent no copy of m1 to mbx2 in a session opened while the sender waited" in (
+        found.observed
+    )
+    ok = held_back(tmp_path)
+    ok.steps(0.5, 1.0)
+    ok.reply(1.1, "mbx1", 250)
+    outcome = ok.explain()
+    assert outcome.divergence is None and outcome.exercised["CR-3"] == 1
+    # the shadow frozen while the sender waited: a 250 without a copy may be CR-5's
+    paused = held_back(tmp_path, "  - pause: mbx2\n")
+    paused.steps(0.5, 1.0, 1.05)
+    paused.reply(1.1, "mbx1", 250, copied=False)
+    assert paused.explain().divergence is None
+
+
 def test_cr1_an_acknowledged_message_has_a_shadow_copy(tmp_path: Path) -> None:
     b = held_back(tmp_path, "  - snapshot: {node: mbx2, queue: shadow}\n")
     b.steps(0.5, 1.0)
@@ -624,7 +649,7 @@ def copied(tmp_path: Path, ack: float, reply: float, extra: str = "") -> Built:
     b.line(1.1, "mbx1->mbx2", "c2s", "XSHADOW mbx1")
     b.content(1.2, "mbx1->mbx2", "m1")
     b.line(ack, "mbx1->mbx2", "s2c", "250 2.6.0 queued as shadow")
-    b.reply(reply, "mbx1", 250)
+    b.reply(reply, "mbx1", 250, copied=False)  # the copy above is this test's
     return b
 
 
@@ -650,7 +675,7 @@ def test_cr3_a_copy_refused_or_made_while_the_shadow_changed_is_not_judged(
     refused.line(1.05, "mbx1->mbx2", "s2c", "220 mbx2 ready")
     refused.content(1.2, "mbx1->mbx2", "m1")
     refused.line(1.25, "mbx1->mbx2", "s2c", "451 4.3.0 try later")
-    refused.reply(1.3, "mbx1", 250)
+    refused.reply(1.3, "mbx1", 250, copied=False)
     refused.line(1.5, "mbx1->mbx2", "s2c", "250 2.0.0 bye")
     assert refused.explain().divergence is None
 
