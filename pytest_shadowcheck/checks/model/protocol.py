@@ -70,10 +70,10 @@ def ack_order_rule(j: Judge, m: Sent) -> None:
         )
         return
     if not copied:
-        _no_copy_rule(j, m, shadows, late)
+        _no_copy_rule(j, m, m.t_reply, shadows, late)
 
 
-def _no_copy_rule(j: Judge, m: Sent, shadows: set[str], late: float) -> None:
+def _no_copy_rule(j: Judge, m: Sent, replied: float, shadows: set[str], late: float) -> None:
     """CR-1: a message acknowledged while a shadow was surely reachable, redundancy on
     and nothing changing, went to a shadow before the 250: its content on a session
     the primary opened to one while the sender waited (the wire is the one view of the
@@ -89,10 +89,10 @@ def _no_copy_rule(j: Judge, m: Sent, shadows: set[str], late: float) -> None:
         "CR-1",
         f"{m.via} copies {m.ref} to {' or '.join(sorted(shadows))} before it tells the "
         f"sender 250: shadow redundancy is on and the shadow was up and reachable",
-        f"{m.via} told the sender `250 {m.text}` at {j.when(m.t_reply)}, and by "
+        f"{m.via} told the sender `250 {m.text}` at {j.when(replied)}, and by "
         f"{j.when(late)} it had sent no copy of {m.ref} to "
         f"{' or '.join(sorted(shadows))} in a session opened while the sender waited",
-        m.t_reply,
+        replied,
     )
 
 
