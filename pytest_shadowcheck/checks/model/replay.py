@@ -88,14 +88,32 @@ class Observations:
     contents: list[tuple[float, str, int | None, str]] = field(default_factory=list)
 
 
-def _ref_of(value: Any, by_id: dict[str, str]) -> str | None:
-    """The ref of a message from its trace (``REF.TOKEN``) or Message-ID."""
+def _ref_of(value: Any, by_id: dict[str, str], token: str | None = None) -> str | None:
+    """The ref of a message from its trace (``REF.TOKEN``) or Message-ID; with the run's
+    ``token`` known, None for another run's message of the same ref (a node left over
+    from an earlier run, delivering into a port this run now listens on)."""
     if not isinstance(value, str) or not value:
         return None
     if value in by_id:
         return by_id[value]
     bare = value.strip("<>").split("@", 1)[0]
-    return bare.rsplit(".", 1)[0] if "." in bare else None
+    if "." not in bare:
+        return None
+    ref, _, theirs = bare.rpartition(".")
+    return ref if token is None or theirs == token else None
+
+
+def _run_token(events: list[Event], sent: dict[str, Sent]) -> str | None:
+    """This run's token, from the trace of a message the harness sent (its content on a
+    ``client->`` link): every message of one run carries the same."""
+    for event in events:
+        if event.kind == "data" and event.link and event.link.startswith("client->"):
+            trace = event.data.get("trace")
+            if isinstance(trace, str) and "." in trace:
+                ref, _, token = trace.rpartition(".")
+                if ref in sent:
+                    return token
+    return None
 
 
 def observe(timeline: Timeline, history: History) -> Observations:
@@ -109,6 +127,7 @@ def observe(timeline: Timeline, history: History) -> Observations:
         if spec.message_id:
             by_id[spec.message_id] = spec.id
     events = history.events()
+    token = _run_token(events, obs.sent)
     _replies(obs, events, timeline)
     nodes = set(timeline.scenario.topology.nodes)
     began: dict[tuple[str, int | None], float] = {}
@@ -117,8 +136,8 @@ def observe(timeline: Timeline, history: History) -> Observations:
             by = str(event.data.get("helo") or "?").split(".")[0]
             obs.bounces.append((event.t, str(event.data.get("sink")), by))
         elif event.kind == "delivery":
-            ref = _ref_of(event.data.get("trace"), {}) or _ref_of(
-                event.data.get("message_id"), by_id
+            ref = _ref_of(event.data.get("trace"), {}, token) or _ref_of(
+                event.data.get("message_id"), by_id, token
             )
             sent = obs.sent.get(ref or "")
             if sent is not None:
@@ -132,13 +151,13 @@ def observe(timeline: Timeline, history: History) -> Observations:
                 shown = [str(e.get("message_id")) for e in entries]
             else:  # a queue check's last look: the refs (or Message-IDs) it held
                 shown = [str(x) for x in event.data["entries"] or ()]
-            refs = {r for x in shown if (r := x if x in obs.sent else _ref_of(x, by_id))}
+            refs = {r for x in shown if (r := x if x in obs.sent else _ref_of(x, by_id, token))}
             node, queue = str(event.data.get("node")), str(event.data.get("queue"))
             obs.snapshots.append(Snapshot(event.t, node, queue, refs, shown))
         elif event.kind == "data" and event.link:
             src, _, dst = event.link.partition("->")
-            ref = _ref_of(event.data.get("trace"), {}) or _ref_of(
-                event.data.get("message_id"), by_id
+            ref = _ref_of(event.data.get("trace"), {}, token) or _ref_of(
+                event.data.get("message_id"), by_id, token
             )
             if src in nodes and dst in nodes and ref in obs.sent:
                 obs.contents.append((event.t, event.link, event.conn, str(ref)))

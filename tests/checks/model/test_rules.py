@@ -241,6 +241,24 @@ def test_twice_delivered_with_nothing_wrong_is_an_unwarranted_promotion(tmp_path
     assert "2 times" in found.observed
 
 
+def test_another_runs_message_of_the_same_ref_is_not_this_ones(tmp_path: Path) -> None:
+    # a node left over from an earlier run delivers its own m1 into a port this run's
+    # proxy now listens on: its trace names the other run, so it is not a second m1
+    b = Built(tmp_path, "steps:\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n")
+    b.step(1.0)
+    b.content(1.05, "client->mbx1", "m1")
+    b.reply(1.1, "mbx1", 250)
+    b.delivered(1.2, "m1", "mbx1", "alice@corp.test")
+    b.at(
+        1.3, "delivery", sink="mailbox", trace="m1.0dd0dd00", mail_from="s",
+        message_id="<m1.0dd0dd00@shadowcheck.test>", rcpt_tos=["alice@corp.test"], helo="mbx2",
+    )  # fmt: skip
+    assert b.explain().divergence is None
+    b.delivered(1.4, "m1", "mbx2", "alice@corp.test")  # ... but this run's m1 twice is
+    found = b.explain().divergence
+    assert found is not None and "2 times" in found.observed
+
+
 def test_pr3_a_primary_back_with_its_queue_may_deliver_twice(tmp_path: Path) -> None:
     # "Primary back with the same database after ShadowResubmitTimeSpan: it delivers its
     # own queue too: duplicate deliveries are expected"
@@ -533,9 +551,7 @@ def test_a_send_connector_timeout_of_a_second_or_more_is_modelled(tmp_path: Path
     # "A primary->shadow session that times out before the copy is acknowledged counts as
     # a failed shadow attempt (then CR-4 / CR-5)": the model counts a frozen shadow as one
     # no copy reaches, so a timeout that only ends sessions to frozen nodes changes nothing
-    steps = (
-        "steps:\n  - kill: mbx2\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
-    )
+    steps = "steps:\n  - kill: mbx2\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
 
     def run(timeout: str) -> ModelOutcome:
         b = Built(
