@@ -26,8 +26,10 @@ import contextlib
 import multiprocessing
 import os
 import runpy
+import signal
 import subprocess
 import sys
+import threading
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, Protocol
@@ -109,9 +111,27 @@ class ExecNode:
             self._proc.stdout.close()
 
 
-def _become(argv: list[str], log: str, stdout: Connection) -> None:
+def _die_with_owner(alive: Connection) -> None:
+    """Kill this node's process group once the harness that started it is gone.
+
+    The fork server, not the harness, is the node's parent: a harness killed mid-run
+    (a timeout, a second Ctrl-C) would leave the node running, and it would go on
+    delivering its queue into ports a later run listens on. Only the harness holds the
+    other end of ``alive``; the kernel closes it when the harness dies, whatever killed
+    it, and the read below ends."""
+
+    def watch() -> None:
+        with contextlib.suppress(EOFError, OSError):
+            alive.recv_bytes()
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="die-with-owner", daemon=True).start()
+
+
+def _become(argv: list[str], log: str, stdout: Connection, alive: Connection) -> None:
     """In the forked child: turn into ``python ARGV...`` with stdout on the pipe."""
     os.setpgid(0, 0)  # a group of its own, as ExecNode's (see the module doc)
+    _die_with_owner(alive)
     log_fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(log_fd, 2)
     os.close(log_fd)
@@ -145,12 +165,15 @@ class ForkedNode:
     def __init__(self, argv: list[str], log: Path) -> None:
         context = _fork_server()
         reader, writer = context.Pipe(duplex=False)
+        # the harness keeps the write end for the node's life and never writes to it
+        alive, self._alive = context.Pipe(duplex=False)
         self._proc = context.Process(
-            target=_become, args=(argv, str(log), writer), name=f"node {argv}"
+            target=_become, args=(argv, str(log), writer, alive), name=f"node {argv}"
         )
         self._proc.start()
         # only the child may hold the write end: its exit must read as EOF here
         writer.close()
+        alive.close()
         self._stdout: IO[bytes] = os.fdopen(os.dup(reader.fileno()), "rb")
         reader.close()
         assert self._proc.pid is not None
@@ -177,6 +200,8 @@ class ForkedNode:
     def close(self) -> None:
         self._stdout.close()
         exitcode = self.poll()
+        if exitcode is not None:
+            self._alive.close()  # (while it runs, closing it would kill it)
         if exitcode is not None and self._closed_with is None:
             # a closed Process object raises on every question: keep its answer
             self._closed_with = exitcode

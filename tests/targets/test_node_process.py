@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -179,3 +180,41 @@ def test_signals_reach_every_process_of_the_node(start: Starter, tmp_path: Path)
         proc.close()
         if child and _state(child) not in ("Z", "gone"):
             os.kill(child, signal.SIGKILL)
+
+
+_HARNESS = """
+import sys
+from pathlib import Path
+from pytest_shadowcheck.targets.node_process import ForkedNode
+proc = ForkedNode([sys.argv[1], "fork"], Path(sys.argv[2]))
+print(proc.readline().decode().strip(), flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_forked_node_dies_with_the_harness_that_started_it(tmp_path: Path) -> None:
+    # the fork server is the node's parent, not the harness: a harness killed mid-run
+    # must not leave its nodes delivering into ports a later run listens on
+    harness = subprocess.Popen(
+        [sys.executable, "-c", _HARNESS, _script(tmp_path), str(tmp_path / "node.log")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert harness.stdout is not None
+    words = harness.stdout.readline().split()
+    assert words[0] == b"ready", words
+    node, worker = int(words[1]), int(words[3])  # the node and the process it forked
+    assert _alive(node) and _alive(worker)
+    harness.kill()
+    harness.wait(10)
+    deadline = time.monotonic() + 10
+    while (_alive(node) or _alive(worker)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(node) and not _alive(worker)
