@@ -76,6 +76,9 @@ CAPS = frozenset(CAPABILITIES)
 #: seconds one shrink attempt costs on the cluster: the mean of the 50 attempts (10-22 s
 #: each, 659 s in all) of the four shrinks of the explore_variants run in CORES
 SECONDS_PER_CALL = 13.2
+#: Hypothesis stops shrinking after MAX_SHRINKING_SECONDS (300 s, its engine's constant):
+#: this many cluster runs; ddmin is given the same number to compare what each holds then
+CUTOFF_RUNS = int(300 // SECONDS_PER_CALL)
 
 
 # -- what an operation is, seen from the cluster state --------------------------------
@@ -227,6 +230,8 @@ class _Tally:
     reached: int = 0
     first_ops: list[Operation] = field(default_factory=list)
     last_failing: list[Operation] = field(default_factory=list)
+    #: (run, operations) of every failing run: what Hypothesis holds at any run
+    failing: list[tuple[int, int]] = field(default_factory=list)
     nodes: tuple[str, ...] = ()
     collected: list[tuple[list[Operation], tuple[str, ...]]] = field(default_factory=list)
 
@@ -365,6 +370,7 @@ def machine(tally: _Tally) -> type[RuleBasedStateMachine]:
                 if not tally.shortest or len(self.ops) < tally.shortest:
                     tally.shortest, tally.reached = len(self.ops), tally.runs
                 tally.last_failing = list(self.ops)
+                tally.failing.append((tally.runs, len(self.ops)))
                 raise _PatternFound(f"{len(self.ops)} operations")
 
         def teardown(self) -> None:
@@ -408,8 +414,9 @@ def hypothesis_collect(count: int) -> list[tuple[list[Operation], tuple[str, ...
 
 def ddmin_calls(
     ops: Sequence[Operation], nodes: Sequence[str], pattern: Pattern
-) -> tuple[int, int]:
-    """(oracle calls, final length) of shrink_operations on ``ops``, known to fail."""
+) -> tuple[int, int, int]:
+    """(oracle calls, final length, length after CUTOFF_RUNS calls) of
+    shrink_operations on ``ops``, known to fail."""
 
     def verdict(failing: bool) -> Verdict:
         v = Verdict("explored", ["CR-1"])
@@ -421,7 +428,8 @@ def ddmin_calls(
         return verdict(pattern([ops[i] for i in keep], nodes))
 
     result = shrink_operations(verdict(True), len(ops), attempt, Budget(10**6, 1e9))
-    return result.attempts, len(result.kept)
+    cut = shrink_operations(verdict(True), len(ops), attempt, Budget(CUTOFF_RUNS, 1e9))
+    return result.attempts, len(result.kept), len(cut.kept)
 
 
 def one_minimal(ops: Sequence[Operation], nodes: Sequence[str], pattern: Pattern) -> bool:
@@ -441,16 +449,17 @@ class HypothesisTrial:
     final: int  # operations of the example Hypothesis reports
     shortest: int
     minimal: bool  # no single operation of the final example can be left out
+    at_cutoff: int  # operations of the example it holds after CUTOFF_RUNS shrink runs
 
 
 @dataclass
 class ShrinkRow:
     oracle: str
     #: ddmin from our first failing plans: (calls, final length), all 1-minimal
-    ours: list[tuple[int, int]] = field(default_factory=list)
+    ours: list[tuple[int, int, int]] = field(default_factory=list)
     hyp: list[HypothesisTrial] = field(default_factory=list)
     #: ddmin from Hypothesis's first failing example, and that example's length
-    ours_same_start: list[tuple[int, int]] = field(default_factory=list)
+    ours_same_start: list[tuple[int, int, int]] = field(default_factory=list)
     start_lengths: list[int] = field(default_factory=list)
 
 
@@ -476,6 +485,7 @@ def measure_shrink(name: str, pattern: Pattern, trials: int, examples: int) -> S
                 len(final),
                 tally.shortest,
                 one_minimal(final, tally.nodes, pattern),
+                [n for run, n in tally.failing if run <= tally.first_failure + CUTOFF_RUNS][-1],
             )
         )
         row.start_lengths.append(len(tally.first_ops))
@@ -492,21 +502,24 @@ def shrink_table(rows: list[ShrinkRow], trials: int) -> str:
         "| failure = | ddmin on our plans (16 ops): calls, final length | "
         "Hypothesis: runs to find, runs to shrink (to its shortest), final length "
         "(shortest seen), 1-minimal | ddmin from Hypothesis's first failure: start "
-        f"length, calls, final length | shrink time at {SECONDS_PER_CALL:g} s a run: "
-        "ddmin on ours, Hypothesis |",
-        "|---|---|---|---|---|",
+        "length, calls, final length | "
+        f"length held after {CUTOFF_RUNS} shrink runs (Hypothesis's 300 s limit): "
+        "ddmin from the same start, Hypothesis | "
+        f"shrink time at {SECONDS_PER_CALL:g} s a run: ddmin on ours, Hypothesis |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rows:
-        h = r.hyp
-        ours_calls = [c for c, _ in r.ours]
+        h, same = r.hyp, r.ours_same_start
+        ours_calls = [c for c, _, _ in r.ours]
         lines.append(
-            f"| {r.oracle} | {_median(ours_calls)}, {_median([n for _, n in r.ours])} | "
+            f"| {r.oracle} | {_median(ours_calls)}, {_median([n for _, n, _ in r.ours])} | "
             f"{_median([t.find for t in h])}, {_median([t.shrink for t in h])} "
             f"({_median([t.to_shortest for t in h])}), {_median([t.final for t in h])} "
             f"({_median([t.shortest for t in h])}), {sum(t.minimal for t in h)} of {len(h)} "
             f"(found in {len(h)} of {trials}) | "
-            f"{_median(r.start_lengths)}, {_median([c for c, _ in r.ours_same_start])}, "
-            f"{_median([n for _, n in r.ours_same_start])} | "
+            f"{_median(r.start_lengths)}, {_median([c for c, _, _ in same])}, "
+            f"{_median([n for _, n, _ in same])} | "
+            f"{_median([k for _, _, k in same])}, {_median([t.at_cutoff for t in h])} | "
             f"{_cost(ours_calls)}, {_cost([t.shrink for t in h])} |"
         )
     return "\n".join(lines)
