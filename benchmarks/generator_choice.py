@@ -1,7 +1,7 @@
 """Benchmark: our seeded generator and ddmin, or Hypothesis's stateful testing?
 
     nice -n 10 python3 benchmarks/generator_choice.py [--quick] [--plans 1000]
-        [--replay FILE:VARIANT ...] [--replays 5] [--out table.md]
+        [--replay FILE:VARIANT ...] [--replays 5] [--replay-only] [--out table.md]
 
 Issue 27 asks for Hypothesis's stateful testing "or a generator of our own only if
 measured better". Both sides here draw the SAME operations: generator.py's ``_Drawer``
@@ -11,14 +11,17 @@ advances, resubmissions). Ours is ``plan()``; Hypothesis's is a
 cluster state (``_State``) as ``plan()``'s, and whose random draws come from
 ``st.randoms()`` so that Hypothesis shrinks them.
 
-1. Shrink cost. Every shrink attempt is a real cluster run (~20 s), so what counts is
-   the number of ORACLE CALLS to a 1-minimal result. The oracle is offline: a failure
+1. Shrink cost. Every shrink attempt is a real cluster run (13.2 s measured), so what
+   counts is the number of ORACLE CALLS to a 1-minimal result, and what each shrinker
+   holds after Hypothesis's own shrinking limit (300 s: 22 runs). The oracle is offline: a failure
    is a pattern of operations (a core that a real ddmin run kept, or a pattern a model
    rule needs), judged on the cluster state the kept operations produce. (a) our
    ``shrink_operations`` (ddmin over operation numbers, engine/shrink.py) from the
    first failing plans of our generator; (b) Hypothesis from its own first failing
    example, every example it executes counted (a started machine = a cluster run), and
    (a') ddmin from that same first failing example, for a like-for-like start.
+   ``--quick`` (under a minute) leaves the real cores out: Hypothesis may take
+   thousands of runs to shrink one.
 2. Finding: how many of 1,000 scenarios of each generator hold the operation patterns
    the model's rules need (offline).
 3. Replay: how often a shrunk scenario file reproduces its FAIL on its variant, run
@@ -293,9 +296,6 @@ def machine(tally: _Tally) -> type[RuleBasedStateMachine]:
             self.ops.append(op)
             if ended and drawer.state.quiet() and drawer.reject and drawer.redundancy:
                 drawer.single_holder = False
-
-        def _ready(self) -> bool:
-            return self.drawer is not None
 
         @rule(rng=r)
         def send(self, rng: random.Random) -> None:
