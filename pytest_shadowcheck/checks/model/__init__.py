@@ -15,7 +15,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pytest_shadowcheck.checks.model import fates, notifications, protocol, resubmission
+from pytest_shadowcheck.checks.model import (
+    fates,
+    notifications,
+    placement,
+    protocol,
+    refusals,
+    resubmission,
+)
 from pytest_shadowcheck.checks.model.replay import observe
 from pytest_shadowcheck.checks.model.rules import Divergence, Judge, disabled_rule, reply_rule
 from pytest_shadowcheck.checks.model.state import DEFAULTS, build_timeline
@@ -33,6 +40,8 @@ MODEL_BEHAVIOURS: tuple[str, ...] = (
     "CR-4",
     "CR-5",
     "CR-6",
+    "CR-7",
+    "CR-10",
     "DI-2",
     "DI-5",
     "PR-1",
@@ -152,6 +161,9 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
     disabled_rule(judge)
     protocol.advertisement_rule(judge)
     resubmission.dsn_rule(judge)
+    refusals.fork_rule(judge, history)
+    refusals.bounce_rule(judge)
+    placement.placement_rule(judge)
     for m in obs.sent.values():
         reply_rule(judge, m)
         fates.copy_rule(judge, m)

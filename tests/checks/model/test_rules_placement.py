@@ -1,0 +1,201 @@
+"""The model's rules of placement and forks on histories built by hand: where a shadow
+copy may be (CR-7), what a next hop's answers to each recipient oblige (CR-10), a bounce
+taken like any message (CR-1). Each quotes the catalogue's sentence it reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .built import Built, sentence
+
+SINK = "mbx1->mailbox"
+
+
+def transaction(
+    b: Built, t: float, ref: str, answers: dict[str, str], eod: str = "250 2.6.0 queued",
+    conn: int = 1,
+) -> None:  # fmt: skip
+    """mbx1 offers ``ref`` to the mailbox sink: each recipient answered as given, then
+    the content (when one was taken) and the reply to its final dot; the delivery
+    recorded for the recipients taken."""
+    b.line(t, SINK, "c2s", "MAIL FROM:<sender@ext.test>", conn)
+    b.line(t, SINK, "s2c", "250 2.1.0 Sender OK", conn)
+    for rcpt, answer in answers.items():
+        b.line(t, SINK, "c2s", f"RCPT TO:<{rcpt}>", conn)
+        b.line(t, SINK, "s2c", answer, conn)
+    taken = [r for r, a in answers.items() if a.startswith("250")]
+    if not taken:
+        return
+    b.line(t, SINK, "c2s", "DATA", conn)
+    b.line(t, SINK, "s2c", "354 go ahead", conn)
+    b.content(t + 0.01, SINK, ref, conn)
+    if eod.startswith("250"):
+        b.delivered(t + 0.01, ref, "mbx1", *taken)
+    b.line(t + 0.02, SINK, "s2c", eod, conn)
+
+
+def refusing(tmp_path: Path, rule: str) -> Built:
+    b = Built(
+        tmp_path,
+        "steps:\n"
+        f"  - sink: {{name: mailbox, rcpt: {{bob@corp.test: '{rule}'}}}}\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test, bob@corp.test]}\n"
+        "  - sink: {name: mailbox, reply: accept}\n"
+        "  - wait: 5s\n",
+    )
+    b.steps(1.0, 1.2, 3.0, 3.1)
+    b.reply(1.5, "mbx1", 250)
+    b.at(12.0, "note", text="end")
+    return b
+
+
+def test_cr10_quotes_the_catalogue() -> None:
+    assert "the shadow copy is not released until every fork" in sentence("CR-10")
+    assert "PreferRemote tries a remote-site node" in sentence("CR-7")
+
+
+def test_cr10_a_recipient_the_next_hop_took_is_not_sent_again(tmp_path: Path) -> None:
+    # CR-10: "the shadow copy is not released until every fork (...) is fully
+    # processed": the taken recipient's fork is done; only the deferred one is retried
+    b = refusing(tmp_path, "450 4.2.1 busy")
+    transaction(b, 1.6, "m1", {"alice@corp.test": "250 ok", "bob@corp.test": "450 4.2.1 busy"})
+    transaction(b, 3.5, "m1", {"alice@corp.test": "250 ok", "bob@corp.test": "250 ok"}, conn=2)
+    outcome = b.explain()
+    assert outcome.divergence is not None
+    assert outcome.divergence.behaviour == "CR-10"
+    assert "delivered m1 to alice@corp.test again" in outcome.divergence.observed
+
+
+def test_cr10_the_deferred_recipient_alone_is_retried(tmp_path: Path) -> None:
+    b = refusing(tmp_path, "450 4.2.1 busy")
+    transaction(b, 1.6, "m1", {"alice@corp.test": "250 ok", "bob@corp.test": "450 4.2.1 busy"})
+    transaction(b, 3.5, "m1", {"bob@corp.test": "250 ok"}, conn=2)
+    outcome = b.explain()
+    assert outcome.divergence is None
+    assert outcome.exercised["CR-10"] >= 1
+
+
+def test_cr10_a_recipient_refused_for_now_is_retried_not_bounced(tmp_path: Path) -> None:
+    # a 4xx is no failure of the fork: it is not fully processed until bob is delivered
+    b = refusing(tmp_path, "450 4.2.1 busy")
+    transaction(b, 1.6, "m1", {"alice@corp.test": "250 ok", "bob@corp.test": "450 4.2.1 busy"})
+    b.at(1.7, "delivery", sink="senders", mail_from="<>", rcpt_tos=["sender@ext.test"], helo="mbx1")
+    outcome = b.explain()
+    assert outcome.divergence is not None
+    assert outcome.divergence.behaviour == "CR-10"
+    assert "never reached bob@corp.test" in outcome.divergence.observed
+
+
+def test_cr10_a_refusal_for_good_is_not_retried(tmp_path: Path) -> None:
+    # a 500 is a 5xx like 550: the fork has failed (a DSN), it is not tried again
+    b = refusing(tmp_path, "500 5.0.0 refused")
+    transaction(b, 1.6, "m1", {"alice@corp.test": "250 ok", "bob@corp.test": "500 5.0.0 refused"})
+    transaction(b, 3.5, "m1", {"bob@corp.test": "250 ok"}, conn=2)
+    outcome = b.explain()
+    assert outcome.divergence is not None
+    assert outcome.divergence.behaviour == "CR-10"
+    assert "tried again and delivered m1 to bob@corp.test" in outcome.divergence.observed
+
+
+def test_cr10_a_refusal_for_good_bounced_is_what_the_catalogue_allows(tmp_path: Path) -> None:
+    b = refusing(tmp_path, "550 5.1.1 no such user")
+    transaction(
+        b, 1.6, "m1", {"alice@corp.test": "250 ok", "bob@corp.test": "550 5.1.1 no such user"}
+    )
+    outcome = b.explain()
+    assert outcome.divergence is None
+    assert outcome.exercised["CR-10"] >= 1
+
+
+def test_cr10_a_second_try_after_an_outage_is_not_judged(tmp_path: Path) -> None:
+    b = Built(
+        tmp_path,
+        "steps:\n"
+        "  - sink: {name: mailbox, rcpt: {bob@corp.test: '450 4.2.1 busy'}}\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test, bob@corp.test]}\n"
+        "  - kill: mbx1\n"
+        "  - restart: mbx1\n",
+    )
+    b.steps(1.0, 1.2, 2.0)
+    b.step(3.0, back=3.2)
+    b.reply(1.5, "mbx1", 250)
+    transaction(b, 1.6, "m1", {"alice@corp.test": "250 ok", "bob@corp.test": "450 4.2.1 busy"})
+    transaction(b, 3.5, "m1", {"alice@corp.test": "250 ok", "bob@corp.test": "250 ok"}, conn=2)
+    assert b.explain().divergence is None
+
+
+# -- CR-7: placement ---------------------------------------------------------------------
+
+
+def placed(tmp_path: Path, topology: str, preference: str, holder: str) -> Built:
+    b = Built(
+        tmp_path,
+        f"settings: {{ShadowMessagePreferenceSetting: {preference}}}\n"
+        "steps:\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
+        "  - snapshot: {node: " + holder + ", queue: shadow}\n",
+        topology=topology,
+    )
+    b.steps(1.0, 1.6)
+    b.reply(1.3, "mbx1", 250)
+    b.looked(1.7, holder, "shadow", "m1")
+    return b
+
+
+def test_cr7_local_only_keeps_the_copy_in_the_site(tmp_path: Path) -> None:
+    # CR-7: "RemoteOnly and LocalOnly try only their side"
+    outcome = placed(tmp_path, "creation-two-site-dag", "LocalOnly", "mbx3").explain()
+    assert outcome.divergence is not None
+    assert outcome.divergence.behaviour == "CR-7"
+    assert "ShadowMessagePreferenceSetting is LocalOnly" in outcome.divergence.expected
+    good = placed(tmp_path, "creation-two-site-dag", "LocalOnly", "mbx2").explain()
+    assert good.divergence is None
+
+
+def test_cr7_prefer_remote_tries_the_remote_site_first(tmp_path: Path) -> None:
+    # CR-7: "PreferRemote tries a remote-site node up to MaxRetriesForRemoteSiteShadow
+    # times, then a local-site node"
+    outcome = placed(tmp_path, "creation-two-site-dag", "PreferRemote", "mbx2").explain()
+    assert outcome.divergence is not None
+    assert outcome.divergence.behaviour == "CR-7"
+    assert "tries it first, and mbx3 was up and reachable" in outcome.divergence.expected
+    good = placed(tmp_path, "creation-two-site-dag", "PreferRemote", "mbx3").explain()
+    assert good.divergence is None
+    assert good.exercised["CR-7"] == 1
+
+
+def test_cr7_prefer_remote_falls_back_to_the_local_site(tmp_path: Path) -> None:
+    b = Built(
+        tmp_path,
+        "steps:\n  - kill: mbx3\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
+        "  - snapshot: {node: mbx2, queue: shadow}\n",
+        topology="creation-two-site-dag",
+    )
+    b.steps(0.5, 1.0, 1.6)
+    b.reply(1.3, "mbx1", 250)
+    b.looked(1.7, "mbx2", "shadow", "m1")
+    assert b.explain().divergence is None
+
+
+def test_cr7_outside_a_dag_the_local_site_only(tmp_path: Path) -> None:
+    # CR-7: "Outside a DAG, or in a single-site DAG: local site only, whatever the
+    # preference"
+    outcome = placed(tmp_path, "creation-ad-site", "PreferRemote", "mbx3").explain()
+    assert outcome.divergence is not None
+    assert "only a node of its own site (site-a)" in outcome.divergence.expected
+    assert placed(tmp_path, "creation-ad-site", "RemoteOnly", "mbx2").explain().divergence is None
+
+
+# -- CR-1: a bounce sent in ---------------------------------------------------------------
+
+
+def test_cr1_a_bounce_is_taken_like_any_message(tmp_path: Path) -> None:
+    # CR-1: "A message received from outside the boundary is copied to a shadow node
+    # inside the boundary before the primary acknowledges DATA to the sender"
+    b = Built(tmp_path, "steps:\n  - send: {id: b1, via: mbx1, from: '', to: [alice@corp.test]}\n")
+    b.steps(1.0)
+    b.reply(1.3, "mbx1", 550, "5.1.7 the null reverse-path is not accepted here")
+    outcome = b.explain()
+    assert outcome.divergence is not None
+    assert outcome.divergence.behaviour == "CR-1"
+    assert "(MAIL FROM:<>)" in outcome.divergence.expected
