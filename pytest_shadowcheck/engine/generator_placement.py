@@ -1,0 +1,63 @@
+"""Exploration's operations for placement and forks (CR-7, CR-10, bounces): topologies
+spanning AD sites and DAGs with a drawn ShadowMessagePreferenceSetting, a next hop that
+refuses one recipient for good (550, or 500 at the edge of the 5xx class), and a
+bounce (the null reverse path) sent in like any message.
+
+Plain functions of a random generator and the topology's names; generator.plan() draws
+them by weight (engine/generator.py owns the drawing).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_shadowcheck.engine.generator import Operation
+
+__all__ = ["TOPOLOGIES", "bounce_send", "refuse_for_good", "start_settings"]
+
+#: bundled topologies that place copies by site and DAG: a DAG over two AD sites, and
+#: three servers in no DAG over two sites (two boundaries)
+TOPOLOGIES = ("creation-two-site-dag", "creation-ad-site")
+
+_PREFERENCES = ("PreferRemote", "PreferRemote", "LocalOnly", "RemoteOnly")
+#: refusals for good a next hop gives one recipient
+_PERMANENT = ("550 5.1.1 no such user", "500 5.0.0 refused")
+
+
+def start_settings(rng: random.Random, topology: dict[str, Any]) -> dict[str, Any]:
+    """A ShadowMessagePreferenceSetting for a topology whose nodes span sites (nothing,
+    and no draw, for the others)."""
+    sites = {spec.get("site") for spec in topology["nodes"].values()}
+    if len(sites) < 2:
+        return {}
+    return {"ShadowMessagePreferenceSetting": rng.choice(_PREFERENCES)}
+
+
+def refuse_for_good(
+    rng: random.Random, sinks: tuple[str, ...], recipients: tuple[str, ...]
+) -> Operation:
+    """A next hop refusing one recipient's RCPT for good, until it is told to accept."""
+    from pytest_shadowcheck.engine.generator import Operation
+
+    sink, rcpt, reply = rng.choice(sinks), rng.choice(recipients), rng.choice(_PERMANENT)
+    step = {"sink": {"name": sink, "rcpt": {rcpt: reply}}}
+    label = f"{sink} refuses RCPT {rcpt} with {reply[:3]}"
+    return Operation(label, (step,), ("script", sink), ("CR-10",))
+
+
+def bounce_send(
+    rng: random.Random, ref: str, answering: list[str], recipients: tuple[str, ...]
+) -> Operation:
+    """A bounce sent in: MAIL FROM:<>, accepted and copied like any message."""
+    from pytest_shadowcheck.engine.generator import Operation
+
+    spec = {
+        "id": ref,
+        "via": rng.choice(answering),
+        "from": "",
+        "to": [rng.choice(recipients)],
+        "timeout": "20s",
+    }
+    return Operation(f"send bounce {ref} via {spec['via']}", ({"send": spec},), ("", ""), ("CR-1",))
