@@ -570,11 +570,15 @@ def plan(
         elif kind == "bounce":
             drawer.sent += 1
             answering = drawer.state.answering() or list(drawer.nodes)
-            op = generator_placement.bounce_send(
-                rng, f"m{drawer.sent}", answering, drawer.recipients
+            op = Operation(
+                *generator_placement.bounce_send(
+                    rng, f"m{drawer.sent}", answering, drawer.recipients
+                )
             )
         elif kind == "refuse":
-            op = generator_placement.refuse_for_good(rng, drawer.sinks, drawer.recipients)
+            op = Operation(
+                *generator_placement.refuse_for_good(rng, drawer.sinks, drawer.recipients)
+            )
         elif kind == "advance":
             minutes = rng.choice((1, 5, 20, 45))
             op = Operation(

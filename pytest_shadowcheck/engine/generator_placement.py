@@ -3,19 +3,20 @@ spanning AD sites and DAGs with a drawn ShadowMessagePreferenceSetting, a next h
 refuses one recipient for good (550, or 500 at the edge of the 5xx class), and a
 bounce (the null reverse path) sent in like any message.
 
-Plain functions of a random generator and the topology's names; generator.plan() draws
-them by weight (engine/generator.py owns the drawing).
+Plain functions of a random generator and the topology's names, returning an operation's
+fields (``Operation(*drawn)``); generator.plan() draws them by weight (engine/generator.py
+owns the drawing).
 """
 
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from pytest_shadowcheck.engine.generator import Operation
+#: an operation as generator.Operation takes it: (label, steps, effect, behaviours)
+Drawn = tuple[str, tuple[dict[str, Any], ...], tuple[str, str], tuple[str, ...]]
 
-__all__ = ["TOPOLOGIES", "bounce_send", "refuse_for_good", "start_settings"]
+__all__ = ["TOPOLOGIES", "Drawn", "bounce_send", "refuse_for_good", "start_settings"]
 
 #: bundled topologies that place copies by site and DAG: a DAG over two AD sites, and
 #: three servers in no DAG over two sites (two boundaries)
@@ -37,22 +38,18 @@ def start_settings(rng: random.Random, topology: dict[str, Any]) -> dict[str, An
 
 def refuse_for_good(
     rng: random.Random, sinks: tuple[str, ...], recipients: tuple[str, ...]
-) -> Operation:
+) -> Drawn:
     """A next hop refusing one recipient's RCPT for good, until it is told to accept."""
-    from pytest_shadowcheck.engine.generator import Operation
-
     sink, rcpt, reply = rng.choice(sinks), rng.choice(recipients), rng.choice(_PERMANENT)
     step = {"sink": {"name": sink, "rcpt": {rcpt: reply}}}
     label = f"{sink} refuses RCPT {rcpt} with {reply[:3]}"
-    return Operation(label, (step,), ("script", sink), ("CR-10",))
+    return label, (step,), ("script", sink), ("CR-10",)
 
 
 def bounce_send(
     rng: random.Random, ref: str, answering: list[str], recipients: tuple[str, ...]
-) -> Operation:
+) -> Drawn:
     """A bounce sent in: MAIL FROM:<>, accepted and copied like any message."""
-    from pytest_shadowcheck.engine.generator import Operation
-
     spec = {
         "id": ref,
         "via": rng.choice(answering),
@@ -60,4 +57,4 @@ def bounce_send(
         "to": [rng.choice(recipients)],
         "timeout": "20s",
     }
-    return Operation(f"send bounce {ref} via {spec['via']}", ({"send": spec},), ("", ""), ("CR-1",))
+    return f"send bounce {ref} via {spec['via']}", ({"send": spec},), ("", ""), ("CR-1",)
