@@ -576,9 +576,7 @@ def plan(
                 )
             )
         elif kind == "refuse":
-            op = Operation(
-                *generator_placement.refuse_for_good(rng, drawer.sinks, drawer.recipients)
-            )
+            op = Operation(*generator_placement.refuse_for_good(rng, _topology(topology)))
         elif kind == "advance":
             minutes = rng.choice((1, 5, 20, 45))
             op = Operation(

@@ -18,13 +18,16 @@ Drawn = tuple[str, tuple[dict[str, Any], ...], tuple[str, str], tuple[str, ...]]
 
 __all__ = ["TOPOLOGIES", "Drawn", "bounce_send", "refuse_for_good", "start_settings"]
 
-#: bundled topologies that place copies by site and DAG: a DAG over two AD sites, and
-#: three servers in no DAG over two sites (two boundaries)
-TOPOLOGIES = ("creation-two-site-dag", "creation-ad-site")
+#: bundled topologies that place copies by site and DAG (a DAG over two AD sites; three
+#: servers in no DAG over two sites, two boundaries) and fork a message over next hops
+TOPOLOGIES = ("creation-two-site-dag", "creation-ad-site", "creation-forks")
 
 _PREFERENCES = ("PreferRemote", "PreferRemote", "LocalOnly", "RemoteOnly")
 #: refusals for good a next hop gives one recipient
 _PERMANENT = ("550 5.1.1 no such user", "500 5.0.0 refused")
+#: the domain of the harness's default sender, where DSNs go, and its next hop deferring
+_SENDERS_DOMAIN = "ext.test"
+_DEFER = "451 4.3.0 the sender's server is busy"
 
 
 def start_settings(rng: random.Random, topology: dict[str, Any]) -> dict[str, Any]:
@@ -36,11 +39,23 @@ def start_settings(rng: random.Random, topology: dict[str, Any]) -> dict[str, An
     return {"ShadowMessagePreferenceSetting": rng.choice(_PREFERENCES)}
 
 
-def refuse_for_good(
-    rng: random.Random, sinks: tuple[str, ...], recipients: tuple[str, ...]
-) -> Drawn:
-    """A next hop refusing one recipient's RCPT for good, until it is told to accept."""
-    sink, rcpt, reply = rng.choice(sinks), rng.choice(recipients), rng.choice(_PERMANENT)
+def refuse_for_good(rng: random.Random, topology: dict[str, Any]) -> Drawn:
+    """A next hop refusing one recipient's RCPT for good, until it is told to accept;
+    where the senders' domain has a next hop of its own (DSNs go there), sometimes that
+    one defers for a while instead, and the recipient is refused once: the DSN is held."""
+    hops = topology.get("next_hops", {})
+    recipients = sorted(topology["directory"]["recipients"])
+    rcpt = rng.choice(recipients)
+    sink = hops.get(rcpt.rsplit("@", 1)[-1], {}).get("sink") or "mailbox"
+    reply = rng.choice(_PERMANENT)
+    dsn = hops.get(_SENDERS_DOMAIN, {}).get("sink")
+    if dsn and dsn != sink and rng.random() < 0.5:
+        steps = (
+            {"sink": {"name": sink, "rcpt": {rcpt: {"reply": reply, "times": 1}}}},
+            {"sink": {"name": dsn, "data": _DEFER}},
+        )
+        label = f"{sink} refuses RCPT {rcpt} once with {reply[:3]}, {dsn} defers the DSN"
+        return label, steps, ("script", dsn), ("CR-10",)
     step = {"sink": {"name": sink, "rcpt": {rcpt: reply}}}
     label = f"{sink} refuses RCPT {rcpt} with {reply[:3]}"
     return label, (step,), ("script", sink), ("CR-10",)

@@ -163,6 +163,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
     resubmission.dsn_rule(judge)
     refusals.fork_rule(judge, history)
     refusals.bounce_rule(judge)
+    refusals.kept_rule(judge, history)
     placement.placement_rule(judge)
     for m in obs.sent.values():
         reply_rule(judge, m)

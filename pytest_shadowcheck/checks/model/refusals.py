@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.checks.model.rules import Judge
     from pytest_shadowcheck.history import History
 
-__all__ = ["Transaction", "bounce_rule", "fork_rule", "transactions"]
+__all__ = ["Transaction", "bounce_rule", "fork_rule", "kept_rule", "transactions"]
 
 _MAIL = re.compile(r"^MAIL FROM: ?<([^>]*)>", re.IGNORECASE)
 _RCPT = re.compile(r"^RCPT TO: ?<([^>]*)>", re.IGNORECASE)
@@ -278,3 +278,63 @@ def bounce_rule(j: Judge) -> None:
             f"{m.via} refused it with `{m.code} {m.text}` at {j.when(m.t_reply or m.t_send)}",
             m.t_reply or m.t_send,
         )
+
+
+def kept_rule(j: Judge, history: History) -> None:
+    """CR-10: the shadow copy is not released until every fork is fully processed - while
+    a recipient has not been delivered (and was never refused for good), or a refusal
+    for good's DSN has not left (no report delivered since), the shadow that was seen
+    holding the copy still holds it. Judged only while nothing among the nodes changed
+    since the send (an outage or promotion moves copies), with no resubmission."""
+    if any(s.step.kind in ("resubmit", "wipe", "power_cut") for s in j.tl.steps):
+        return
+    txns = transactions(j, history)
+    never = _ever_refused_for_good(j)
+    nodes = set(j.tl.scenario.topology.nodes)
+    for m in j.obs.sent.values():
+        if not m.accepted or m.t_reply is None or j.redundant(m) != {True}:
+            continue
+        looks = [s for s in j.obs.snapshots if s.queue == "shadow" and s.t > m.t_reply]
+        holder = next((s.node for s in looks if m.ref in s.refs and s.node != m.via), None)
+        if holder is None:
+            continue
+        failed = [
+            t for t in txns if t.ref == m.ref and any((t.outcome(r) or 0) >= 500 for r in t.rcpts)
+        ]
+        for snap in looks:
+            if snap.node != holder:
+                continue
+            if j.tl.changed(m.t_send, snap.t, nodes, hops=False) or not j.copy_kept(
+                m, holder, snap.t
+            ):
+                break
+            why = _pending(m, snap.t, never, failed, j)
+            if not why:
+                continue
+            j.exercised["CR-10"] += 1
+            if m.ref in snap.refs:
+                continue
+            j.diverged(
+                "CR-10",
+                f"{holder} keeps its shadow copy of {m.ref} until every fork is fully "
+                f"processed: {why}",
+                f"the shadow queue of {holder} no longer held it at {j.when(snap.t)}: "
+                + (", ".join(snap.shown[:5]) or "it was empty"),
+                snap.t,
+            )
+            return
+
+
+def _pending(m: Sent, t: float, never: set[str], failed: list[Transaction], j: Judge) -> str:
+    """Why ``m``'s forks are surely not all processed at ``t`` ("" when they may be)."""
+    got = {r for d in m.deliveries if d.t <= t for r in d.recipients}
+    waiting = sorted(r.lower() for r in m.to if r.lower() not in got and r.lower() not in never)
+    if waiting:
+        return f"{', '.join(waiting)} had not been delivered by then"
+    refused = [f for f in failed if f.t < t]
+    if refused and not any(refused[0].t <= b < t for b, _, _ in j.obs.bounces):
+        return (
+            f"{refused[0].sink} refused it for good at {j.when(refused[0].t)}, and no "
+            "DSN had been delivered since"
+        )
+    return ""

@@ -199,3 +199,52 @@ def test_cr1_a_bounce_is_taken_like_any_message(tmp_path: Path) -> None:
     assert outcome.divergence is not None
     assert outcome.divergence.behaviour == "CR-1"
     assert "(MAIL FROM:<>)" in outcome.divergence.expected
+
+
+def forked(tmp_path: Path, other: str) -> Built:
+    b = Built(
+        tmp_path,
+        "steps:\n"
+        f"  - sink: {{name: other, reply: '{other}'}}\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test, dan@other.test]}\n"
+        "  - snapshot: {node: mbx2, queue: shadow}\n"
+        "  - snapshot: {node: mbx2, queue: shadow}\n",
+        topology="creation-forks",
+    )
+    b.steps(1.0, 1.2, 1.6, 4.0)
+    b.reply(1.5, "mbx1", 250)
+    b.looked(1.61, "mbx2", "shadow", "m1")
+    b.delivered(1.7, "m1", "mbx1", "alice@corp.test")
+    return b
+
+
+def test_cr10_the_copy_is_kept_until_every_next_hop_has_it(tmp_path: Path) -> None:
+    # CR-10: "the shadow copy is not released until every fork (...) is fully processed"
+    b = forked(tmp_path, "451 4.3.0 busy")
+    b.looked(4.01, "mbx2", "shadow")
+    outcome = b.explain()
+    assert outcome.divergence is not None
+    assert outcome.divergence.behaviour == "CR-10"
+    assert "dan@other.test had not been delivered by then" in outcome.divergence.expected
+    kept = forked(tmp_path, "451 4.3.0 busy")
+    kept.looked(4.01, "mbx2", "shadow", "m1")
+    assert kept.explain().divergence is None
+
+
+def test_cr10_the_copy_is_kept_until_the_dsn_is_out(tmp_path: Path) -> None:
+    # "... every fork (including DSNs and journal reports) is fully processed"
+    b = forked(tmp_path, "550 5.1.1 no such user")
+    b.line(1.65, "mbx1->other", "c2s", "MAIL FROM:<sender@ext.test>")
+    b.line(1.65, "mbx1->other", "s2c", "250 ok")
+    b.line(1.65, "mbx1->other", "c2s", "RCPT TO:<dan@other.test>")
+    b.line(1.65, "mbx1->other", "s2c", "250 ok")
+    b.line(1.65, "mbx1->other", "c2s", "DATA")
+    b.line(1.65, "mbx1->other", "s2c", "354 go ahead")
+    b.content(1.66, "mbx1->other", "m1")
+    b.line(1.67, "mbx1->other", "s2c", "550 5.1.1 no such user")
+    b.looked(4.01, "mbx2", "shadow")
+    outcome = b.explain()
+    assert outcome.divergence is not None
+    assert "no DSN had been delivered since" in outcome.divergence.expected
+    b.at(2.0, "delivery", sink="outside", mail_from="<>", rcpt_tos=["sender@ext.test"], helo="mbx1")
+    assert b.explain().divergence is None
