@@ -170,7 +170,7 @@ class _State:
         elif kind == "heal":
             self.cut.discard(what)
         elif kind == "script":
-            self.scripted.add(what)
+            self.scripted.update(what.split(","))  # one operation may script two sinks
         elif kind == "unscript":
             self.scripted.discard(what)
 

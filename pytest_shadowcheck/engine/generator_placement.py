@@ -42,7 +42,7 @@ def start_settings(rng: random.Random, topology: dict[str, Any]) -> dict[str, An
 def refuse_for_good(rng: random.Random, topology: dict[str, Any]) -> Drawn:
     """A next hop refusing one recipient's RCPT for good, until it is told to accept;
     where the senders' domain has a next hop of its own (DSNs go there), sometimes that
-    one defers for a while instead, and the recipient is refused once: the DSN is held."""
+    one defers too, for as long: the DSN is held."""
     hops = topology.get("next_hops", {})
     recipients = sorted(topology["directory"]["recipients"])
     rcpt = rng.choice(recipients)
@@ -51,11 +51,12 @@ def refuse_for_good(rng: random.Random, topology: dict[str, Any]) -> Drawn:
     dsn = hops.get(_SENDERS_DOMAIN, {}).get("sink")
     if dsn and dsn != sink and rng.random() < 0.5:
         steps = (
-            {"sink": {"name": sink, "rcpt": {rcpt: {"reply": reply, "times": 1}}}},
+            {"sink": {"name": sink, "rcpt": {rcpt: reply}}},
             {"sink": {"name": dsn, "data": _DEFER}},
         )
-        label = f"{sink} refuses RCPT {rcpt} once with {reply[:3]}, {dsn} defers the DSN"
-        return label, steps, ("script", dsn), ("CR-10",)
+        label = f"{sink} refuses RCPT {rcpt} with {reply[:3]}, {dsn} defers the DSN"
+        # both sinks scripted: the effect names them both (generator._State splits it)
+        return label, steps, ("script", f"{sink},{dsn}"), ("CR-10",)
     step = {"sink": {"name": sink, "rcpt": {rcpt: reply}}}
     label = f"{sink} refuses RCPT {rcpt} with {reply[:3]}"
     return label, (step,), ("script", sink), ("CR-10",)
