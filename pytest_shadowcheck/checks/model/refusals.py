@@ -23,7 +23,14 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.checks.model.rules import Judge
     from pytest_shadowcheck.history import History
 
-__all__ = ["Transaction", "bounce_rule", "fork_rule", "kept_rule", "transactions"]
+__all__ = [
+    "Transaction",
+    "bounce_rule",
+    "fork_rule",
+    "kept_rule",
+    "may_be_refused",
+    "transactions",
+]
 
 _MAIL = re.compile(r"^MAIL FROM: ?<([^>]*)>", re.IGNORECASE)
 _RCPT = re.compile(r"^RCPT TO: ?<([^>]*)>", re.IGNORECASE)
@@ -338,3 +345,11 @@ def _pending(m: Sent, t: float, never: set[str], failed: list[Transaction], j: J
             "DSN had been delivered since"
         )
     return ""
+
+
+def may_be_refused(j: Judge, m: Sent) -> bool:
+    """Whether every recipient of ``m`` may have been refused for good by its next hop
+    (a sink step scripted a 5xx for each): then its fate may be a DSN, not a delivery,
+    and the rules that wait for its delivery do not judge it."""
+    never = _ever_refused_for_good(j)
+    return bool(never) and all(r.lower() in never for r in m.to)
