@@ -576,7 +576,12 @@ def plan(
                 )
             )
         elif kind == "refuse":
-            op = Operation(*generator_placement.refuse_for_good(rng, _topology(topology)))
+            drawer.sent += 1
+            via = rng.choice(drawer.state.answering() or list(drawer.nodes))
+            drawn = generator_placement.refuse_for_good(
+                rng, f"m{drawer.sent}", via, _topology(topology)
+            )
+            op = Operation(*drawn)
         elif kind == "advance":
             minutes = rng.choice((1, 5, 20, 45))
             op = Operation(

@@ -1,7 +1,8 @@
 """Exploration's operations for placement and forks (CR-7, CR-10, bounces): topologies
 spanning AD sites and DAGs with a drawn ShadowMessagePreferenceSetting, a next hop that
-refuses one recipient for good (550, or 500 at the edge of the 5xx class), and a
-bounce (the null reverse path) sent in like any message.
+refuses an unknown address for good (550, or 500 at the edge of the 5xx class) with a
+message to it and to a known recipient, and a bounce (the null reverse path) sent in
+like any message.
 
 Plain functions of a random generator and the topology's names, returning an operation's
 fields (``Operation(*drawn)``); generator.plan() draws them by weight (engine/generator.py
@@ -23,7 +24,7 @@ __all__ = ["TOPOLOGIES", "Drawn", "bounce_send", "refuse_for_good", "start_setti
 TOPOLOGIES = ("creation-two-site-dag", "creation-ad-site", "creation-forks")
 
 _PREFERENCES = ("PreferRemote", "PreferRemote", "LocalOnly", "RemoteOnly")
-#: refusals for good a next hop gives one recipient
+#: refusals for good a next hop gives an address it does not know
 _PERMANENT = ("550 5.1.1 no such user", "500 5.0.0 refused")
 #: the domain of the harness's default sender, where DSNs go, and its next hop deferring
 _SENDERS_DOMAIN = "ext.test"
@@ -39,27 +40,29 @@ def start_settings(rng: random.Random, topology: dict[str, Any]) -> dict[str, An
     return {"ShadowMessagePreferenceSetting": rng.choice(_PREFERENCES)}
 
 
-def refuse_for_good(rng: random.Random, topology: dict[str, Any]) -> Drawn:
-    """A next hop refusing one recipient's RCPT for good, until it is told to accept;
-    where the senders' domain has a next hop of its own (DSNs go there), sometimes that
-    one defers too, for as long: the DSN is held."""
+def refuse_for_good(rng: random.Random, ref: str, via: str, topology: dict[str, Any]) -> Drawn:
+    """A next hop refusing an address it does not know for good, until it is told to
+    accept, and a message to it and to a recipient of the directory (so that every
+    message keeps a recipient to deliver to: the no-loss invariant's due). Where the
+    senders' domain has a next hop of its own (DSNs go there), half the time that one
+    defers too, holding the DSN back."""
     hops = topology.get("next_hops", {})
-    recipients = sorted(topology["directory"]["recipients"])
-    rcpt = rng.choice(recipients)
-    sink = hops.get(rcpt.rsplit("@", 1)[-1], {}).get("sink") or "mailbox"
+    domains = sorted(d for d, h in hops.items() if h.get("sink") and h.get("kind") != "boundary")
+    domain = rng.choice(domains)
+    sink, unknown = hops[domain]["sink"], f"nobody@{domain}"
     reply = rng.choice(_PERMANENT)
+    to = [rng.choice(sorted(topology["directory"]["recipients"])), unknown]
+    send = {"send": {"id": ref, "via": via, "to": to, "timeout": "20s"}}
+    steps: tuple[dict[str, Any], ...] = ({"sink": {"name": sink, "rcpt": {unknown: reply}}},)
+    effect = sink
     dsn = hops.get(_SENDERS_DOMAIN, {}).get("sink")
     if dsn and dsn != sink and rng.random() < 0.5:
-        steps = (
-            {"sink": {"name": sink, "rcpt": {rcpt: reply}}},
-            {"sink": {"name": dsn, "data": _DEFER}},
-        )
-        label = f"{sink} refuses RCPT {rcpt} with {reply[:3]}, {dsn} defers the DSN"
-        # both sinks scripted: the effect names them both (generator._State splits it)
-        return label, steps, ("script", f"{sink},{dsn}"), ("CR-10",)
-    step = {"sink": {"name": sink, "rcpt": {rcpt: reply}}}
-    label = f"{sink} refuses RCPT {rcpt} with {reply[:3]}"
-    return label, (step,), ("script", sink), ("CR-10",)
+        steps += ({"sink": {"name": dsn, "data": _DEFER}},)
+        effect = f"{sink},{dsn}"  # both sinks scripted (generator._State splits it)
+    label = f"{sink} refuses {unknown} with {reply[:3]}" + (
+        f", {dsn} defers the DSN" if "," in effect else ""
+    )
+    return label + f"; send {ref} via {via}", (*steps, send), ("script", effect), ("CR-10",)
 
 
 def bounce_send(

@@ -189,6 +189,7 @@ def _refused_for_good(j: Judge, m: Sent, mine: list[Transaction]) -> None:
             if d.t > txn.t and d.by == txn.node and refused & set(d.recipients)
         ]
         j.exercised["CR-10"] += 1
+        _dsn_missing(j, m, txn, refused)
         if not later or _explained(j, txn.node, txn.sink, txn.t, later[0].t):
             continue
         d = later[0]
@@ -201,6 +202,40 @@ def _refused_for_good(j: Judge, m: Sent, mine: list[Transaction]) -> None:
             d.t,
         )
         return
+
+
+def _dsn_missing(j: Judge, m: Sent, txn: Transaction, refused: set[str]) -> bool:
+    """A fork that failed whole in one exchange (every other recipient taken) makes its
+    DSN at once: a report from the node reaches the sender's next hop within
+    TransientFailureRetryInterval + 2 x slack + 1s, when that hop takes it. True when it
+    diverged."""
+    if txn.eod is None or txn.eod >= 300 or txn.sender in ("", "<>"):
+        return False  # a fork still pending, or a bounce (no report about a report)
+    hop = j.tl.scenario.topology.hops_of(txn.node).get(txn.sender.rsplit("@", 1)[-1])
+    retry = j.tl.setting(txn.node, "TransientFailureRetryInterval", txn.t, j.tl.end)
+    if hop is None or hop.sink is None or not all(isinstance(r, int | float) for r in retry):
+        return False
+    deadline = txn.t + max(retry) + 2 * j.slack + DELIVERY_ALLOWANCE
+    if deadline > j.tl.end or j.tl.timer_elapsed(txn.t, deadline)[0] < max(retry):
+        return False
+    if j.tl.node_states(txn.node, txn.t, deadline) != {"up"}:
+        return False
+    if j.tl.sink_states(hop.sink, txn.t, deadline) != {"accepting"} or j.tl.link_states(
+        f"{txn.node}->{hop.sink}", txn.t, deadline
+    ) != {"ok"}:
+        return False
+    if any(txn.t <= t <= deadline and by == txn.node for t, _, by in j.obs.bounces):
+        return False
+    who = ", ".join(sorted(refused))
+    j.diverged(
+        "CR-10",
+        f"{txn.sink} refused {m.ref} for {who} for good (5xx) at {j.when(txn.t)} and took "
+        f"the rest: {txn.node} sends the sender a DSN ({hop.sink} accepting), by "
+        f"{j.when(deadline)}",
+        f"no report from {txn.node} reached {hop.sink} by then",
+        deadline,
+    )
+    return True
 
 
 def _refused_for_now(j: Judge, m: Sent, mine: list[Transaction]) -> None:

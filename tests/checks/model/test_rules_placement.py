@@ -102,9 +102,20 @@ def test_cr10_a_refusal_for_good_bounced_is_what_the_catalogue_allows(tmp_path: 
     transaction(
         b, 1.6, "m1", {"alice@corp.test": "250 ok", "bob@corp.test": "550 5.1.1 no such user"}
     )
+    b.at(1.7, "delivery", sink="senders", mail_from="<>", rcpt_tos=["sender@ext.test"], helo="mbx1")
     outcome = b.explain()
     assert outcome.divergence is None
     assert outcome.exercised["CR-10"] >= 1
+
+
+def test_cr10_a_fork_refused_for_good_makes_a_dsn(tmp_path: Path) -> None:
+    # the fork is fully processed when its DSN is out: a refusal for good owes one
+    b = refusing(tmp_path, "500 5.0.0 refused")
+    transaction(b, 1.6, "m1", {"alice@corp.test": "250 ok", "bob@corp.test": "500 5.0.0 refused"})
+    outcome = b.explain()
+    assert outcome.divergence is not None
+    assert outcome.divergence.behaviour == "CR-10"
+    assert "no report from mbx1 reached senders" in outcome.divergence.observed
 
 
 def test_cr10_a_second_try_after_an_outage_is_not_judged(tmp_path: Path) -> None:
