@@ -551,6 +551,9 @@ def plan(
         weights.append(("bounce", 1))
         if not drawer.state.faulted("hop"):
             weights.append(("refuse", 1))
+        unrouted = generator_placement.unrouted(_topology(topology))
+        if unrouted and drawer.state.quiet() and drawer.can("kill") and len(ops) + 2 <= length:
+            weights.append(("without_route", 2))
         if drawer.virtual and drawer.can("advance"):
             weights.append(("advance", 1))
         if drawer.can("resubmit") and quiet and drawer.resubmits < 1:
@@ -575,6 +578,15 @@ def plan(
                     rng, f"m{drawer.sent}", answering, drawer.recipients
                 )
             )
+        elif kind == "without_route":
+            drawer.sent += 1
+            for drawn in generator_placement.without_route(
+                rng, f"m{drawer.sent}", drawer.recovery, _topology(topology)
+            ):
+                op = Operation(*drawn)
+                drawer.state.apply(op.effect)
+                ops.append(op)
+            continue
         elif kind == "refuse":
             drawer.sent += 1
             via = rng.choice(drawer.state.answering() or list(drawer.nodes))

@@ -17,11 +17,20 @@ from typing import Any
 #: an operation as generator.Operation takes it: (label, steps, effect, behaviours)
 Drawn = tuple[str, tuple[dict[str, Any], ...], tuple[str, str], tuple[str, ...]]
 
-__all__ = ["TOPOLOGIES", "Drawn", "bounce_send", "refuse_for_good", "start_settings"]
+__all__ = [
+    "TOPOLOGIES",
+    "Drawn",
+    "bounce_send",
+    "refuse_for_good",
+    "start_settings",
+    "unrouted",
+    "without_route",
+]
 
 #: bundled topologies that place copies by site and DAG (a DAG over two AD sites; three
-#: servers in no DAG over two sites, two boundaries) and fork a message over next hops
-TOPOLOGIES = ("creation-two-site-dag", "creation-ad-site", "creation-forks")
+#: servers in no DAG over two sites, two boundaries), fork a message over next hops,
+#: and give one node a route the other lacks (PR-5)
+TOPOLOGIES = ("creation-two-site-dag", "creation-ad-site", "creation-forks", "outages-one-route")
 
 _PREFERENCES = ("PreferRemote", "PreferRemote", "LocalOnly", "RemoteOnly")
 #: refusals for good a next hop gives an address it does not know
@@ -77,3 +86,37 @@ def bounce_send(
         "timeout": "20s",
     }
     return f"send bounce {ref} via {spec['via']}", ({"send": spec},), ("", ""), ("CR-1",)
+
+
+def unrouted(topology: dict[str, Any]) -> list[tuple[str, str]]:
+    """(node, domain) where the node alone has a route for the domain: a copy of its mail
+    there has no route on any other node."""
+    out = []
+    for name, spec in topology["nodes"].items():
+        for domain in (spec or {}).get("next_hops", {}):
+            if domain not in topology.get("next_hops", {}):
+                out.append((name, domain))
+    return sorted(out)
+
+
+def without_route(
+    rng: random.Random, ref: str, recovery: float, topology: dict[str, Any]
+) -> list[Drawn]:
+    """PR-5: a message for a domain only its primary routes, held back by the next hop
+    (4xx), then the primary killed for longer than a promotion takes: the copy has no
+    route and waits in the shadow queue. Two operations: the next hop deferring, and
+    the send and the kill (the primary restarts when the node fault ends)."""
+    node, domain = rng.choice(unrouted(topology))
+    hop = topology["nodes"][node]["next_hops"][domain]
+    rcpt = next(r for r in sorted(topology["directory"]["recipients"]) if r.endswith("@" + domain))
+    sink = hop["sink"]
+    defer = {"sink": {"name": sink, "rcpt": {rcpt: "451 4.3.0 mailbox busy, try later"}}}
+    held: Drawn = (f"{sink} refuses RCPT {rcpt} with 451", (defer,), ("script", sink), ())
+    steps = (
+        {"send": {"id": ref, "via": node, "to": [rcpt], "timeout": "20s"}},
+        {"wait": "1s"},
+        {"kill": node},
+        {"wait": f"{recovery + 1:g}s"},
+    )
+    label = f"send {ref} via {node} to {rcpt}, kill {node}"
+    return [held, (label, steps, ("down", node), ("PR-5",))]

@@ -22,6 +22,7 @@ from pytest_shadowcheck.checks.model import (
     protocol,
     refusals,
     resubmission,
+    routes,
 )
 from pytest_shadowcheck.checks.model.replay import observe
 from pytest_shadowcheck.checks.model.rules import Divergence, Judge, disabled_rule, reply_rule
@@ -48,6 +49,7 @@ MODEL_BEHAVIOURS: tuple[str, ...] = (
     "PR-2",
     "PR-3",
     "PR-4",
+    "PR-5",
     "SN-1",
     "SN-2",
     "SN-3",
@@ -178,6 +180,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
         protocol.ack_order_rule(judge, m)
         fates.safety_net_rule(judge, m)
         resubmission.resubmission_rule(judge, m)
+        routes.no_route_rule(judge, m)
     missing = unmodelled(scenario)
     touched = touched_by(missing)
     found = sorted((d for d in judge.divergences if d.behaviour not in touched), key=lambda d: d.t)

@@ -259,3 +259,45 @@ def test_cr10_the_copy_is_kept_until_the_dsn_is_out(tmp_path: Path) -> None:
     assert "no DSN had been delivered since" in outcome.divergence.expected
     b.at(2.0, "delivery", sink="outside", mail_from="<>", rcpt_tos=["sender@ext.test"], helo="mbx1")
     assert b.explain().divergence is None
+
+
+# -- PR-5: a copy without a route --------------------------------------------------------
+
+
+def routeless_copy(tmp_path: Path, queue: str) -> Built:
+    b = Built(
+        tmp_path,
+        "steps:\n"
+        "  - sink: {name: mailbox, rcpt: {erin@only1.test: '451 4.3.0 busy'}}\n"
+        "  - send: {id: m1, via: mbx1, to: [erin@only1.test]}\n"
+        "  - kill: mbx1\n"
+        "  - wait: 7s\n"
+        "  - snapshot: {node: mbx2, queue: " + queue + "}\n",
+        topology="outages-one-route",
+    )
+    b.steps(0.5, 1.0, 2.0, 2.1, 9.0)
+    b.reply(1.3, "mbx1", 250)
+    b.looked(1.5, "mbx2", "shadow", "m1")
+    return b
+
+
+def test_pr5_a_copy_without_a_route_is_not_promoted(tmp_path: Path) -> None:
+    # PR-5: "A shadow message with no alternative route stays in the shadow queue and is
+    # not resubmitted until a route exists"
+    assert "stays in the shadow queue" in sentence("PR-5")
+    b = routeless_copy(tmp_path, "active")
+    b.looked(9.1, "mbx2", "active", "m1")
+    outcome = b.explain()
+    assert outcome.divergence is not None
+    assert outcome.divergence.behaviour == "PR-5"
+    assert "mbx2 has no route for erin@only1.test" in outcome.divergence.expected
+
+
+def test_pr5_the_copy_waiting_in_the_shadow_queue_is_what_the_catalogue_allows(
+    tmp_path: Path,
+) -> None:
+    b = routeless_copy(tmp_path, "shadow")
+    b.looked(9.1, "mbx2", "shadow", "m1")
+    outcome = b.explain()
+    assert outcome.divergence is None
+    assert outcome.exercised["PR-5"] == 1
