@@ -29,6 +29,7 @@ __all__ = [
     "fork_rule",
     "kept_rule",
     "may_be_refused",
+    "partly_refused",
     "transactions",
 ]
 
@@ -388,3 +389,11 @@ def may_be_refused(j: Judge, m: Sent) -> bool:
     and the rules that wait for its delivery do not judge it."""
     never = _ever_refused_for_good(j)
     return bool(never) and all(r.lower() in never for r in m.to)
+
+
+def partly_refused(j: Judge, m: Sent) -> bool:
+    """Whether some recipient of ``m`` may have been refused for good: its fork failed in
+    part, and whether the recipients it did deliver are kept in Safety Net (and so
+    resubmitted) is not something the catalogue settles."""
+    never = _ever_refused_for_good(j)
+    return any(r.lower() in never for r in m.to)
