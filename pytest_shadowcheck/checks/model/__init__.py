@@ -167,6 +167,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
     refusals.bounce_rule(judge)
     refusals.kept_rule(judge, history)
     placement.placement_rule(judge)
+    placement.attempts_rule(judge, history)
     for m in obs.sent.values():
         reply_rule(judge, m)
         fates.copy_rule(judge, m)

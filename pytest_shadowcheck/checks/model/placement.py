@@ -6,7 +6,8 @@ boundary) may hold the copy, whatever the preference; in a DAG spanning sites, L
 keeps it in the primary's site, RemoteOnly out of it, and PreferRemote tries the remote
 site first, so while a remote-site shadow is surely up and reachable the copy is there.
 Decided only while nothing among the nodes changed from the send to the look (an
-outage or promotion lets copies move), with no resubmission in the run.
+outage or promotion lets copies move), with no resubmission in the run. The attempts
+per site are counted where every one of them must fail (:func:`attempts_rule`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pytest_shadowcheck.checks.model.replay import Sent, Snapshot
     from pytest_shadowcheck.checks.model.rules import Judge
+    from pytest_shadowcheck.history import History
 
-__all__ = ["placement_rule"]
+__all__ = ["attempts_rule", "placement_rule"]
 
 
 def placement_rule(j: Judge) -> None:
@@ -79,3 +81,68 @@ def _judge(j: Judge, m: Sent, snap: Snapshot) -> bool:
         snap.t,
     )
     return True
+
+
+#: Exchange's defaults for the attempts per site (the catalogue names the settings only)
+_TRIES = {"MaxRetriesForRemoteSiteShadow": 4, "MaxRetriesForLocalSiteShadow": 2}
+
+
+def attempts_rule(j: Judge, history: History) -> None:
+    """CR-7: every attempt on a site failing (each of its shadows up, its link cut from
+    the send to the reply), the primary tries it MaxRetriesFor{Remote,Local}SiteShadow
+    times before the next site or its reply: at least that many sessions (cycling over
+    the site's nodes) open towards its nodes between the send and the reply. A lower
+    bound only: heartbeats and discard queries share the links."""
+    topo = j.tl.scenario.topology
+    opened: dict[str, list[float]] = {}
+    for event in history.events():
+        if event.kind == "connect" and event.link:
+            opened.setdefault(event.link, []).append(event.t)
+    for m in j.obs.sent.values():
+        if m.t_reply is None or m.code not in (250, 451):
+            continue
+        a, b = m.t_send, m.t_reply
+        if j.tl.setting(m.via, "ShadowRedundancyEnabled", a, b) != {True}:
+            continue
+        preference = j.tl.one_setting(m.via, "ShadowMessagePreferenceSetting", a, b)
+        if preference is None:
+            continue
+        me = topo.nodes[m.via]
+        allowed = j.candidates(m.via, a, b)
+        local = sorted(n for n in allowed if topo.nodes[n].site == me.site)
+        remote = sorted(n for n in allowed if topo.nodes[n].site != me.site)
+        sites: list[tuple[str, list[str]]] = [("MaxRetriesForLocalSiteShadow", local)]
+        if me.dag is not None and remote:
+            if preference == "PreferRemote":
+                sites.insert(0, ("MaxRetriesForRemoteSiteShadow", remote))
+            elif preference == "RemoteOnly":
+                sites = [("MaxRetriesForRemoteSiteShadow", remote)]
+        for setting, names in sites:
+            if not names:
+                continue
+            failing = all(
+                j.tl.node_states(n, a, b) == {"up"}
+                and j.tl.link_states(f"{m.via}->{n}", a, b) == {"cut"}
+                for n in names
+            )
+            tries = j.tl.one_setting(m.via, setting, a, b) or _TRIES[setting]
+            if not failing or not isinstance(tries, int):
+                break  # a copy may have been made here: later sites are not tried
+            least = tries // len(names)
+            if not any(a <= t <= b for n in names for t in opened.get(f"{m.via}->{n}", [])):
+                break  # no attempt at all: whether one was owed is CR-1/CR-4's question
+            for n in names:
+                seen = sum(1 for t in opened.get(f"{m.via}->{n}", []) if a <= t <= b)
+                j.exercised["CR-7"] += 1
+                if seen >= least:
+                    continue
+                j.diverged(
+                    "CR-7",
+                    f"{m.via} tries {' and '.join(names)} {setting} ({tries}) times in all "
+                    f"before giving up on that site for {m.ref}: {least} session(s) or more "
+                    f"to {n}, whose link was cut",
+                    f"{m.via} opened {seen} session(s) to {n} between the send at "
+                    f"{j.when(a)} and its reply at {j.when(b)}",
+                    b,
+                )
+                return

@@ -301,3 +301,31 @@ def test_pr5_the_copy_waiting_in_the_shadow_queue_is_what_the_catalogue_allows(
     outcome = b.explain()
     assert outcome.divergence is None
     assert outcome.exercised["PR-5"] == 1
+
+
+def remote_cut(tmp_path: Path, sessions: int) -> Built:
+    b = Built(
+        tmp_path,
+        "steps:\n  - fault: {link: mbx1->mbx3, kind: cut}\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n",
+        topology="creation-two-site-dag",
+    )
+    b.steps(0.5, 3.0)
+    for i in range(sessions):
+        b.at(3.01 + i / 100, "connect", "mbx1->mbx3", conn=i + 1)
+    b.at(3.2, "connect", "mbx1->mbx2", conn=1)
+    b.reply(3.4, "mbx1", 250)
+    return b
+
+
+def test_cr7_every_remote_attempt_is_made_before_the_local_site(tmp_path: Path) -> None:
+    # CR-7: "PreferRemote tries a remote-site node up to MaxRetriesForRemoteSiteShadow
+    # times, then a local-site node up to MaxRetriesForLocalSiteShadow times"
+    outcome = remote_cut(tmp_path, 1).explain()
+    assert outcome.divergence is not None
+    assert outcome.divergence.behaviour == "CR-7"
+    assert "MaxRetriesForRemoteSiteShadow (4) times" in outcome.divergence.expected
+    assert "opened 1 session(s) to mbx3" in outcome.divergence.observed
+    good = remote_cut(tmp_path, 4).explain()
+    assert good.divergence is None
+    assert good.exercised["CR-7"] >= 1
