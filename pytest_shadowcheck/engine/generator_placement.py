@@ -57,11 +57,15 @@ def refuse_for_good(rng: random.Random, ref: str, via: str, topology: dict[str, 
     defers too, holding the DSN back."""
     hops = topology.get("next_hops", {})
     domains = sorted(d for d, h in hops.items() if h.get("sink") and h.get("kind") != "boundary")
+    if len(domains) > 1 and rng.random() < 0.5:
+        return _fork_deferred(rng, ref, via, topology, domains)
     domain = rng.choice(domains)
     sink, unknown = hops[domain]["sink"], f"nobody@{domain}"
     reply = rng.choice(_PERMANENT)
     to = [rng.choice(sorted(topology["directory"]["recipients"])), unknown]
     send = {"send": {"id": ref, "via": via, "to": to, "timeout": "20s"}}
+    # time for a heartbeat or two: the look after the operation sees what the shadow kept
+    after = {"wait": "2s"}
     steps: tuple[dict[str, Any], ...] = ({"sink": {"name": sink, "rcpt": {unknown: reply}}},)
     effect = sink
     dsn = hops.get(_SENDERS_DOMAIN, {}).get("sink")
@@ -71,7 +75,32 @@ def refuse_for_good(rng: random.Random, ref: str, via: str, topology: dict[str, 
     label = f"{sink} refuses {unknown} with {reply[:3]}" + (
         f", {dsn} defers the DSN" if "," in effect else ""
     )
-    return label + f"; send {ref} via {via}", (*steps, send), ("script", effect), ("CR-10",)
+    return (
+        label + f"; send {ref} via {via}",
+        (*steps, send, after),
+        ("script", effect),
+        ("CR-10",),
+    )
+
+
+def _fork_deferred(
+    rng: random.Random, ref: str, via: str, topology: dict[str, Any], domains: list[str]
+) -> Drawn:
+    """A message forking over two next hops, one of which defers its recipient (4xx)
+    until it is told to accept: the shadow keeps its copy meanwhile (CR-10)."""
+    hops = topology["next_hops"]
+    known = sorted(topology["directory"]["recipients"])
+    held, other = rng.sample(domains, 2)
+    rcpt = rng.choice([r for r in known if r.endswith("@" + held)] or [f"nobody@{held}"])
+    to = [rng.choice([r for r in known if r.endswith("@" + other)] or known), rcpt]
+    sink = hops[held]["sink"]
+    steps = (
+        {"sink": {"name": sink, "rcpt": {rcpt: "451 4.3.0 mailbox busy, try later"}}},
+        {"send": {"id": ref, "via": via, "to": to, "timeout": "20s"}},
+        {"wait": "2s"},
+    )
+    label = f"{sink} defers {rcpt}; send {ref} via {via} to {', '.join(to)}"
+    return label, steps, ("script", sink), ("CR-10",)
 
 
 def bounce_send(
