@@ -339,6 +339,10 @@ def kept_rule(j: Judge, history: History) -> None:
             continue
         looks = [s for s in j.obs.snapshots if s.queue == "shadow" and s.t > m.t_reply]
         holder = next((s.node for s in looks if m.ref in s.refs and s.node != m.via), None)
+        shadows = j.candidates(m.via, m.t_send, m.t_reply)
+        seen = holder is not None
+        if holder is None and len(shadows) == 1:
+            (holder,) = shadows  # the one place its copy can be (CR-1)
         if holder is None:
             continue
         failed = [
@@ -352,8 +356,8 @@ def kept_rule(j: Judge, history: History) -> None:
             ):
                 break
             why = _pending(m, snap.t, never, failed, j)
-            if not why:
-                continue
+            if not why or not (seen or any(d.t <= snap.t for d in m.deliveries)):
+                continue  # a copy never seen and no fork done: CR-1's question
             j.exercised["CR-10"] += 1
             if m.ref in snap.refs:
                 continue

@@ -329,3 +329,22 @@ def test_cr7_every_remote_attempt_is_made_before_the_local_site(tmp_path: Path) 
     good = remote_cut(tmp_path, 4).explain()
     assert good.divergence is None
     assert good.exercised["CR-7"] >= 1
+
+
+def test_cr10_a_copy_released_at_the_first_fork_before_any_look(tmp_path: Path) -> None:
+    # the only shadow the placement allows holds the copy; alice's fork done, dan's not
+    b = Built(
+        tmp_path,
+        "steps:\n"
+        "  - sink: {name: other, reply: '451 4.3.0 busy'}\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test, dan@other.test]}\n"
+        "  - snapshot: {node: mbx2, queue: shadow}\n",
+        topology="creation-forks",
+    )
+    b.steps(1.0, 1.2, 4.0)
+    b.reply(1.5, "mbx1", 250)
+    b.delivered(1.7, "m1", "mbx1", "alice@corp.test")
+    b.looked(4.01, "mbx2", "shadow")
+    outcome = b.explain()
+    assert outcome.divergence is not None
+    assert outcome.divergence.behaviour == "CR-10"
