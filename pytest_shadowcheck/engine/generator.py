@@ -552,8 +552,8 @@ def plan(
         if not drawer.state.faulted("hop"):
             weights.append(("refuse", 1))
         unrouted = generator_placement.unrouted(_topology(topology))
-        if unrouted and drawer.state.quiet() and drawer.can("kill") and len(ops) + 2 <= length:
-            weights.append(("without_route", 2))
+        if unrouted and not drawer.state.faulted("node") and drawer.can("kill"):
+            weights.append(("without_route", 3))
         if drawer.virtual and drawer.can("advance"):
             weights.append(("advance", 1))
         if drawer.can("resubmit") and quiet and drawer.resubmits < 1:
@@ -581,7 +581,11 @@ def plan(
         elif kind == "without_route":
             drawer.sent += 1
             for drawn in generator_placement.without_route(
-                rng, f"m{drawer.sent}", drawer.recovery, _topology(topology)
+                rng,
+                f"m{drawer.sent}",
+                drawer.recovery,
+                _topology(topology),
+                hold=not drawer.state.faulted("hop") and len(ops) + 2 <= length,
             ):
                 op = Operation(*drawn)
                 drawer.state.apply(op.effect)

@@ -129,12 +129,13 @@ def unrouted(topology: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def without_route(
-    rng: random.Random, ref: str, recovery: float, topology: dict[str, Any]
+    rng: random.Random, ref: str, recovery: float, topology: dict[str, Any], hold: bool = True
 ) -> list[Drawn]:
     """PR-5: a message for a domain only its primary routes, held back by the next hop
     (4xx), then the primary killed for longer than a promotion takes: the copy has no
-    route and waits in the shadow queue. Two operations: the next hop deferring, and
-    the send and the kill (the primary restarts when the node fault ends)."""
+    route and waits in the shadow queue. Two operations: the next hop deferring (not
+    when ``hold`` is false: a next-hop fault is on already), and the send and the kill
+    (the primary restarts when the node fault ends)."""
     node, domain = rng.choice(unrouted(topology))
     hop = topology["nodes"][node]["next_hops"][domain]
     rcpt = next(r for r in sorted(topology["directory"]["recipients"]) if r.endswith("@" + domain))
@@ -148,4 +149,4 @@ def without_route(
         {"wait": f"{recovery + 1:g}s"},
     )
     label = f"send {ref} via {node} to {rcpt}, kill {node}"
-    return [held, (label, steps, ("down", node), ("PR-5",))]
+    return [held, (label, steps, ("down", node), ("PR-5",))][0 if hold else 1 :]
