@@ -94,13 +94,18 @@ def _fork_deferred(
     rcpt = rng.choice([r for r in known if r.endswith("@" + held)] or [f"nobody@{held}"])
     to = [rng.choice([r for r in known if r.endswith("@" + other)] or known), rcpt]
     sink = hops[held]["sink"]
+    script: dict[str, Any] = {"name": sink, "rcpt": {rcpt: "451 4.3.0 mailbox busy, try later"}}
+    label = f"{sink} defers {rcpt}"
+    if rng.random() < 0.4:
+        # the fork fails whole at the end of DATA, once: a 500, the edge of the 5xx class
+        script = {"name": sink, "data": {"reply": "500 5.0.0 refused", "times": 1}}
+        label = f"{sink} refuses the next message with 500"
     steps = (
-        {"sink": {"name": sink, "rcpt": {rcpt: "451 4.3.0 mailbox busy, try later"}}},
+        {"sink": script},
         {"send": {"id": ref, "via": via, "to": to, "timeout": "20s"}},
         {"wait": "2s"},
     )
-    label = f"{sink} defers {rcpt}; send {ref} via {via} to {', '.join(to)}"
-    return label, steps, ("script", sink), ("CR-10",)
+    return f"{label}; send {ref} via {via} to {', '.join(to)}", steps, ("script", sink), ("CR-10",)
 
 
 def bounce_send(
