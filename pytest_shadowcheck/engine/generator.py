@@ -552,6 +552,9 @@ def plan(
         if not drawer.state.faulted("hop"):
             weights.append(("refuse", 1))
         unrouted = generator_placement.unrouted(_topology(topology))
+        # a copy without a route waits (PR-5): the one node that routes the domain is its
+        # only deliverer, whose queue database exploration must not lose (PR-4)
+        drawer.single_holder = drawer.single_holder or bool(unrouted)
         if unrouted and not drawer.state.faulted("node") and drawer.can("kill"):
             weights.append(("without_route", 3))
         if drawer.virtual and drawer.can("advance"):
