@@ -147,7 +147,7 @@ def _explained(j: Judge, node: str, sink: str, a: float, b: float) -> bool:
         return True
     if j.tl.link_states(f"{node}->{sink}", a - j.slack, a + j.slack) != {"ok"}:
         return True
-    return any(s.step.kind in ("resubmit", "wipe", "power_cut") for s in j.tl.steps)
+    return any(s.step.kind in ("resubmit", "wipe", "power_cut") and s.t <= b for s in j.tl.steps)
 
 
 def _taken_once(j: Judge, m: Sent, mine: list[Transaction]) -> None:
@@ -329,8 +329,11 @@ def kept_rule(j: Judge, history: History) -> None:
     for good's DSN has not left (no report delivered since), the shadow that was seen
     holding the copy still holds it. Judged only while nothing among the nodes changed
     since the send (an outage or promotion moves copies), with no resubmission."""
-    if any(s.step.kind in ("resubmit", "wipe", "power_cut") for s in j.tl.steps):
-        return
+    # a resubmission, wipe or power cut moves copies: judge only the looks before one
+    cutoff = min(
+        (s.t for s in j.tl.steps if s.step.kind in ("resubmit", "wipe", "power_cut")),
+        default=float("inf"),
+    )
     txns = transactions(j, history)
     never = _ever_refused_for_good(j)
     nodes = set(j.tl.scenario.topology.nodes)
@@ -351,6 +354,8 @@ def kept_rule(j: Judge, history: History) -> None:
         for snap in looks:
             if snap.node != holder:
                 continue
+            if snap.t >= cutoff:
+                break
             if j.tl.changed(m.t_send, snap.t, nodes, hops=False) or not j.copy_kept(
                 m, holder, snap.t
             ):
