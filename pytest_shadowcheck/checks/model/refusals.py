@@ -389,6 +389,11 @@ def _pending(m: Sent, t: float, never: set[str], failed: list[Transaction], j: J
             f"{refused[0].sink} refused it for good at {j.when(refused[0].t)}, and no "
             "DSN had been delivered since"
         )
+    # a recipient a next hop refuses for good, in an exchange that carried no content:
+    # its DSN is a fork too (any report since the send counts: reports are not tied)
+    unsure = sorted(r.lower() for r in m.to if r.lower() in never and r.lower() not in got)
+    if unsure and not any(m.t_send <= b < t for b, _, by in j.obs.bounces if by == m.via):
+        return f"{', '.join(unsure)} may have been refused for good, and no DSN had left since"
     return ""
 
 

@@ -348,3 +348,22 @@ def test_cr10_a_copy_released_at_the_first_fork_before_any_look(tmp_path: Path) 
     outcome = b.explain()
     assert outcome.divergence is not None
     assert outcome.divergence.behaviour == "CR-10"
+
+
+def test_cr10_a_dsn_for_an_address_refused_without_content(tmp_path: Path) -> None:
+    # "... every fork (including DSNs ...)": nobody@corp.test refused at RCPT, the DSN held
+    b = Built(
+        tmp_path,
+        "steps:\n"
+        "  - sink: {name: mailbox, rcpt: {nobody@corp.test: '550 5.1.1 no such user'}}\n"
+        "  - send: {id: m1, via: mbx1, to: [dan@other.test, nobody@corp.test]}\n"
+        "  - snapshot: {node: mbx2, queue: shadow}\n",
+        topology="creation-forks",
+    )
+    b.steps(1.0, 1.2, 4.0)
+    b.reply(1.5, "mbx1", 250)
+    b.delivered(1.7, "m1", "mbx1", "dan@other.test")
+    b.looked(4.01, "mbx2", "shadow")
+    outcome = b.explain()
+    assert outcome.divergence is not None
+    assert "may have been refused for good" in outcome.divergence.expected
