@@ -39,6 +39,7 @@ from typing import Any
 import yaml
 
 from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS
+from pytest_shadowcheck.engine import generator_placement
 from pytest_shadowcheck.scenario.capabilities import CAPABILITY_NEED, STEP_CAPABILITY
 from pytest_shadowcheck.scenario.loader import load_scenario_file
 from pytest_shadowcheck.scenario.model import Scenario
@@ -55,7 +56,12 @@ __all__ = [
 
 
 #: the bundled topologies exploration draws from (the virtual one needs virtual_clock)
-EXPLORE_TOPOLOGIES = ("two-node-dag", "outages-three-node", "two-node-dag-virtual")
+EXPLORE_TOPOLOGIES = (
+    "two-node-dag",
+    "outages-three-node",
+    "two-node-dag-virtual",
+    *generator_placement.TOPOLOGIES,
+)
 
 #: protocol points a ``cut_at`` strikes at on a node->node link (issue 26's points):
 #: the shadow copy's final dot and its reply, the XSHADOW handshake, a discard query
@@ -164,7 +170,7 @@ class _State:
         elif kind == "heal":
             self.cut.discard(what)
         elif kind == "script":
-            self.scripted.add(what)
+            self.scripted.update(what.split(","))  # one operation may script two sinks
         elif kind == "unscript":
             self.scripted.discard(what)
 
@@ -523,6 +529,7 @@ def plan(
         "SendConnectionInactivityTimeout": 1.0,
         "RejectMessageOnShadowFailure": rng.random() < 0.75,
     }
+    settings.update(generator_placement.start_settings(rng, _topology(topology)))
     if _topology(topology).get("clock") == "virtual":
         settings["SafetyNetHoldTime"] = rng.choice((600.0, 3600.0))
     drawer = _Drawer(rng, topology, capabilities)
@@ -540,6 +547,16 @@ def plan(
             weights.append(("end_" + category, end) if on else ("start_" + category, start))
         if drawer.can("set_settings"):
             weights.append(("settings", 1))
+        # placement and forks (engine/generator_placement.py)
+        weights.append(("bounce", 1))
+        if not drawer.state.faulted("hop"):
+            weights.append(("refuse", 1))
+        unrouted = generator_placement.unrouted(_topology(topology))
+        # a copy without a route waits (PR-5): the one node that routes the domain is its
+        # only deliverer, whose queue database exploration must not lose (PR-4)
+        drawer.single_holder = drawer.single_holder or bool(unrouted)
+        if unrouted and not drawer.state.faulted("node") and drawer.can("kill"):
+            weights.append(("without_route", 3))
         if drawer.virtual and drawer.can("advance"):
             weights.append(("advance", 1))
         if drawer.can("resubmit") and quiet and drawer.resubmits < 1:
@@ -556,6 +573,34 @@ def plan(
             op = drawer.end_fault(kind.partition("_")[2])
         elif kind == "settings":
             op = drawer.set_settings()
+        elif kind == "bounce":
+            drawer.sent += 1
+            answering = drawer.state.answering() or list(drawer.nodes)
+            op = Operation(
+                *generator_placement.bounce_send(
+                    rng, f"m{drawer.sent}", answering, drawer.recipients
+                )
+            )
+        elif kind == "without_route":
+            drawer.sent += 1
+            for drawn in generator_placement.without_route(
+                rng,
+                f"m{drawer.sent}",
+                drawer.recovery,
+                _topology(topology),
+                hold=not drawer.state.faulted("hop") and len(ops) + 2 <= length,
+            ):
+                op = Operation(*drawn)
+                drawer.state.apply(op.effect)
+                ops.append(op)
+            continue
+        elif kind == "refuse":
+            drawer.sent += 1
+            via = rng.choice(drawer.state.answering() or list(drawer.nodes))
+            drawn = generator_placement.refuse_for_good(
+                rng, f"m{drawer.sent}", via, _topology(topology)
+            )
+            op = Operation(*drawn)
         elif kind == "advance":
             minutes = rng.choice((1, 5, 20, 45))
             op = Operation(

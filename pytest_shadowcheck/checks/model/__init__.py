@@ -15,7 +15,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pytest_shadowcheck.checks.model import fates, notifications, protocol, resubmission
+from pytest_shadowcheck.checks.model import (
+    fates,
+    notifications,
+    placement,
+    protocol,
+    refusals,
+    resubmission,
+    routes,
+)
 from pytest_shadowcheck.checks.model.replay import observe
 from pytest_shadowcheck.checks.model.rules import Divergence, Judge, disabled_rule, reply_rule
 from pytest_shadowcheck.checks.model.state import DEFAULTS, build_timeline
@@ -33,12 +41,15 @@ MODEL_BEHAVIOURS: tuple[str, ...] = (
     "CR-4",
     "CR-5",
     "CR-6",
+    "CR-7",
+    "CR-10",
     "DI-2",
     "DI-5",
     "PR-1",
     "PR-2",
     "PR-3",
     "PR-4",
+    "PR-5",
     "SN-1",
     "SN-2",
     "SN-3",
@@ -152,6 +163,11 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
     disabled_rule(judge)
     protocol.advertisement_rule(judge)
     resubmission.dsn_rule(judge)
+    refusals.fork_rule(judge, history)
+    refusals.bounce_rule(judge)
+    refusals.kept_rule(judge, history)
+    placement.placement_rule(judge)
+    placement.attempts_rule(judge, history)
     for m in obs.sent.values():
         reply_rule(judge, m)
         fates.copy_rule(judge, m)
@@ -165,6 +181,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
         protocol.ack_order_rule(judge, m)
         fates.safety_net_rule(judge, m)
         resubmission.resubmission_rule(judge, m)
+        routes.no_route_rule(judge, m)
     missing = unmodelled(scenario)
     touched = touched_by(missing)
     found = sorted((d for d in judge.divergences if d.behaviour not in touched), key=lambda d: d.t)

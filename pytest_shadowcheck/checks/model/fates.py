@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pytest_shadowcheck.checks.model.refusals import may_be_refused
 from pytest_shadowcheck.checks.model.rules import DELIVERY_ALLOWANCE
 from pytest_shadowcheck.checks.model.state import seconds
 
@@ -45,6 +46,8 @@ def _delivered_before(m: Sent, t: float) -> bool:
 def copy_rule(j: Judge, m: Sent) -> None:
     """CR-1: an accepted message has a copy in a shadow queue from its 250 on, until its
     delivery is discarded; CR-6: none when redundancy is off."""
+    if may_be_refused(j, m):
+        return  # CR-10: its fate may be a DSN
     if not m.accepted or m.t_reply is None:
         return
     redundant = j.redundant(m)
@@ -133,6 +136,8 @@ def _since_resubmission(j: Judge, m: Sent, t: float) -> float:
 def promotion_rule(j: Judge, m: Sent) -> None:
     """PR-1: a shadow promotes only after it could not reach the primary for
     ShadowResubmitTimeSpan, and then does; the promoted copy goes to the next hop."""
+    if may_be_refused(j, m):
+        return  # CR-10: its fate may be a DSN
     if j.redundant(m) != {True} or m.t_reply is None or not j.sink_of(m):
         return  # (a message relayed through another node is delivered by that node)
     shadows = j.holders(m)
@@ -215,6 +220,8 @@ def _promoted_in_time(j: Judge, m: Sent, lo: float, hi: float, shadows: set[str]
 def wipe_rule(j: Judge, m: Sent) -> None:
     """PR-2: the primary back on a new queue database: its shadow promotes at once and
     the message goes out within ShadowHeartbeatFrequency of the primary's return."""
+    if may_be_refused(j, m):
+        return  # CR-10: its fate may be a DSN
     if j.redundant(m) != {True} or m.t_reply is None:
         return
     shadows = j.holders(m)
@@ -431,6 +438,8 @@ def _kept_after_restart(j: Judge, m: Sent, active: set[str], first: float) -> No
 def restart_rule(j: Judge, m: Sent) -> None:
     """PR-3: a primary back on the same queue database delivers its own queue: once it
     can reach the next hop again, the message goes out within a retry interval."""
+    if may_be_refused(j, m):
+        return  # CR-10: its fate may be a DSN
     if not m.accepted or m.t_reply is None:
         return
     for applied in j.tl.steps:

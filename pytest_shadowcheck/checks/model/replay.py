@@ -132,15 +132,16 @@ def observe(timeline: Timeline, history: History) -> Observations:
     nodes = set(timeline.scenario.topology.nodes)
     began: dict[tuple[str, int | None], float] = {}
     for event in events:
-        if event.kind == "delivery" and event.data.get("mail_from") in ("", "<>"):
-            by = str(event.data.get("helo") or "?").split(".")[0]
-            obs.bounces.append((event.t, str(event.data.get("sink")), by))
-        elif event.kind == "delivery":
+        if event.kind == "delivery":
             ref = _ref_of(event.data.get("trace"), {}, token) or _ref_of(
                 event.data.get("message_id"), by_id, token
             )
             sent = obs.sent.get(ref or "")
-            if sent is not None:
+            if sent is None and event.data.get("mail_from") in ("", "<>"):
+                # a transport's own report; a bounce the harness sent in is its message
+                by = str(event.data.get("helo") or "?").split(".")[0]
+                obs.bounces.append((event.t, str(event.data.get("sink")), by))
+            elif sent is not None:
                 # the node named itself in EHLO (its first label), as checks/events.node_of
                 by = str(event.data.get("helo") or "?").split(".")[0]
                 rcpts = tuple(str(r).lower() for r in event.data.get("rcpt_tos") or ())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pytest_shadowcheck.checks.model.refusals import partly_refused
 from pytest_shadowcheck.checks.model.rules import DELIVERY_ALLOWANCE
 
 if TYPE_CHECKING:
@@ -86,6 +87,8 @@ def _kept(j: Judge, m: Sent, since: float, until: float) -> bool:
     SafetyNetHoldTime."""
     if j.tl.node_states(m.via, since, until) != {"up"}:
         return False
+    if partly_refused(j, m):
+        return False  # CR-10: a fork failed in part may not be kept whole
     if len(j.tl.database_ids(m.via, m.t_send, until)) > 1:
         return False
     if any(s.step.kind == "power_cut" and s.step.arg.node == m.via for s in j.tl.steps):

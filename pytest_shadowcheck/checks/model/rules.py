@@ -158,6 +158,9 @@ class Judge:
         sinks = self.sink_of(m)
         if not sinks or self.tl.node_states(node, a, b) != {"up"}:
             return False
+        hops = self.tl.scenario.topology.hops_of(node)
+        if any(r.rsplit("@", 1)[-1].lower() not in hops for r in m.to):
+            return False  # PR-5: a node without a route of its own waits for one
         return all(
             self.tl.link_states(f"{node}->{s}", a, b) == {"ok"}
             and self.tl.sink_states(s, a, b) == {"accepting"}

@@ -1,0 +1,157 @@
+"""Exploration's operations for placement and forks (CR-7, CR-10, bounces): topologies
+spanning AD sites and DAGs with a drawn ShadowMessagePreferenceSetting, a next hop that
+refuses an unknown address for good (550, or 500 at the edge of the 5xx class) with a
+message to it and to a known recipient, and a bounce (the null reverse path) sent in
+like any message.
+
+Plain functions of a random generator and the topology's names, returning an operation's
+fields (``Operation(*drawn)``); generator.plan() draws them by weight (engine/generator.py
+owns the drawing).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+#: an operation as generator.Operation takes it: (label, steps, effect, behaviours)
+Drawn = tuple[str, tuple[dict[str, Any], ...], tuple[str, str], tuple[str, ...]]
+
+__all__ = [
+    "TOPOLOGIES",
+    "Drawn",
+    "bounce_send",
+    "refuse_for_good",
+    "start_settings",
+    "unrouted",
+    "without_route",
+]
+
+#: bundled topologies that place copies by site and DAG (a DAG over two AD sites; three
+#: servers in no DAG over two sites, two boundaries), fork a message over next hops,
+#: and give one node a route the other lacks (PR-5)
+TOPOLOGIES = ("creation-two-site-dag", "creation-ad-site", "creation-forks", "outages-one-route")
+
+_PREFERENCES = ("PreferRemote", "PreferRemote", "LocalOnly", "RemoteOnly")
+#: refusals for good a next hop gives an address it does not know
+_PERMANENT = ("550 5.1.1 no such user", "500 5.0.0 refused")
+#: the domain of the harness's default sender, where DSNs go, and its next hop deferring
+_SENDERS_DOMAIN = "ext.test"
+_DEFER = "451 4.3.0 the sender's server is busy"
+
+
+def start_settings(rng: random.Random, topology: dict[str, Any]) -> dict[str, Any]:
+    """A ShadowMessagePreferenceSetting for a topology whose nodes span sites (nothing,
+    and no draw, for the others)."""
+    sites = {spec.get("site") for spec in topology["nodes"].values()}
+    if len(sites) < 2:
+        return {}
+    return {"ShadowMessagePreferenceSetting": rng.choice(_PREFERENCES)}
+
+
+def refuse_for_good(rng: random.Random, ref: str, via: str, topology: dict[str, Any]) -> Drawn:
+    """A next hop refusing an address it does not know for good, until it is told to
+    accept, and a message to it and to a recipient of the directory (so that every
+    message keeps a recipient to deliver to: the no-loss invariant's due). Where the
+    senders' domain has a next hop of its own (DSNs go there), half the time that one
+    defers too, holding the DSN back."""
+    hops = topology.get("next_hops", {})
+    domains = sorted(d for d, h in hops.items() if h.get("sink") and h.get("kind") != "boundary")
+    if len(domains) > 1 and rng.random() < 0.5:
+        return _fork_deferred(rng, ref, via, topology, domains)
+    domain = rng.choice(domains)
+    sink, unknown = hops[domain]["sink"], f"nobody@{domain}"
+    reply = rng.choice(_PERMANENT)
+    to = [rng.choice(sorted(topology["directory"]["recipients"])), unknown]
+    send = {"send": {"id": ref, "via": via, "to": to, "timeout": "20s"}}
+    # time for a heartbeat or two: the look after the operation sees what the shadow kept
+    after = {"wait": "2s"}
+    steps: tuple[dict[str, Any], ...] = ({"sink": {"name": sink, "rcpt": {unknown: reply}}},)
+    effect = sink
+    dsn = hops.get(_SENDERS_DOMAIN, {}).get("sink")
+    if dsn and dsn != sink and rng.random() < 0.5:
+        steps += ({"sink": {"name": dsn, "data": _DEFER}},)
+        effect = f"{sink},{dsn}"  # both sinks scripted (generator._State splits it)
+    label = f"{sink} refuses {unknown} with {reply[:3]}" + (
+        f", {dsn} defers the DSN" if "," in effect else ""
+    )
+    return (
+        label + f"; send {ref} via {via}",
+        (*steps, send, after),
+        ("script", effect),
+        ("CR-10",),
+    )
+
+
+def _fork_deferred(
+    rng: random.Random, ref: str, via: str, topology: dict[str, Any], domains: list[str]
+) -> Drawn:
+    """A message forking over two next hops, one of which defers its recipient (4xx)
+    until it is told to accept: the shadow keeps its copy meanwhile (CR-10)."""
+    hops = topology["next_hops"]
+    known = sorted(topology["directory"]["recipients"])
+    held, other = rng.sample(domains, 2)
+    rcpt = rng.choice([r for r in known if r.endswith("@" + held)] or [f"nobody@{held}"])
+    to = [rng.choice([r for r in known if r.endswith("@" + other)] or known), rcpt]
+    sink = hops[held]["sink"]
+    script: dict[str, Any] = {"name": sink, "rcpt": {rcpt: "451 4.3.0 mailbox busy, try later"}}
+    label = f"{sink} defers {rcpt}"
+    if rng.random() < 0.4:
+        # the fork fails whole at the end of DATA, once: a 500, the edge of the 5xx class
+        script = {"name": sink, "data": {"reply": "500 5.0.0 refused", "times": 1}}
+        label = f"{sink} refuses the next message with 500"
+    steps = (
+        {"sink": script},
+        {"send": {"id": ref, "via": via, "to": to, "timeout": "20s"}},
+        {"wait": "2s"},
+    )
+    return f"{label}; send {ref} via {via} to {', '.join(to)}", steps, ("script", sink), ("CR-10",)
+
+
+def bounce_send(
+    rng: random.Random, ref: str, answering: list[str], recipients: tuple[str, ...]
+) -> Drawn:
+    """A bounce sent in: MAIL FROM:<>, accepted and copied like any message."""
+    spec = {
+        "id": ref,
+        "via": rng.choice(answering),
+        "from": "",
+        "to": [rng.choice(recipients)],
+        "timeout": "20s",
+    }
+    return f"send bounce {ref} via {spec['via']}", ({"send": spec},), ("", ""), ("CR-1",)
+
+
+def unrouted(topology: dict[str, Any]) -> list[tuple[str, str]]:
+    """(node, domain) where the node alone has a route for the domain: a copy of its mail
+    there has no route on any other node."""
+    out = []
+    for name, spec in topology["nodes"].items():
+        for domain in (spec or {}).get("next_hops", {}):
+            if domain not in topology.get("next_hops", {}):
+                out.append((name, domain))
+    return sorted(out)
+
+
+def without_route(
+    rng: random.Random, ref: str, recovery: float, topology: dict[str, Any], hold: bool = True
+) -> list[Drawn]:
+    """PR-5: a message for a domain only its primary routes, held back by the next hop
+    (4xx), then the primary killed for longer than a promotion takes: the copy has no
+    route and waits in the shadow queue. Two operations: the next hop deferring (not
+    when ``hold`` is false: a next-hop fault is on already), and the send and the kill
+    (the primary restarts when the node fault ends)."""
+    node, domain = rng.choice(unrouted(topology))
+    hop = topology["nodes"][node]["next_hops"][domain]
+    rcpt = next(r for r in sorted(topology["directory"]["recipients"]) if r.endswith("@" + domain))
+    sink = hop["sink"]
+    defer = {"sink": {"name": sink, "rcpt": {rcpt: "451 4.3.0 mailbox busy, try later"}}}
+    held: Drawn = (f"{sink} refuses RCPT {rcpt} with 451", (defer,), ("script", sink), ())
+    steps = (
+        {"send": {"id": ref, "via": node, "to": [rcpt], "timeout": "20s"}},
+        {"wait": "1s"},
+        {"kill": node},
+        {"wait": f"{recovery + 1:g}s"},
+    )
+    label = f"send {ref} via {node} to {rcpt}, kill {node}"
+    return [held, (label, steps, ("down", node), ("PR-5",))][0 if hold else 1 :]
