@@ -387,6 +387,8 @@ class _Drawer:
         self.resubmits = 0
         #: nodes that accepted mail while a next-hop fault was on: they may hold it
         self.holding: set[str] = set()
+        #: the node fault on was already waited out past the promotion window
+        self.outlasted = False
 
     def can(self, kind: str) -> bool:
         need = STEP_CAPABILITY.get(kind)
@@ -433,6 +435,7 @@ class _Drawer:
         """A node down or cut off past the promotion window: time for its shadow to
         promote and deliver (``recovery`` covers the span, two heartbeats and a retry)."""
         seconds = round(self.recovery + 1.0, 1)
+        self.outlasted = True
         down = sorted(self.state.down | self.state.paused) or ["a node cut off"]
         return Operation(f"wait {seconds:g}s ({down[0]} out)", ({"wait": _seconds(seconds)},))
 
@@ -443,7 +446,7 @@ class _Drawer:
         mail back is where copies matter."""
         node = self.node()
         holding = sorted(self.holding)
-        strike = category == "node" and bool(holding) and self.rng.random() < 0.7
+        strike = category == "node" and bool(holding) and self.rng.random() < 0.85
         if strike:
             node = self.rng.choice(holding)  # the primary holding undelivered mail
         other = self.rng.choice([n for n in self.nodes if n != node])
@@ -451,10 +454,11 @@ class _Drawer:
         if category == "hop":
             self.holding = set()
             return self._hop_fault(node, sink)
+        self.outlasted = False
         choices: list[tuple[str, int]] = [("cut_node", 1), ("point", 2)]
         if self.can("kill") and self.can("restart"):
             # killing the primary that holds the mail is what PR-1 and PR-3 are about
-            choices += [("kill", 8 if strike else 3), ("restart", 4 if strike else 2)]
+            choices += [("kill", 12 if strike else 3), ("restart", 4 if strike else 2)]
         if self.can("pause"):
             choices.append(("pause", 2))
         if self.can("wipe") and not self.single_holder:
@@ -484,7 +488,7 @@ class _Drawer:
 
     def _hop_fault(self, node: str, sink: str) -> Operation:
         # a cut link holds mail on one node only: its shadow can deliver a promoted copy
-        kind = self.rng.choice(("cut", "cut", "point", "tempfail", "tempfail"))
+        kind = self.rng.choice(("cut", "cut", "cut", "point", "tempfail", "tempfail"))
         link = f"{node}->{sink}"
         if kind == "cut":
             step = {"fault": {"link": link, "kind": "cut"}}
@@ -585,10 +589,10 @@ def plan(
         # next-hop faults last: a node fault while mail is held back is what copies are
         # for, so node faults start mostly then
         held = drawer.state.faulted("hop") and bool(drawer.holding)
-        for category, start, end in (("node", 4 if held else 1, 3), ("hop", 3, 1)):
+        for category, start, end in (("node", 6 if held else 1, 3), ("hop", 3, 1)):
             on = drawer.state.faulted(category)
             weights.append(("end_" + category, end) if on else ("start_" + category, start))
-        if drawer.state.faulted("node"):
+        if drawer.state.faulted("node") and not drawer.outlasted:
             # as likely as the fault's end: half the nodes down are kept past the window
             weights.append(("outlast", 3 if drawer.state.down or drawer.state.paused else 1))
         if drawer.can("set_settings"):
