@@ -432,12 +432,12 @@ class _Drawer:
         return Operation(f"wait {seconds:g}s", ({"wait": _seconds(seconds)},))
 
     def outlast(self) -> Operation:
-        """A node down or cut off past the promotion window: time for its shadow to
-        promote and deliver (``recovery`` covers the span, two heartbeats and a retry)."""
+        """A node down past the promotion window: time for its shadow to promote and
+        deliver (``recovery`` covers the span, two heartbeats and a retry)."""
         seconds = round(self.recovery + 1.0, 1)
         self.outlasted = True
-        down = sorted(self.state.down | self.state.paused) or ["a node cut off"]
-        return Operation(f"wait {seconds:g}s ({down[0]} out)", ({"wait": _seconds(seconds)},))
+        down = sorted(self.state.down)
+        return Operation(f"wait {seconds:g}s ({down[0]} down)", ({"wait": _seconds(seconds)},))
 
     def start_fault(self, category: str) -> Operation:
         """A node fault (``node``: a kill, pause, restart, wipe, or a cut between two
@@ -592,9 +592,10 @@ def plan(
         for category, start, end in (("node", 6 if held else 1, 3), ("hop", 3, 1)):
             on = drawer.state.faulted(category)
             weights.append(("end_" + category, end) if on else ("start_" + category, start))
-        if drawer.state.faulted("node") and not drawer.outlasted:
-            # as likely as the fault's end: half the nodes down are kept past the window
-            weights.append(("outlast", 3 if drawer.state.down or drawer.state.paused else 1))
+        if drawer.state.down & drawer.holding and not drawer.outlasted:
+            # a primary down holding mail: as likely kept past the promotion window as
+            # brought back (a long wait elsewhere costs time and finds nothing new)
+            weights.append(("outlast", 3))
         if drawer.can("set_settings"):
             weights.append(("settings", 1))
         if drawer.virtual and drawer.can("advance"):
