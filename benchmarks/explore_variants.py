@@ -1,7 +1,7 @@
 """Benchmark: does exploration alone find each broken variant of the reference?
 
     nice -n 10 python benchmarks/explore_variants.py [--only NAME,...] [--limit 300]
-        [--seed 1] [--shrink-attempts 16] [--out table.md]
+        [--seed 1] [--shrink-attempts 16] [--lanes 1] [--out table.md]
 
 For each variant of ``tests/conformance/mta_variants`` (target ``broken:NAME``, as the
 conformance tests run them) a child ``pytest --shadowcheck --shadowcheck-explore-only
@@ -10,7 +10,9 @@ so that the time to the find is the time one core took), and stops at the first 
 (``-x``), which the plugin shrinks. The table, in Markdown, has per variant: found or
 not, the operations generated and the seconds spent up to the failing scenario's end
 (shrinking not counted), the shrunk length (operations) and the file the shrunk
-scenario was written to. Timing lives here, not in the tests.
+scenario was written to. Timing lives here, not in the tests. ``--lanes N`` runs N
+variants at a time (each still on one core: its seconds are comparable only with other
+rows measured at the same load).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,6 +116,7 @@ def main() -> int:
     parser.add_argument("--limit", type=float, default=300.0, help="seconds of exploring each")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--shrink-attempts", type=int, default=16)
+    parser.add_argument("--lanes", type=int, default=1, help="variants explored at a time")
     parser.add_argument("--out", type=Path, default=None, help="also write the table here")
     args = parser.parse_args()
     wanted = [n for n in args.only.split(",") if n]
@@ -120,16 +124,21 @@ def main() -> int:
     unknown = sorted(set(wanted) - set(variants))
     if unknown:
         parser.error(f"unknown variant(s): {', '.join(unknown)}")
-    rows = []
     with tempfile.TemporaryDirectory(prefix="explore-variants-") as tmp:
-        for name in variants:
+
+        def one(name: str) -> Row:
             row = explore(name, args.limit, args.seed, args.shrink_attempts, Path(tmp))
             print(
                 f"{name}: {'found' if row.found else 'not found'} after {row.operations} "
                 f"operations, {row.seconds:.0f}s; shrunk {row.shrunk} ({row.wall:.0f}s in all)",
                 file=sys.stderr,
+                flush=True,
             )
-            rows.append(row)
+            return row
+
+        # threads only wait on the child pytest processes
+        with ThreadPoolExecutor(max_workers=max(1, args.lanes)) as pool:
+            rows = list(pool.map(one, variants))
     text = table(rows, args.limit, args.seed)
     print(text)
     if args.out:

@@ -22,6 +22,14 @@ while a node fails: a fault is ended, and the cluster given the time to recover
 (ShadowResubmitTimeSpan and two heartbeats), before the next of its kind starts. Two
 copies failing together is PR-4's case, outside the guarantee, which exploration does
 not generate (:func:`untestable_by_exploration` says so).
+
+Faults are drawn to meet where a transport earns its keep: while a next hop holds mail
+back, sends go mostly through the node it holds back, and a node fault strikes that
+node mostly - the primary holding acknowledged, undelivered mail. A node it kills is
+either back at once (within ShadowResubmitTimeSpan: its shadow must not promote) or
+kept down past the promotion window (its shadow must promote, in time, an intact
+copy). Some messages carry a realistic body (engine/traffic_model.py: dot-leading and
+998-octet lines), which a copy must keep as it was sent.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ import yaml
 
 from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS
 from pytest_shadowcheck.engine import generator_placement
+from pytest_shadowcheck.engine.traffic_model import Shape, _text_body
 from pytest_shadowcheck.scenario.capabilities import CAPABILITY_NEED, STEP_CAPABILITY
 from pytest_shadowcheck.scenario.loader import load_scenario_file
 from pytest_shadowcheck.scenario.model import Scenario
@@ -79,6 +88,9 @@ _SINK_POINTS = ({"before_reply": "EOD"}, {"after": "EOD"}, {"before_reply": "RCP
 #: not a delivery the no-loss invariant sees)
 _TEMPFAILS = ("451 4.3.0 mailbox busy, try later", "421 4.3.2 service shutting down")
 _SIZES = (None, None, 4_000, 40_000, 400_000)
+#: ShadowResubmitTimeSpan at the start (s): the longest leaves a primary killed and back
+#: at once well inside the span, give or take the model's slack
+_SPANS = (2.0, 3.0, 4.0, 6.0)
 
 #: the settings exploration changes while the cluster runs, and the values it draws
 _LIVE = {
@@ -271,6 +283,10 @@ class ExplorationPlan:
         ending += [{"sink": {"name": s, "reply": "accept"}} for s in sorted(state.scripted)]
         ending += [{"resume": n} for n in state.nodes if n in state.paused]
         ending += [{"restart": n} for n in state.nodes if n in state.down]
+        if _topology(self.topology).get("clock") == "virtual":
+            # a retry is due on the nodes' clock: move it past TransientFailureRetryInterval
+            # (not past ShadowResubmitTimeSpan), twice, or a refused delivery waits forever
+            ending += [{"advance": "1s"}, {"wait": "1s"}, {"advance": "1s"}]
         final = self.recovery(kept) + 2.0
         ending.append({"wait": _seconds(final)})
         steps += ending
@@ -375,6 +391,10 @@ class _Drawer:
         #: how long the cluster needs after a fault ends (ExplorationPlan.recovery)
         self.recovery = 10.0
         self.resubmits = 0
+        #: nodes that accepted mail while a next-hop fault was on: they may hold it
+        self.holding: set[str] = set()
+        #: the node fault on was already waited out past the promotion window
+        self.outlasted = False
 
     def can(self, kind: str) -> bool:
         need = STEP_CAPABILITY.get(kind)
@@ -383,16 +403,32 @@ class _Drawer:
     def node(self) -> str:
         return self.rng.choice(self.nodes)
 
+    def held_back(self) -> list[str]:
+        """Nodes a cut next-hop link holds mail back on (a scripted sink holds it on
+        every node)."""
+        return sorted({link.partition("->")[0] for link in self.state.hop_links()})
+
     def send(self) -> Operation:
         self.sent += 1
         ref = f"m{self.sent}"
         answering = self.state.answering() or list(self.nodes)
         count = self.rng.choice((1, 1, 2, 3))
         to = self.rng.sample(self.recipients, min(count, len(self.recipients)))
-        spec: dict[str, Any] = {"id": ref, "via": self.rng.choice(answering), "to": to}
-        size = self.rng.choice(_SIZES)
-        if size:
-            spec["size"] = size
+        held = [n for n in self.held_back() if n in answering]
+        via = self.rng.choice(held if held and self.rng.random() < 0.7 else answering)
+        spec: dict[str, Any] = {"id": ref, "via": via, "to": to}
+        if self.state.faulted("hop"):
+            self.holding.add(via)
+        if self.rng.random() < 0.3:
+            # a realistic body: the lines a copy or a promotion may get wrong
+            shape = Shape(dot_lines=self.rng.randint(0, 2), long_lines=self.rng.randint(0, 2))
+            target = self.rng.choice((300, 3_000))
+            body = _text_body(self.rng, shape, target, eight_bit=False).decode("ascii")
+            spec["body"] = body.replace("\r\n", "\n")
+        else:
+            size = self.rng.choice(_SIZES)
+            if size:
+                spec["size"] = size
         # a node that cannot make a copy answers within SendConnectionInactivityTimeout
         spec["timeout"] = "20s"
         return Operation(f"send {ref} via {spec['via']}", ({"send": spec},), behaviours=("CR-1",))
@@ -401,19 +437,34 @@ class _Drawer:
         seconds = self.rng.choice((0.2, 0.5, 1.0, 1.5))
         return Operation(f"wait {seconds:g}s", ({"wait": _seconds(seconds)},))
 
+    def outlast(self) -> Operation:
+        """A node down past the promotion window: time for its shadow to promote and
+        deliver (``recovery`` covers the span, two heartbeats and a retry)."""
+        seconds = round(self.recovery + 1.0, 1)
+        self.outlasted = True
+        down = sorted(self.state.down)
+        return Operation(f"wait {seconds:g}s ({down[0]} down)", ({"wait": _seconds(seconds)},))
+
     def start_fault(self, category: str) -> Operation:
         """A node fault (``node``: a kill, pause, restart, wipe, or a cut between two
         nodes) or a next-hop fault (``hop``: its link cut, or its replies scripted), in a
         cluster that has none of that category: a node fault while a next hop holds the
         mail back is where copies matter."""
         node = self.node()
+        holding = sorted(self.holding)
+        strike = category == "node" and bool(holding) and self.rng.random() < 0.85
+        if strike:
+            node = self.rng.choice(holding)  # the primary holding undelivered mail
         other = self.rng.choice([n for n in self.nodes if n != node])
         sink = self.rng.choice(self.sinks)
         if category == "hop":
+            self.holding = set()
             return self._hop_fault(node, sink)
+        self.outlasted = False
         choices: list[tuple[str, int]] = [("cut_node", 1), ("point", 2)]
         if self.can("kill") and self.can("restart"):
-            choices += [("kill", 3), ("restart", 2)]
+            # killing the primary that holds the mail is what PR-1 and PR-3 are about
+            choices += [("kill", 12 if strike else 3), ("restart", 4 if strike else 2)]
         if self.can("pause"):
             choices.append(("pause", 2))
         if self.can("wipe") and not self.single_holder:
@@ -442,7 +493,8 @@ class _Drawer:
         return Operation(label, ({"fault": fault},), ("cut", link), ("CR-3", "DI-2"))
 
     def _hop_fault(self, node: str, sink: str) -> Operation:
-        kind = self.rng.choice(("cut", "point", "tempfail", "tempfail"))
+        # a cut link holds mail on one node only: its shadow can deliver a promoted copy
+        kind = self.rng.choice(("cut", "cut", "cut", "point", "tempfail", "tempfail"))
         link = f"{node}->{sink}"
         if kind == "cut":
             step = {"fault": {"link": link, "kind": "cut"}}
@@ -523,7 +575,7 @@ def plan(
     topology = rng.choice(usable)
     settings: dict[str, Any] = {
         "ShadowHeartbeatFrequency": rng.choice((0.5, 1.0)),
-        "ShadowResubmitTimeSpan": rng.choice((2.0, 3.0, 4.0)),
+        "ShadowResubmitTimeSpan": rng.choice(_SPANS),
         "TransientFailureRetryInterval": 0.5,
         # a heartbeat or a copy to a frozen node gives up after this
         "SendConnectionInactivityTimeout": 1.0,
@@ -541,10 +593,16 @@ def plan(
         drawer.recovery = temp.recovery(ops)
         quiet = drawer.state.quiet()
         weights: list[tuple[str, int]] = [("send", 5), ("wait", 1)]
-        # next-hop faults last: a node fault while mail is held back is what copies are for
-        for category, start, end in (("node", 2, 3), ("hop", 3, 1)):
+        # next-hop faults last: a node fault while mail is held back is what copies are
+        # for, so node faults start mostly then
+        held = drawer.state.faulted("hop") and bool(drawer.holding)
+        for category, start, end in (("node", 6 if held else 1, 3), ("hop", 3, 1)):
             on = drawer.state.faulted(category)
             weights.append(("end_" + category, end) if on else ("start_" + category, start))
+        if drawer.state.down & drawer.holding and not drawer.outlasted:
+            # a primary down holding mail: as likely kept past the promotion window as
+            # brought back (a long wait elsewhere costs time and finds nothing new)
+            weights.append(("outlast", 3))
         if drawer.can("set_settings"):
             weights.append(("settings", 1))
         # placement and forks (engine/generator_placement.py)
@@ -567,6 +625,8 @@ def plan(
             op = drawer.send()
         elif kind == "wait":
             op = drawer.wait()
+        elif kind == "outlast":
+            op = drawer.outlast()
         elif kind.startswith("start_"):
             op = drawer.start_fault(kind.partition("_")[2])
         elif kind.startswith("end_"):
@@ -616,6 +676,12 @@ def plan(
             drawer.resubmits += 1
         if op is None:
             continue
+        if kind == "end_hop":
+            drawer.holding = set()  # what it held goes out in the recovery's wait
+        if drawer.state.faulted("hop") and any(k in op.steps[0] for k in ("wipe", "power_cut")):
+            # a queue lost while mail is held back: the messages it held copies of, or
+            # was primary for, may have a single holder until the hop delivers them
+            drawer.single_holder = True
         drawer.state.apply(op.effect)
         ops.append(op)
         if kind.startswith("end_") and drawer.state.quiet() and drawer.reject and drawer.redundancy:
