@@ -133,8 +133,9 @@ def untestable_by_exploration(capabilities: frozenset[str]) -> dict[str, str]:
         if any(set(need) <= capabilities for need in options):
             continue
         missing = sorted({c for need in options for c in need} - capabilities)
-        out[bid] = f"exploration {does}, which needs the target to " + "; ".join(
-            CAPABILITY_NEED[c] for c in missing
+        # CAPABILITY_NEED says what each capability lets the harness do or see
+        out[bid] = f"exploration {does}; this target lacks " + "; ".join(
+            f"{c} ({CAPABILITY_NEED[c]})" for c in missing
         )
     return dict(sorted(out.items()))
 
