@@ -15,7 +15,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pytest_shadowcheck.checks.model import fates, notifications, protocol, resubmission
+from pytest_shadowcheck.checks.model import (
+    broadcast,
+    expiry,
+    fates,
+    notifications,
+    protocol,
+    resubmission,
+)
 from pytest_shadowcheck.checks.model.replay import observe
 from pytest_shadowcheck.checks.model.rules import Divergence, Judge, disabled_rule, reply_rule
 from pytest_shadowcheck.checks.model.state import DEFAULTS, build_timeline
@@ -42,7 +49,10 @@ MODEL_BEHAVIOURS: tuple[str, ...] = (
     "SN-1",
     "SN-2",
     "SN-3",
+    "SN-4",
     "SN-5",
+    "SN-7",
+    "SN-8",
     "SN-9",
     "SN-12",
     "XS-1",
@@ -92,7 +102,6 @@ _TOUCHES: dict[str, frozenset[str]] = {
     "ReceiveConnectionTimeout": frozenset({"CR-4", "CR-5"}),
     "MaxAcknowledgementDelay": frozenset(),
     "ReplayLagTime": frozenset(),
-    "PrimarySafetyNetUnavailableTimeout": frozenset(),
 }
 
 
@@ -165,6 +174,8 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
         protocol.ack_order_rule(judge, m)
         fates.safety_net_rule(judge, m)
         resubmission.resubmission_rule(judge, m)
+        broadcast.broadcast_rule(judge, m)
+        expiry.unacknowledged_expiry_rule(judge, m)
     missing = unmodelled(scenario)
     touched = touched_by(missing)
     found = sorted((d for d in judge.divergences if d.behaviour not in touched), key=lambda d: d.t)
