@@ -356,6 +356,7 @@ class _Drawer:
         data = _topology(topology)
         self.nodes = tuple(data["nodes"])
         self.recipients = tuple(data["directory"]["recipients"])
+        self.databases: dict[str, str] = dict(data["directory"]["recipients"])
         hops = data.get("next_hops", {})
         self.sinks = tuple(sorted({h["sink"] for h in hops.values() if h.get("sink")}))
         self.virtual = data.get("clock") == "virtual"
@@ -544,6 +545,9 @@ def plan(
             weights.append(("advance", 1))
         if drawer.can("resubmit") and quiet and drawer.resubmits < 1:
             weights.append(("resubmit", 1))
+        drills = _drills(drawer, quiet)
+        if drills:
+            weights.append(("safety_net", 4))
         kind = rng.choices([k for k, _ in weights], [w for _, w in weights])[0]
         op: Operation | None
         if kind == "send":
@@ -556,6 +560,11 @@ def plan(
             op = drawer.end_fault(kind.partition("_")[2])
         elif kind == "settings":
             op = drawer.set_settings()
+        elif kind == "safety_net":
+            *before, op = _drill(drawer, drills, settings)
+            for extra in before:
+                drawer.state.apply(extra.effect)
+                ops.append(extra)
         elif kind == "advance":
             minutes = rng.choice((1, 5, 20, 45))
             op = Operation(
@@ -578,6 +587,31 @@ def plan(
             # single holder is delivered, and every message from now on gets a copy
             drawer.single_holder = False
     return temp
+
+
+def _drills(drawer: _Drawer, quiet: bool) -> list[str]:
+    """The Safety Net drills (engine/generator_safety_net.py) the target can do now: once
+    a plan or twice, on a virtual clock, in a quiet cluster, never where a wipe could lose
+    mail."""
+    from pytest_shadowcheck.engine.generator_safety_net import DRILLS, SAFETY_NET_CAPABILITIES
+
+    if not (drawer.virtual and quiet and drawer.resubmits < 2):
+        return []
+    have = drawer.capabilities
+    kinds = [k for k, need in DRILLS.items() if SAFETY_NET_CAPABILITIES | need <= have]
+    return [k for k in kinds if k != "recreated" or not drawer.single_holder]
+
+
+def _drill(drawer: _Drawer, kinds: list[str], settings: dict[str, Any]) -> list[Operation]:
+    from pytest_shadowcheck.engine.generator_safety_net import safety_net_drill
+
+    drawer.resubmits += 1
+    drawer.sent += 1
+    databases = {r: str(d) for r, d in drawer.databases.items()}
+    return safety_net_drill(
+        drawer.rng, kinds=kinds, nodes=drawer.nodes, databases=databases, sinks=drawer.sinks,
+        ref=f"m{drawer.sent}", recovery=drawer.recovery, hold=float(settings["SafetyNetHoldTime"]),
+    )  # fmt: skip
 
 
 def generate(
