@@ -39,6 +39,11 @@ from typing import Any
 import yaml
 
 from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS
+from pytest_shadowcheck.engine.generator_safety_net import (
+    DRILLS,
+    SAFETY_NET_CAPABILITIES,
+    safety_net_drill,
+)
 from pytest_shadowcheck.scenario.capabilities import CAPABILITY_NEED, STEP_CAPABILITY
 from pytest_shadowcheck.scenario.loader import load_scenario_file
 from pytest_shadowcheck.scenario.model import Scenario
@@ -593,8 +598,6 @@ def _drills(drawer: _Drawer, quiet: bool) -> list[str]:
     """The Safety Net drills (engine/generator_safety_net.py) the target can do now: once
     a plan or twice, on a virtual clock, in a quiet cluster, never where a wipe could lose
     mail."""
-    from pytest_shadowcheck.engine.generator_safety_net import DRILLS, SAFETY_NET_CAPABILITIES
-
     if not (drawer.virtual and quiet and drawer.resubmits < 2):
         return []
     have = drawer.capabilities
@@ -603,15 +606,14 @@ def _drills(drawer: _Drawer, quiet: bool) -> list[str]:
 
 
 def _drill(drawer: _Drawer, kinds: list[str], settings: dict[str, Any]) -> list[Operation]:
-    from pytest_shadowcheck.engine.generator_safety_net import safety_net_drill
-
     drawer.resubmits += 1
     drawer.sent += 1
     databases = {r: str(d) for r, d in drawer.databases.items()}
-    return safety_net_drill(
+    drill = safety_net_drill(
         drawer.rng, kinds=kinds, nodes=drawer.nodes, databases=databases, sinks=drawer.sinks,
         ref=f"m{drawer.sent}", recovery=drawer.recovery, hold=float(settings["SafetyNetHoldTime"]),
     )  # fmt: skip
+    return [Operation(*drawn) for drawn in drill]
 
 
 def generate(

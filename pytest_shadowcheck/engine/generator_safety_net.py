@@ -12,18 +12,27 @@ a message where only a Shadow Safety Net or an expiring shadow copy decides its 
   message (MessageExpirationTimeout 7 days); the clock moved to just short of the
   shadow's SafetyNetHoldTime + MessageExpirationTimeout: its copy is still there.
 
-Each drill is several :class:`Operation`s, so that shrinking can keep a part of it;
+Each drill is several :class:`Drawn` operations, so that shrinking can keep a part of it;
 the snapshots of the Shadow Safety Net it takes are the model's evidence.
 """
 
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, NamedTuple
 
-from pytest_shadowcheck.engine.generator import Operation
+__all__ = ["DRILLS", "SAFETY_NET_CAPABILITIES", "Drawn", "safety_net_drill"]
 
-__all__ = ["DRILLS", "SAFETY_NET_CAPABILITIES", "safety_net_drill"]
+
+class Drawn(NamedTuple):
+    """One operation of a drill, the fields of generator.Operation in its order (this
+    module does not import the generator, which imports it)."""
+
+    label: str
+    steps: tuple[dict[str, Any], ...]
+    effect: tuple[str, str] = ("", "")
+    behaviours: tuple[str, ...] = ()
+
 
 #: what any drill needs of the target
 SAFETY_NET_CAPABILITIES = frozenset({"virtual_clock", "control_api", "set_settings"})
@@ -39,7 +48,7 @@ def _seconds(value: float) -> str:
     return f"{value:g}s"
 
 
-def _delivered(ref: str, via: str, rcpt: str, shadow: str, ids: tuple[str, ...]) -> Operation:
+def _delivered(ref: str, via: str, rcpt: str, shadow: str, ids: tuple[str, ...]) -> Drawn:
     """Send ``ref`` through ``via``, wait for its delivery, move the clock one heartbeat's
     worth so that the shadow learns of it, and look at the shadow's Shadow Safety Net."""
     steps: tuple[dict[str, Any], ...] = (
@@ -49,7 +58,7 @@ def _delivered(ref: str, via: str, rcpt: str, shadow: str, ids: tuple[str, ...])
         {"wait": "2s"},
         {"snapshot": {"node": shadow, "queue": "safetynet_shadow"}},
     )
-    return Operation(f"send {ref} via {via}, delivered, seen by {shadow}", steps, behaviours=ids)
+    return Drawn(f"send {ref} via {via}, delivered, seen by {shadow}", steps, behaviours=ids)
 
 
 def safety_net_drill(
@@ -62,7 +71,7 @@ def safety_net_drill(
     ref: str,
     recovery: float,
     hold: float,
-) -> list[Operation]:
+) -> list[Drawn]:
     """The operations of one drill of a kind among ``kinds`` (those the target can do):
     ``ref`` names its first message (a second gets ``ref`` + "b"); ``databases`` maps a
     recipient to its mailbox database; ``hold`` is SafetyNetHoldTime in force."""
@@ -78,38 +87,38 @@ def safety_net_drill(
     ask: tuple[dict[str, Any], ...] = ({"advance": "1m"}, request)
     if kind == "broadcast":
         ops = [
-            Operation("SafetyNetHoldTime=1d", (day,), behaviours=("SN-3",)),
+            Drawn("SafetyNetHoldTime=1d", (day,), behaviours=("SN-3",)),
             _delivered(ref, primary, rcpt, shadow, ("SN-2",)),
-            Operation(f"kill {primary}", ({"kill": primary},), ("down", primary), ("SN-7",)),
+            Drawn(f"kill {primary}", ({"kill": primary},), ("down", primary), ("SN-7",)),
         ]
         asked = ask
         if rng.random() < 0.5:
             # the request must survive a restart of the node coordinating it
             asked += ({"restart": shadow}, wait)
         ops += [
-            Operation(f"resubmit {database} on {shadow}", asked, behaviours=("SN-7",)),
-            Operation(
+            Drawn(f"resubmit {database} on {shadow}", asked, behaviours=("SN-7",)),
+            Drawn(
                 "advance 11h50m",
                 ({"advance": "11h + 50m"}, {"wait": "2s"}),
                 behaviours=("SN-7",),
             ),
-            Operation("advance 20m", ({"advance": "20m"}, {"wait": "6s"}), behaviours=("SN-7",)),
-            Operation(f"restart {primary}", ({"restart": primary}, wait), ("up", primary)),
+            Drawn("advance 20m", ({"advance": "20m"}, {"wait": "6s"}), behaviours=("SN-7",)),
+            Drawn(f"restart {primary}", ({"restart": primary}, wait), ("up", primary)),
         ]
         return ops
     if kind == "recreated":
         request["resubmit"]["node"] = primary
         return [
-            Operation("SafetyNetHoldTime=1d", (day,), behaviours=("SN-3",)),
+            Drawn("SafetyNetHoldTime=1d", (day,), behaviours=("SN-3",)),
             _delivered(ref, primary, rcpt, shadow, ("SN-2",)),
-            Operation(
+            Drawn(
                 f"wipe {primary}",
                 ({"advance": "5m"}, {"wipe": primary}, wait, {"advance": "5m"}),
                 ("up", primary),
                 ("SN-8",),
             ),
             _delivered(f"{ref}b", primary, rcpt, shadow, ("SN-2",)),
-            Operation(
+            Drawn(
                 f"resubmit {database} on {primary}", (*ask, {"wait": "5s"}), behaviours=("SN-8",)
             ),
         ]
@@ -125,13 +134,13 @@ def safety_net_drill(
     )
     kept = _seconds(hold + 2 * 86400.0 - 180.0)
     return [
-        Operation(f"cut {link}, expiry 7d/2d", settings, ("cut", link), ("SN-4",)),
-        Operation(
+        Drawn(f"cut {link}, expiry 7d/2d", settings, ("cut", link), ("SN-4",)),
+        Drawn(
             f"send {ref} via {primary}",
             ({"send": {"id": ref, "via": primary, "to": [rcpt], "timeout": "20s"}}, {"wait": "1s"}),
             behaviours=("CR-1",),
         ),
-        Operation(f"advance {kept}", ({"advance": kept}, {"wait": "2s"}), behaviours=("SN-4",)),
-        Operation("advance 4m", ({"advance": "4m"}, {"wait": "2s"}), behaviours=("SN-4",)),
-        Operation(f"heal {link}", ({"heal": link}, wait), ("heal", link)),
+        Drawn(f"advance {kept}", ({"advance": kept}, {"wait": "2s"}), behaviours=("SN-4",)),
+        Drawn("advance 4m", ({"advance": "4m"}, {"wait": "2s"}), behaviours=("SN-4",)),
+        Drawn(f"heal {link}", ({"heal": link}, wait), ("heal", link)),
     ]
