@@ -104,6 +104,19 @@ _NEEDS: dict[str, tuple[tuple[tuple[str, ...], ...], str]] = {
     "SN-3": ((("virtual_clock", "control_api"),), "moves the clock past SafetyNetHoldTime"),
     "SN-5": ((("control_api",),), "asks for a resubmission from Safety Net"),
     "CR-6": ((("set_settings",),), "turns shadow redundancy off while the cluster runs"),
+    # the Safety Net drills (engine/generator_safety_net.py)
+    "SN-4": (
+        ((*SAFETY_NET_CAPABILITIES, *DRILLS["expiry"]),),
+        "moves the clock to just short of SafetyNetHoldTime + MessageExpirationTimeout",
+    ),
+    "SN-7": (
+        ((*SAFETY_NET_CAPABILITIES, *DRILLS["broadcast"]),),
+        "kills a primary and moves the clock past the 12 hours of a resubmission request",
+    ),
+    "SN-8": (
+        ((*SAFETY_NET_CAPABILITIES, *DRILLS["recreated"]),),
+        "recreates a primary's queue database before a resubmission request",
+    ),
 }
 #: behaviours exploration never exercises, on any target, and why
 _NEVER = {
