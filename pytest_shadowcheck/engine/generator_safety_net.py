@@ -9,8 +9,8 @@ a message where only a Shadow Safety Net or an expiring shadow copy decides its 
   recreated, one after; a resubmission of the hour before: the first comes back from the
   Shadow Safety Net, the second from the primary alone.
 - ``expiry`` (SN-4): the primary's link to the next hop cut, the primary keeping its
-  message (MessageExpirationTimeout 7 days); the clock moved to just short of the
-  shadow's SafetyNetHoldTime + MessageExpirationTimeout: its copy is still there.
+  message (MessageExpirationTimeout 7 days); the clock moved to 30 seconds short of
+  the shadow's SafetyNetHoldTime + MessageExpirationTimeout: its copy is still there.
 
 Each drill is several :class:`Drawn` operations, so that shrinking can keep a part of it;
 the snapshots of the Shadow Safety Net it takes are the model's evidence.
@@ -123,7 +123,8 @@ def safety_net_drill(
             ),
         ]
     # expiry: the primary keeps its message a week; its shadow's copy must outlive
-    # SafetyNetHoldTime + MessageExpirationTimeout (2 days) less a few minutes
+    # SafetyNetHoldTime + MessageExpirationTimeout (2 days) less 30 seconds (a copy
+    # dropped a minute early is gone by then)
     link = f"{primary}->{rng.choice(sinks)}"
     settings = (
         {"set_settings": {"nodes": [primary], "values": {"MessageExpirationTimeout": "7d"}}},
@@ -132,7 +133,7 @@ def safety_net_drill(
         # the changes settled before the send (the model judges no copy across a change)
         {"wait": "3s"},
     )
-    kept = _seconds(hold + 2 * 86400.0 - 180.0)
+    kept = _seconds(hold + 2 * 86400.0 - 30.0)
     return [
         Drawn(f"cut {link}, expiry 7d/2d", settings, ("cut", link), ("SN-4",)),
         Drawn(
