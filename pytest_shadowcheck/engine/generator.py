@@ -565,7 +565,7 @@ def plan(
             weights.append(("resubmit", 1))
         drills = _drills(drawer, quiet)
         if drills:
-            weights.append(("safety_net", 4))
+            weights.append(("safety_net", 8))
         kind = rng.choices([k for k, _ in weights], [w for _, w in weights])[0]
         op: Operation | None
         if kind == "send":
