@@ -269,8 +269,10 @@ class ExplorationPlan:
         for op in kept:
             for drawn in op.steps:
                 step = self._routed(drawn, state) if "send" in drawn else drawn
-                if step is None:
-                    continue
+                if step is None or step.get("snapshot", {}).get("node", "") in (
+                    set(state.nodes) - set(state.answering())
+                ):
+                    continue  # a kept subset may have the drill's node down
                 if "wait" in step:
                     waited += _parse(step["wait"])
                 steps.append(step)
