@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from pytest_shadowcheck.checks.model import (
     broadcast,
+    categorisation,
     expiry,
     fates,
     notifications,
@@ -54,6 +55,7 @@ MODEL_BEHAVIOURS: tuple[str, ...] = (
     "SN-7",
     "SN-8",
     "SN-9",
+    "SN-11",
     "SN-12",
     "XS-1",
 )
@@ -176,6 +178,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
         resubmission.resubmission_rule(judge, m)
         broadcast.broadcast_rule(judge, m)
         expiry.unacknowledged_expiry_rule(judge, m)
+        categorisation.categorised_afresh_rule(judge, m)
     missing = unmodelled(scenario)
     touched = touched_by(missing)
     found = sorted((d for d in judge.divergences if d.behaviour not in touched), key=lambda d: d.t)

@@ -6,12 +6,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .built import Built, sentence
+from .built import TOKEN, Built, sentence
+
+
+def delivered(b: Built, t: float, by: str, stamps: tuple[str, ...] | None) -> None:
+    """m1 delivered to alice by ``by``, the sink recording the X-Categorized-By stamps."""
+    if stamps is None:
+        b.delivered(t, "m1", by, "alice@corp.test")
+        return
+    b.at(
+        t, "delivery", sink="mailbox", trace=f"m1.{TOKEN}", mail_from="s",
+        message_id=f"<m1.{TOKEN}@shadowcheck.test>", rcpt_tos=["alice@corp.test"], helo=by,
+        categorised=list(stamps),
+    )  # fmt: skip
+
 
 # -- SN-7: the 12-hour broadcast to the Shadow Safety Nets ------------------------------
 
 
-def unavailable(tmp_path: Path, *again: tuple[float, str]) -> Built:
+def unavailable(
+    tmp_path: Path, *again: tuple[float, str], stamps: tuple[tuple[str, ...], ...] = ()
+) -> Built:
     """m1 delivered by mbx1 and seen in mbx2's Shadow Safety Net; mbx1 killed; a request
     made to mbx2; the clock moved 11h50m, then 20m; ``again``: redeliveries (t, by)."""
     b = Built(
@@ -28,12 +43,12 @@ def unavailable(tmp_path: Path, *again: tuple[float, str]) -> Built:
     b.step(0.1)
     b.step(0.2)
     b.reply(0.3, "mbx1", 250)
-    b.delivered(0.4, "m1", "mbx1", "alice@corp.test")
+    delivered(b, 0.4, "mbx1", stamps[0] if stamps else None)
     b.steps(0.5, 1.5, 1.6)
     b.looked(1.7, "mbx2", "safetynet_shadow", "m1")
     b.steps(1.8, 1.9, 2.0, 2.1, 2.2, 3.2, 3.3)
-    for t, by in again:
-        b.delivered(t, "m1", by, "alice@corp.test")
+    for i, (t, by) in enumerate(again):
+        delivered(b, t, by, stamps[i + 1] if stamps else None)
     b.step(11.3)
     b.looked(11.4, "mbx2", "active")
     return b
@@ -161,3 +176,24 @@ def test_sn4_an_unacknowledged_copy_outlives_the_hold_time(tmp_path: Path) -> No
     # past the sum it may rightly be gone
     gone = unacknowledged(tmp_path, "2d + 1h").explain()
     assert gone.divergence is None and gone.exercised["SN-4"] == 0
+
+
+# -- SN-11: a Shadow Safety Net copy categorised afresh ----------------------------------
+
+
+def test_sn11_a_resubmitted_shadow_copy_is_categorised_afresh(tmp_path: Path) -> None:
+    # "A Shadow Safety Net copy has none of the primary's later changes (content
+    # conversion) and goes through full categorisation on resubmission."
+    def run(*again: str) -> Built:
+        return unavailable(tmp_path, (3.6, "mbx2"), stamps=(("mbx1",), tuple(again)))
+
+    for wrong in ((), ("mbx1",), ("mbx2", "mbx1")):
+        found = run(*wrong).explain().divergence
+        assert found is not None and found.behaviour == "SN-11", wrong
+        assert found.rule == sentence("SN-11")
+        assert "categorised afresh (a stamp of mbx2)" in found.expected
+    ok = run("mbx2").explain()
+    assert ok.divergence is None and ok.exercised["SN-11"] == 1
+    # an MTA whose own delivery shows no stamp is not judged
+    unstamped = unavailable(tmp_path, (3.6, "mbx2"), stamps=((), ())).explain()
+    assert unstamped.divergence is None and unstamped.exercised["SN-11"] == 0
