@@ -117,6 +117,10 @@ _NEEDS: dict[str, tuple[tuple[tuple[str, ...], ...], str]] = {
         ((*SAFETY_NET_CAPABILITIES, *DRILLS["recreated"]),),
         "recreates a primary's queue database before a resubmission request",
     ),
+    "SN-11": (
+        ((*SAFETY_NET_CAPABILITIES, *DRILLS["broadcast"], "categoriser_stamp"),),
+        "has a Shadow Safety Net resubmit a message and reads the categoriser's stamp",
+    ),
 }
 #: behaviours exploration never exercises, on any target, and why
 _NEVER = {
