@@ -48,6 +48,11 @@ import yaml
 
 from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS
 from pytest_shadowcheck.engine import generator_placement
+from pytest_shadowcheck.engine.generator_safety_net import (
+    DRILLS,
+    SAFETY_NET_CAPABILITIES,
+    safety_net_drill,
+)
 from pytest_shadowcheck.engine.traffic_model import Shape, _text_body
 from pytest_shadowcheck.scenario.capabilities import CAPABILITY_NEED, STEP_CAPABILITY
 from pytest_shadowcheck.scenario.loader import load_scenario_file
@@ -117,6 +122,23 @@ _NEEDS: dict[str, tuple[tuple[tuple[str, ...], ...], str]] = {
     "SN-3": ((("virtual_clock", "control_api"),), "moves the clock past SafetyNetHoldTime"),
     "SN-5": ((("control_api",),), "asks for a resubmission from Safety Net"),
     "CR-6": ((("set_settings",),), "turns shadow redundancy off while the cluster runs"),
+    # the Safety Net drills (engine/generator_safety_net.py)
+    "SN-4": (
+        ((*SAFETY_NET_CAPABILITIES, *DRILLS["expiry"]),),
+        "moves the clock to just short of SafetyNetHoldTime + MessageExpirationTimeout",
+    ),
+    "SN-7": (
+        ((*SAFETY_NET_CAPABILITIES, *DRILLS["broadcast"]),),
+        "kills a primary and moves the clock past the 12 hours of a resubmission request",
+    ),
+    "SN-8": (
+        ((*SAFETY_NET_CAPABILITIES, *DRILLS["recreated"]),),
+        "recreates a primary's queue database before a resubmission request",
+    ),
+    "SN-11": (
+        ((*SAFETY_NET_CAPABILITIES, *DRILLS["broadcast"], "categoriser_stamp"),),
+        "has a Shadow Safety Net resubmit a message and reads the categoriser's stamp",
+    ),
 }
 #: behaviours exploration never exercises, on any target, and why
 _NEVER = {
@@ -270,8 +292,10 @@ class ExplorationPlan:
         for op in kept:
             for drawn in op.steps:
                 step = self._routed(drawn, state) if "send" in drawn else drawn
-                if step is None:
-                    continue
+                if step is None or step.get("snapshot", {}).get("node", "") in (
+                    set(state.nodes) - set(state.answering())
+                ):
+                    continue  # a kept subset may have the drill's node down
                 if "wait" in step:
                     waited += _parse(step["wait"])
                 steps.append(step)
@@ -379,6 +403,7 @@ class _Drawer:
         data = _topology(topology)
         self.nodes = tuple(data["nodes"])
         self.recipients = tuple(data["directory"]["recipients"])
+        self.databases: dict[str, str] = dict(data["directory"]["recipients"])
         hops = data.get("next_hops", {})
         self.sinks = tuple(sorted({h["sink"] for h in hops.values() if h.get("sink")}))
         self.virtual = data.get("clock") == "virtual"
@@ -620,6 +645,9 @@ def plan(
             weights.append(("advance", 1))
         if drawer.can("resubmit") and quiet and drawer.resubmits < 1:
             weights.append(("resubmit", 1))
+        drills = _drills(drawer, quiet)
+        if drills:
+            weights.append(("safety_net", 8))
         kind = rng.choices([k for k, _ in weights], [w for _, w in weights])[0]
         op: Operation | None
         if kind == "send":
@@ -662,6 +690,11 @@ def plan(
                 rng, f"m{drawer.sent}", via, _topology(topology)
             )
             op = Operation(*drawn)
+        elif kind == "safety_net":
+            *before, op = _drill(drawer, drills, settings)
+            for extra in before:
+                drawer.state.apply(extra.effect)
+                ops.append(extra)
         elif kind == "advance":
             minutes = rng.choice((1, 5, 20, 45))
             op = Operation(
@@ -690,6 +723,28 @@ def plan(
             # single holder is delivered, and every message from now on gets a copy
             drawer.single_holder = False
     return temp
+
+
+def _drills(drawer: _Drawer, quiet: bool) -> list[str]:
+    """The Safety Net drills (engine/generator_safety_net.py) the target can do now: once
+    a plan or twice, on a virtual clock, in a quiet cluster, never where a wipe could lose
+    mail."""
+    if not (drawer.virtual and quiet and drawer.resubmits < 2):
+        return []
+    have = drawer.capabilities
+    kinds = [k for k, need in DRILLS.items() if SAFETY_NET_CAPABILITIES | need <= have]
+    return [k for k in kinds if k != "recreated" or not drawer.single_holder]
+
+
+def _drill(drawer: _Drawer, kinds: list[str], settings: dict[str, Any]) -> list[Operation]:
+    drawer.resubmits += 1
+    drawer.sent += 1
+    databases = {r: str(d) for r, d in drawer.databases.items()}
+    drill = safety_net_drill(
+        drawer.rng, kinds=kinds, nodes=drawer.nodes, databases=databases, sinks=drawer.sinks,
+        ref=f"m{drawer.sent}", recovery=drawer.recovery, hold=float(settings["SafetyNetHoldTime"]),
+    )  # fmt: skip
+    return [Operation(*drawn) for drawn in drill]
 
 
 def generate(

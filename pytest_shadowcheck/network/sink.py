@@ -297,6 +297,7 @@ class MailSink:
             helo=delivery.helo,
             peer=delivery.peer,
             size=delivery.size,
+            categorised=categorised_by(raw),
         )
         # Wake every waiter, then re-arm for the next delivery.
         self._delivered.set()
@@ -373,6 +374,15 @@ def _envelope_words(stage: str, helo: str | None, details: dict[str, Any]) -> st
     recipients = ", ".join(details.get("rcpt_tos") or [])
     message = details.get("message_id") or "a message without Message-ID"
     return f"the end of DATA of {message} (sender {sender}, for {recipients}){who}"
+
+
+_STAMP = re.compile(rb"^X-Categorized-By:[ \t]*([^;\s]+)", re.IGNORECASE | re.MULTILINE)
+
+
+def categorised_by(raw: bytes) -> list[str]:
+    """The nodes every ``X-Categorized-By`` stamp of ``raw`` names, top first (the
+    categoriser's stamp, docs/protocol.md: how SN-11's categorisation shows)."""
+    return [m.decode("ascii", "replace") for m in _STAMP.findall(header_section(raw))]
 
 
 def _first_headers(raw: bytes) -> dict[str, str]:

@@ -4,6 +4,7 @@ clock (``now``, ``-2h``, ISO 8601) as scenarios write them."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -113,7 +114,9 @@ _WHOLE_UNITS = (("d", 86400.0), ("h", 3600.0), ("m", 60.0))
 
 def format_duration(seconds: float) -> str:
     """A duration as a scenario would write it: ``3d``, ``2h``, ``5m``, ``90s``,
-    ``1.5s``, ``300ms``."""
+    ``1.5s``, ``300ms`` (``never`` for an infinite one, which an MTA may report)."""
+    if math.isinf(seconds):
+        return "never" if seconds > 0 else "-never"
     for unit, size in _WHOLE_UNITS:
         count = seconds / size
         if count >= 1 and abs(count - round(count)) < 1e-9:

@@ -86,6 +86,23 @@ def test_delivery_is_recorded_with_message_id_and_helo(run: Run, history: Histor
     assert events[2].data["helo"] == "mbx2" and events[2].data["rcpt_tos"] == ["bob@corp.test"]
 
 
+def test_delivery_records_every_categoriser_stamp(run: Run, history: History) -> None:
+    # SN-11 is judged by the model from the history: every X-Categorized-By, top first
+    stamped = b"X-Categorized-By: mbx2; Thu\r\nX-Categorized-By: mbx1; Thu\r\n" + message("<s@x>")
+
+    async def scenario() -> None:
+        sink = MailSink("corp.test", history)
+        session, _ = await Session.open(await sink.start())
+        assert (await session.send(stamped)).startswith("250")
+        assert (await session.send(message("<plain@x>"))).startswith("250")
+        session.close()
+        await sink.stop()
+
+    run(scenario())
+    events = history.events(kind="delivery")
+    assert [e.data["categorised"] for e in events] == [["mbx2", "mbx1"], []]
+
+
 def test_scripted_temporary_rcpt_failure_is_used_n_times(run: Run, history: History) -> None:
     async def scenario() -> None:
         sink = MailSink("corp.test", history)

@@ -48,7 +48,8 @@ def test_a_moment_is_fixed_or_an_offset_from_the_nodes_now() -> None:
 @pytest.mark.parametrize(
     ("seconds", "shown"),
     [(5.0, "5s"), (0.3, "300ms"), (259200.0, "3d"), (3600.0, "1h"), (120.0, "2m"),
-     (90.0, "90s"), (1.5, "1.5s"), (0.0, "0s"), (0.0005, "0.0005s")],
+     (90.0, "90s"), (1.5, "1.5s"), (0.0, "0s"), (0.0005, "0.0005s"),
+     (float("inf"), "never")],
 )  # fmt: skip
 def test_durations_are_shown_as_a_scenario_writes_them(seconds: float, shown: str) -> None:
     assert format_duration(seconds) == shown

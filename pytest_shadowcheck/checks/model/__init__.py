@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pytest_shadowcheck.checks.model import (
+    broadcast,
+    categorisation,
+    expiry,
     fates,
     notifications,
     placement,
@@ -53,8 +56,12 @@ MODEL_BEHAVIOURS: tuple[str, ...] = (
     "SN-1",
     "SN-2",
     "SN-3",
+    "SN-4",
     "SN-5",
+    "SN-7",
+    "SN-8",
     "SN-9",
+    "SN-11",
     "SN-12",
     "XS-1",
 )
@@ -103,7 +110,6 @@ _TOUCHES: dict[str, frozenset[str]] = {
     "ReceiveConnectionTimeout": frozenset({"CR-4", "CR-5"}),
     "MaxAcknowledgementDelay": frozenset(),
     "ReplayLagTime": frozenset(),
-    "PrimarySafetyNetUnavailableTimeout": frozenset(),
 }
 
 
@@ -182,6 +188,9 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
         fates.safety_net_rule(judge, m)
         resubmission.resubmission_rule(judge, m)
         routes.no_route_rule(judge, m)
+        broadcast.broadcast_rule(judge, m)
+        expiry.unacknowledged_expiry_rule(judge, m)
+        categorisation.categorised_afresh_rule(judge, m)
     missing = unmodelled(scenario)
     touched = touched_by(missing)
     found = sorted((d for d in judge.divergences if d.behaviour not in touched), key=lambda d: d.t)

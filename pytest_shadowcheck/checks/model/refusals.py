@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pytest_shadowcheck.checks.model.expiry import expiry_governs
 from pytest_shadowcheck.checks.model.rules import DELIVERY_ALLOWANCE
 from pytest_shadowcheck.checks.model.state import seconds
 
@@ -360,6 +361,8 @@ def kept_rule(j: Judge, history: History) -> None:
                 m, holder, snap.t
             ):
                 break
+            if expiry_governs(j, m, holder, snap.t):
+                break  # past the hold time: its staying is SN-4's question
             why = _pending(m, snap.t, never, failed, j)
             if not why or not (seen or any(d.t <= snap.t for d in m.deliveries)):
                 continue  # a copy never seen and no fork done: CR-1's question

@@ -26,6 +26,8 @@ class Delivery:
     by: str
     sink: str
     recipients: tuple[str, ...]
+    #: the nodes its X-Categorized-By stamps name (None: the sink did not record them)
+    categorised: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -145,7 +147,10 @@ def observe(timeline: Timeline, history: History) -> Observations:
                 # the node named itself in EHLO (its first label), as checks/events.node_of
                 by = str(event.data.get("helo") or "?").split(".")[0]
                 rcpts = tuple(str(r).lower() for r in event.data.get("rcpt_tos") or ())
-                sent.deliveries.append(Delivery(event.t, by, str(event.data.get("sink")), rcpts))
+                stamps = event.data.get("categorised")
+                categorised = None if stamps is None else tuple(str(n) for n in stamps)
+                sink = str(event.data.get("sink"))
+                sent.deliveries.append(Delivery(event.t, by, sink, rcpts, categorised))
         elif event.kind == "snapshot" and ("answer" in event.data or "entries" in event.data):
             if "answer" in event.data:
                 entries = queue_entries(event.data["answer"])

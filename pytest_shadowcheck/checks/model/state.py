@@ -32,6 +32,7 @@ DEFAULTS: dict[str, Any] = {
     "SafetyNetHoldTime": 2 * 86400.0,
     "TransientFailureRetryInterval": 300.0,
     "ShadowMessagePreferenceSetting": "PreferRemote",
+    "PrimarySafetyNetUnavailableTimeout": 12 * 3600.0,
 }
 
 #: fault kinds that stop every session on the link; the others may or may not

@@ -1,0 +1,152 @@
+"""Exploration's Safety Net drills: sequences of operations, on a virtual clock, that put
+a message where only a Shadow Safety Net or an expiring shadow copy decides its fate.
+
+- ``broadcast`` (SN-7): a message delivered and seen in its shadow's Shadow Safety Net;
+  its primary killed; a resubmission asked of the shadow; the clock moved to just short
+  of PrimarySafetyNetUnavailableTimeout (nothing may come back yet), then past it (the
+  broadcast must bring it back); sometimes the coordinating node restarted in between.
+- ``recreated`` (SN-8): a message delivered before its primary's queue database is
+  recreated, one after; a resubmission of the hour before: the first comes back from the
+  Shadow Safety Net, the second from the primary alone.
+- ``expiry`` (SN-4): the primary's link to the next hop cut, the primary keeping its
+  message (MessageExpirationTimeout 7 days); the clock moved to 30 seconds short of
+  the shadow's SafetyNetHoldTime + MessageExpirationTimeout: its copy is still there.
+
+Each drill is several :class:`Drawn` operations, so that shrinking can keep a part of it;
+the snapshots of the Shadow Safety Net it takes are the model's evidence.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, NamedTuple
+
+__all__ = ["DRILLS", "SAFETY_NET_CAPABILITIES", "Drawn", "safety_net_drill"]
+
+
+class Drawn(NamedTuple):
+    """One operation of a drill, the fields of generator.Operation in its order (this
+    module does not import the generator, which imports it)."""
+
+    label: str
+    steps: tuple[dict[str, Any], ...]
+    effect: tuple[str, str] = ("", "")
+    behaviours: tuple[str, ...] = ()
+
+
+#: what any drill needs of the target
+SAFETY_NET_CAPABILITIES = frozenset({"virtual_clock", "control_api", "set_settings"})
+#: drill -> the further capabilities it needs
+DRILLS: dict[str, frozenset[str]] = {
+    "broadcast": frozenset({"kill", "restart"}),
+    "recreated": frozenset({"kill", "wipe_queue_db"}),
+    "expiry": frozenset(),
+}
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}s"
+
+
+def _delivered(ref: str, via: str, rcpt: str, shadow: str, ids: tuple[str, ...]) -> Drawn:
+    """Send ``ref`` through ``via``, wait for its delivery, move the clock one heartbeat's
+    worth so that the shadow learns of it, and look at the shadow's Shadow Safety Net."""
+    steps: tuple[dict[str, Any], ...] = (
+        {"send": {"id": ref, "via": via, "to": [rcpt], "timeout": "20s"}},
+        {"wait": "3s"},
+        {"advance": "2m"},
+        {"wait": "2s"},
+        {"snapshot": {"node": shadow, "queue": "safetynet_shadow"}},
+    )
+    return Drawn(f"send {ref} via {via}, delivered, seen by {shadow}", steps, behaviours=ids)
+
+
+def safety_net_drill(
+    rng: random.Random,
+    *,
+    kinds: list[str],
+    nodes: tuple[str, ...],
+    databases: dict[str, str],
+    sinks: tuple[str, ...],
+    ref: str,
+    recovery: float,
+    hold: float,
+) -> list[Drawn]:
+    """The operations of one drill of a kind among ``kinds`` (those the target can do):
+    ``ref`` names its first message (a second gets ``ref`` + "b"); ``databases`` maps a
+    recipient to its mailbox database; ``hold`` is SafetyNetHoldTime in force."""
+    kind = rng.choice(kinds)
+    primary = rng.choice(nodes)
+    shadow = rng.choice([n for n in nodes if n != primary])
+    rcpt = rng.choice(sorted(databases))
+    database = databases[rcpt]
+    wait = {"wait": _seconds(recovery)}
+    day = {"set_settings": {"values": {"SafetyNetHoldTime": "1d"}}}
+    # a minute on, so that the window's end (now, excluded) is past the entries' stamps
+    request = {"resubmit": {"node": shadow, "database": database, "start": "-1h", "end": "now"}}
+    ask: tuple[dict[str, Any], ...] = ({"advance": "1m"}, request)
+    if kind == "broadcast":
+        ops = [
+            Drawn("SafetyNetHoldTime=1d", (day,), behaviours=("SN-3",)),
+            _delivered(ref, primary, rcpt, shadow, ("SN-2",)),
+            Drawn(f"kill {primary}", ({"kill": primary},), ("down", primary), ("SN-7",)),
+        ]
+        asked = ask
+        if rng.random() < 0.5:
+            # the request must survive a restart of the node coordinating it
+            asked += ({"restart": shadow}, wait)
+        ops += [
+            Drawn(f"resubmit {database} on {shadow}", asked, behaviours=("SN-7",)),
+            Drawn(
+                "advance 11h50m",
+                ({"advance": "11h + 50m"}, {"wait": "2s"}),
+                behaviours=("SN-7",),
+            ),
+            Drawn("advance 20m", ({"advance": "20m"}, {"wait": "6s"}), behaviours=("SN-7",)),
+            Drawn(f"restart {primary}", ({"restart": primary}, wait), ("up", primary)),
+        ]
+        return ops
+    if kind == "recreated":
+        request["resubmit"]["node"] = primary
+        return [
+            Drawn("SafetyNetHoldTime=1d", (day,), behaviours=("SN-3",)),
+            _delivered(ref, primary, rcpt, shadow, ("SN-2",)),
+            Drawn(
+                f"wipe {primary}",
+                ({"advance": "5m"}, {"wipe": primary}, wait, {"advance": "5m"}),
+                ("up", primary),
+                ("SN-8",),
+            ),
+            _delivered(f"{ref}b", primary, rcpt, shadow, ("SN-2",)),
+            Drawn(
+                f"resubmit {database} on {primary}", (*ask, {"wait": "5s"}), behaviours=("SN-8",)
+            ),
+        ]
+    # expiry: the primary keeps its message a week; its shadow's copy must outlive
+    # SafetyNetHoldTime + MessageExpirationTimeout (2 days) less 30 seconds (a copy
+    # dropped a minute early is gone by then)
+    link = f"{primary}->{rng.choice(sinks)}"
+    settings = (
+        # first the retries due: on a virtual clock a message waiting for its next
+        # attempt waits for an advance, and one still queued when the clock passes 2
+        # days would expire (rightly, but the no-loss invariant counts it lost)
+        {"advance": "1m"},
+        wait,
+        {"set_settings": {"nodes": [primary], "values": {"MessageExpirationTimeout": "7d"}}},
+        {"set_settings": {"nodes": [shadow], "values": {"MessageExpirationTimeout": "2d"}}},
+        {"fault": {"link": link, "kind": "cut"}},
+        # the changes settled before the send (the model judges no copy across a change)
+        {"wait": "3s"},
+    )
+    kept = _seconds(hold + 2 * 86400.0 - 30.0)
+    return [
+        Drawn(f"cut {link}, expiry 7d/2d", settings, ("cut", link), ("SN-4",)),
+        Drawn(
+            f"send {ref} via {primary}",
+            ({"send": {"id": ref, "via": primary, "to": [rcpt], "timeout": "20s"}}, {"wait": "1s"}),
+            behaviours=("CR-1",),
+        ),
+        Drawn(f"advance {kept}", ({"advance": kept}, {"wait": "2s"}), behaviours=("SN-4",)),
+        Drawn("advance 4m", ({"advance": "4m"}, {"wait": "2s"}), behaviours=("SN-4",)),
+        Drawn(f"heal {link}", ({"heal": link}, wait), ("heal", link)),
+    ]

@@ -1,0 +1,199 @@
+"""The model's rules for the rest of Safety Net (SN-4, SN-7, SN-8), on histories built by
+hand on a virtual clock: the observation the catalogue forbids is a divergence under the
+rule's ID quoting its sentence; what it allows is not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .built import TOKEN, Built, sentence
+
+
+def delivered(b: Built, t: float, by: str, stamps: tuple[str, ...] | None) -> None:
+    """m1 delivered to alice by ``by``, the sink recording the X-Categorized-By stamps."""
+    if stamps is None:
+        b.delivered(t, "m1", by, "alice@corp.test")
+        return
+    b.at(
+        t, "delivery", sink="mailbox", trace=f"m1.{TOKEN}", mail_from="s",
+        message_id=f"<m1.{TOKEN}@shadowcheck.test>", rcpt_tos=["alice@corp.test"], helo=by,
+        categorised=list(stamps),
+    )  # fmt: skip
+
+
+# -- SN-7: the 12-hour broadcast to the Shadow Safety Nets ------------------------------
+
+
+def unavailable(
+    tmp_path: Path, *again: tuple[float, str], stamps: tuple[tuple[str, ...], ...] = ()
+) -> Built:
+    """m1 delivered by mbx1 and seen in mbx2's Shadow Safety Net; mbx1 killed; a request
+    made to mbx2; the clock moved 11h50m, then 20m; ``again``: redeliveries (t, by)."""
+    b = Built(
+        tmp_path,
+        "steps:\n  - set_settings: {values: {SafetyNetHoldTime: 1d}}\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n  - wait: 1s\n"
+        "  - advance: 2m\n  - snapshot: {node: mbx2, queue: safetynet_shadow}\n"
+        "  - kill: mbx1\n  - advance: 1m\n"
+        '  - resubmit: {node: mbx2, database: DB1, start: "-1h", end: "now"}\n'
+        "  - advance: 11h + 50m\n  - wait: 1s\n  - advance: 20m\n  - wait: 8s\n"
+        "  - snapshot: {node: mbx2, queue: active}\n",
+        topology="two-node-dag-virtual",
+    )
+    b.step(0.1)
+    b.step(0.2)
+    b.reply(0.3, "mbx1", 250)
+    delivered(b, 0.4, "mbx1", stamps[0] if stamps else None)
+    b.steps(0.5, 1.5, 1.6)
+    b.looked(1.7, "mbx2", "safetynet_shadow", "m1")
+    b.steps(1.8, 1.9, 2.0, 2.1, 2.2, 3.2, 3.3)
+    for i, (t, by) in enumerate(again):
+        delivered(b, t, by, stamps[i + 1] if stamps else None)
+    b.step(11.3)
+    b.looked(11.4, "mbx2", "active")
+    return b
+
+
+def test_sn7_a_shadow_safety_net_answers_after_the_12_hours(tmp_path: Path) -> None:
+    # "If the Primary Safety Net does not answer for 12 hours, the request is broadcast to
+    # every node in the boundary and a Shadow Safety Net resubmits the messages for that
+    # database and window."
+    found = unavailable(tmp_path).explain().divergence
+    assert found is not None and found.behaviour == "SN-7"
+    assert found.rule == sentence("SN-7")
+    assert "resubmits it" in found.expected and "no Shadow Safety Net" in found.observed
+    ok = unavailable(tmp_path, (3.6, "mbx2")).explain()
+    assert ok.divergence is None and ok.exercised["SN-7"] == 1
+
+
+def test_sn7_nothing_from_a_shadow_before_the_12_hours(tmp_path: Path) -> None:
+    # "... does not answer for 12 hours": a broadcast at once is a divergence
+    found = unavailable(tmp_path, (2.05, "mbx2"), (3.6, "mbx2")).explain().divergence
+    assert found is not None and found.behaviour == "SN-7"
+    assert "before PrimarySafetyNetUnavailableTimeout (12h)" in found.expected
+    assert "again at" in found.observed
+
+
+# -- SN-8: a partial window after the queue database was recreated ------------------------
+
+
+def recreated(tmp_path: Path, *again: tuple[float, str, str]) -> Built:
+    """m1 delivered by mbx1 and seen in mbx2's Shadow Safety Net; 5 minutes later mbx1's
+    queue database recreated; 5 minutes later m2 likewise; a request to mbx1 for the last
+    hour; ``again``: redeliveries (t, ref, by)."""
+    b = Built(
+        tmp_path,
+        "steps:\n  - set_settings: {values: {SafetyNetHoldTime: 1d}}\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n  - wait: 1s\n"
+        "  - advance: 2m\n  - snapshot: {node: mbx2, queue: safetynet_shadow}\n"
+        "  - advance: 5m\n  - wipe: mbx1\n  - wait: 4s\n  - advance: 5m\n"
+        "  - send: {id: m2, via: mbx1, to: [alice@corp.test]}\n  - wait: 1s\n"
+        "  - advance: 2m\n  - snapshot: {node: mbx2, queue: safetynet_shadow}\n"
+        "  - advance: 1m\n"
+        '  - resubmit: {node: mbx1, database: DB1, start: "-1h", end: "now"}\n'
+        "  - wait: 8s\n  - snapshot: {node: mbx1, queue: active}\n",
+        topology="two-node-dag-virtual",
+    )
+    b.step(0.1)
+    b.step(0.2)
+    b.reply(0.3, "mbx1", 250)
+    b.delivered(0.4, "m1", "mbx1", "alice@corp.test")
+    b.steps(0.5, 1.5, 1.6)
+    b.looked(1.7, "mbx2", "safetynet_shadow", "m1")
+    b.step(1.8)
+    b.step(1.9, back=2.5)
+    b.steps(2.6, 6.6)
+    b.step(6.7)
+    b.reply(6.8, "mbx1", 250)
+    b.delivered(6.9, "m2", "mbx1", "alice@corp.test")
+    b.steps(7.0, 7.0, 7.1)
+    b.looked(7.2, "mbx2", "safetynet_shadow", "m1", "m2")
+    b.steps(7.3, 7.4, 7.5)
+    for t, ref, by in again:
+        b.delivered(t, ref, by, "alice@corp.test")
+    b.step(15.5)
+    b.looked(15.6, "mbx1", "active")
+    return b
+
+
+def test_sn8_the_part_before_the_creation_comes_from_a_shadow_safety_net(tmp_path: Path) -> None:
+    # "Partial window: the primary's queue database was recreated at 07:00; a request for
+    # 01:00-09:00 makes the primary resubmit 07:00-09:00 and broadcast a request for
+    # 01:00-07:00, which a Shadow Safety Net answers."
+    found = recreated(tmp_path, (7.6, "m2", "mbx1")).explain().divergence
+    assert found is not None and found.behaviour == "SN-8"
+    assert found.rule == sentence("SN-8")
+    assert "broadcasts the part" in found.expected and "m1 only from mbx1" in found.observed
+    ok = recreated(tmp_path, (7.6, "m2", "mbx1"), (7.7, "m1", "mbx2")).explain()
+    assert ok.divergence is None and ok.exercised["SN-8"] == 2
+
+
+def test_sn8_the_part_after_the_creation_never_comes_from_a_shadow(tmp_path: Path) -> None:
+    # "... makes the primary resubmit 07:00-09:00 and broadcast a request for 01:00-07:00"
+    b = recreated(tmp_path, (7.6, "m2", "mbx1"), (7.7, "m1", "mbx2"), (7.8, "m2", "mbx2"))
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "SN-8"
+    assert "broadcasts only the part of the window before that creation" in found.expected
+    assert "got m2 again" in found.observed and "from mbx2" in found.observed
+
+
+# -- SN-4: an unacknowledged shadow copy expires after hold + expiration -------------------
+
+
+def unacknowledged(tmp_path: Path, advance: str, *held: str) -> Built:
+    """mbx1 cannot reach the next hop and keeps m1 (its MessageExpirationTimeout 7 days);
+    mbx2's copy looked at after ``advance`` (SafetyNetHoldTime 1h, its expiration 2d)."""
+    b = Built(
+        tmp_path,
+        "settings: {SafetyNetHoldTime: 1h}\n"
+        "steps:\n  - set_settings: {nodes: [mbx1], values: {MessageExpirationTimeout: 7d}}\n"
+        "  - set_settings: {nodes: [mbx2], values: {MessageExpirationTimeout: 2d}}\n"
+        "  - fault: {link: mbx1->mailbox, kind: cut}\n  - wait: 3s\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n  - wait: 1s\n"
+        "  - snapshot: {node: mbx2, queue: shadow}\n"
+        f"  - advance: {advance}\n  - wait: 2s\n  - snapshot: {{node: mbx2, queue: shadow}}\n",
+        topology="two-node-dag-virtual",
+    )
+    b.steps(0.1, 0.2, 0.3, 0.4)
+    b.step(3.4)
+    b.reply(3.5, "mbx1", 250)
+    b.steps(3.6, 4.6)
+    b.looked(4.7, "mbx2", "shadow", "m1")
+    b.steps(4.8, 4.9, 6.9)
+    b.looked(7.0, "mbx2", "shadow", *held)
+    return b
+
+
+def test_sn4_an_unacknowledged_copy_outlives_the_hold_time(tmp_path: Path) -> None:
+    # "Unacknowledged shadow messages expire from Safety Net after SafetyNetHoldTime +
+    # MessageExpirationTimeout."
+    found = unacknowledged(tmp_path, "2d + 1h - 3m").explain().divergence
+    assert found is not None and found.behaviour == "SN-4"
+    assert found.rule == sentence("SN-4")
+    assert "1h + 2d" in found.expected and "did not hold m1" in found.observed
+    ok = unacknowledged(tmp_path, "2d + 1h - 3m", "m1").explain()
+    assert ok.divergence is None and ok.exercised["SN-4"] == 1
+    # past the sum it may rightly be gone
+    gone = unacknowledged(tmp_path, "2d + 1h").explain()
+    assert gone.divergence is None and gone.exercised["SN-4"] == 0
+
+
+# -- SN-11: a Shadow Safety Net copy categorised afresh ----------------------------------
+
+
+def test_sn11_a_resubmitted_shadow_copy_is_categorised_afresh(tmp_path: Path) -> None:
+    # "A Shadow Safety Net copy has none of the primary's later changes (content
+    # conversion) and goes through full categorisation on resubmission."
+    def run(*again: str) -> Built:
+        return unavailable(tmp_path, (3.6, "mbx2"), stamps=(("mbx1",), tuple(again)))
+
+    for wrong in ((), ("mbx1",), ("mbx2", "mbx1")):
+        found = run(*wrong).explain().divergence
+        assert found is not None and found.behaviour == "SN-11", wrong
+        assert found.rule == sentence("SN-11")
+        assert "categorised afresh (a stamp of mbx2)" in found.expected
+    ok = run("mbx2").explain()
+    assert ok.divergence is None and ok.exercised["SN-11"] == 1
+    # an MTA whose own delivery shows no stamp is not judged
+    unstamped = unavailable(tmp_path, (3.6, "mbx2"), stamps=((), ())).explain()
+    assert unstamped.divergence is None and unstamped.exercised["SN-11"] == 0
