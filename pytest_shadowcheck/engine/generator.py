@@ -667,7 +667,7 @@ def plan(
             answering = drawer.state.answering() or list(drawer.nodes)
             op = Operation(
                 *generator_placement.bounce_send(
-                    rng, f"m{drawer.sent}", answering, drawer.recipients
+                    rng, f"m{drawer.sent}", answering, drawer.recipients, _topology(topology)
                 )
             )
         elif kind == "without_route":

@@ -109,16 +109,19 @@ def _fork_deferred(
 
 
 def bounce_send(
-    rng: random.Random, ref: str, answering: list[str], recipients: tuple[str, ...]
+    rng: random.Random,
+    ref: str,
+    answering: list[str],
+    recipients: tuple[str, ...],
+    topology: dict[str, Any],
 ) -> Drawn:
-    """A bounce sent in: MAIL FROM:<>, accepted and copied like any message."""
-    spec = {
-        "id": ref,
-        "via": rng.choice(answering),
-        "from": "",
-        "to": [rng.choice(recipients)],
-        "timeout": "20s",
-    }
+    """A bounce sent in: MAIL FROM:<>, accepted and copied like any message - to a
+    recipient the node it goes through has a route for (another node's own domain it
+    would rightly refuse as a relay)."""
+    via = rng.choice(answering)
+    foreign = {domain for node, domain in unrouted(topology) if node != via}
+    routed = [r for r in recipients if r.rpartition("@")[2] not in foreign] or list(recipients)
+    spec = {"id": ref, "via": via, "from": "", "to": [rng.choice(routed)], "timeout": "20s"}
     return f"send bounce {ref} via {spec['via']}", ({"send": spec},), ("", ""), ("CR-1",)
 
 

@@ -312,6 +312,9 @@ def bounce_rule(j: Judge) -> None:
         m = j.obs.sent.get(applied.step.arg.id)
         if m is None or m.code is None:
             continue
+        hops = j.tl.scenario.topology.hops_of(m.via)
+        if any(hops.get(r.rpartition("@")[2].lower()) is None for r in m.to):
+            continue  # a domain the node has no route for: refused as a relay, rightly
         j.exercised["CR-1"] += 1
         if m.code < 500:
             continue

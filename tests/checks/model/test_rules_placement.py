@@ -212,6 +212,21 @@ def test_cr1_a_bounce_is_taken_like_any_message(tmp_path: Path) -> None:
     assert "(MAIL FROM:<>)" in outcome.divergence.expected
 
 
+def test_cr1_a_bounce_for_a_domain_the_node_does_not_route_may_be_refused(
+    tmp_path: Path,
+) -> None:
+    # only mbx1 routes only1.test: mbx2 refuses to relay there, for any sender
+    b = Built(
+        tmp_path,
+        "steps:\n  - send: {id: b1, via: mbx2, from: '', to: [erin@only1.test]}\n",
+        topology="outages-one-route",
+    )
+    b.steps(1.0)
+    b.reply(1.3, "mbx2", 550, "5.7.54 Unable to relay recipient in non-accepted domain")
+    outcome = b.explain()
+    assert outcome.divergence is None and "CR-1" not in outcome.exercised
+
+
 def forked(tmp_path: Path, other: str) -> Built:
     b = Built(
         tmp_path,
