@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pytest_shadowcheck.checks.model import fates, notifications, protocol, resubmission
+from pytest_shadowcheck.checks.model import fates, notifications, protocol, resubmission, wire
 from pytest_shadowcheck.checks.model.replay import observe
 from pytest_shadowcheck.checks.model.rules import Divergence, Judge, disabled_rule, reply_rule
 from pytest_shadowcheck.checks.model.state import DEFAULTS, build_timeline
@@ -46,6 +46,13 @@ MODEL_BEHAVIOURS: tuple[str, ...] = (
     "SN-9",
     "SN-12",
     "XS-1",
+    # wire.py
+    "DI-1",
+    "DI-3",
+    "TO-1",
+    "TO-2",
+    "TO-4",
+    "XS-3",
 )
 
 #: the step kinds whose effect the model follows
@@ -121,9 +128,13 @@ def unmodelled(scenario: Scenario) -> list[str]:
     for step in scenario.steps:
         if step.kind == "set_settings":
             names |= set(step.arg.values)
-        elif step.kind not in MODELLED_STEPS and step.kind not in found:
+        elif (
+            step.kind not in MODELLED_STEPS
+            and not wire.modelled_step(step)
+            and step.kind not in found
+        ):
             found.append(step.kind)
-    known = set(DEFAULTS)
+    known = set(DEFAULTS) | wire.KNOWN_SETTINGS
     if all(
         isinstance(v, int | float) and v >= _SESSION_TIMEOUT_FLOOR
         for v in scenario.setting_values("SendConnectionInactivityTimeout")
@@ -152,6 +163,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
     disabled_rule(judge)
     protocol.advertisement_rule(judge)
     resubmission.dsn_rule(judge)
+    wire.wire_rules(judge, history)
     for m in obs.sent.values():
         reply_rule(judge, m)
         fates.copy_rule(judge, m)
