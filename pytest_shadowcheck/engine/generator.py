@@ -99,6 +99,7 @@ _NEEDS: dict[str, tuple[tuple[tuple[str, ...], ...], str]] = {
     "SN-3": ((("virtual_clock", "control_api"),), "moves the clock past SafetyNetHoldTime"),
     "SN-5": ((("control_api",),), "asks for a resubmission from Safety Net"),
     "CR-6": ((("set_settings",),), "turns shadow redundancy off while the cluster runs"),
+    "TO-3": ((("set_settings",),), "sets inconsistent session timeouts while the cluster runs"),
 }
 #: behaviours exploration never exercises, on any target, and why
 _NEVER = {
@@ -250,7 +251,8 @@ class ExplorationPlan:
 
         for op in kept:
             for drawn in op.steps:
-                step = self._routed(drawn, state) if "send" in drawn else drawn
+                routed = "send" in drawn or "session" in drawn
+                step = self._routed(drawn, state) if routed else drawn
                 if step is None:
                     continue
                 if "wait" in step:
@@ -294,13 +296,14 @@ class ExplorationPlan:
     def _routed(self, step: dict[str, Any], state: _State) -> dict[str, Any] | None:
         """A send through a node that answers: its own when it can, else the first that
         can (a kept subset may have the drawn one down); None when none can."""
-        send = dict(step["send"])
+        key = "send" if "send" in step else "session"
+        send = dict(step[key])
         answering = state.answering()
         if not answering:
             return None
         if send["via"] not in answering:
             send["via"] = answering[0]
-        return {"send": send}
+        return {key: send}
 
     def scenario(
         self, keep: Sequence[int] | None = None, directory: Path | None = None, name: str = ""
@@ -528,6 +531,9 @@ def plan(
     drawer = _Drawer(rng, topology, capabilities)
     drawer.reject = bool(settings["RejectMessageOnShadowFailure"])
     drawer.single_holder = not drawer.reject
+    from pytest_shadowcheck.engine import generator_wire  # here: it imports Operation
+
+    wire = generator_wire.WireDrawer(rng, drawer.nodes, drawer.recipients, drawer.can)
     ops: list[Operation] = []
     temp = ExplorationPlan(seed, index, topology, settings, ops, capabilities)
     while len(ops) < length:
@@ -544,6 +550,7 @@ def plan(
             weights.append(("advance", 1))
         if drawer.can("resubmit") and quiet and drawer.resubmits < 1:
             weights.append(("resubmit", 1))
+        weights.append(("wire", 1))
         kind = rng.choices([k for k, _ in weights], [w for _, w in weights])[0]
         op: Operation | None
         if kind == "send":
@@ -556,6 +563,8 @@ def plan(
             op = drawer.end_fault(kind.partition("_")[2])
         elif kind == "settings":
             op = drawer.set_settings()
+        elif kind == "wire":
+            op = wire.draw(drawer.state.answering())
         elif kind == "advance":
             minutes = rng.choice((1, 5, 20, 45))
             op = Operation(
@@ -577,6 +586,7 @@ def plan(
             # a fault ended and the recovery waited with nothing held back: whatever had a
             # single holder is delivered, and every message from now on gets a copy
             drawer.single_holder = False
+    settings.update(generator_wire.settings_for(ops))
     return temp
 
 

@@ -37,8 +37,9 @@ _OUTAGES = frozenset({"kill", "power_cut", "wipe", "restart"})
 
 def modelled_step(step: Step) -> bool:
     """Whether the model follows ``step`` beyond the kinds it models: a harness session
-    without a control twin (its own message, if any, the model leaves to the invariants)."""
-    return step.kind == "session" and not getattr(step.arg, "control", None)
+    (its lines are judged here; its own message, if any, the model leaves to the
+    invariants, and a control twin says only stand-in verbs)."""
+    return step.kind == "session"
 
 
 @dataclass

@@ -1,0 +1,134 @@
+"""Exploration's operations on the wire: raw SMTP sessions of the harness's own (a
+stranger trying the shadow verbs, a sender that falls silent or keeps its session open
+after a message) and an admin's inconsistent timeouts, which the model's wire rules
+(checks/model/wire.py) and the steps' own checks judge.
+
+They need only the harness's proxies (``session``) or the settings interface
+(``set_settings``, TO-3). A scenario that draws one gets short inbound limits
+(:data:`WIRE_SETTINGS`) so that a session the node must end ends within seconds.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pytest_shadowcheck.engine.generator import Operation
+
+__all__ = ["WIRE_SETTINGS", "WireDrawer", "settings_for"]
+
+#: inbound limits in force when a wire operation is drawn (the idle limit well under the
+#: absolute one, TO-3; both above what a send waiting on a frozen shadow takes)
+WIRE_SETTINGS: dict[str, float] = {
+    "ReceiveConnectionInactivityTimeout": 2.0,
+    "ReceiveConnectionTimeout": 6.0,
+}
+
+#: stand-ins nobody implements, for a stranger's control twin session
+_STAND_INS = {"XQDISCARD": "XQNOSUCH", "XSHADOW": "XSNOSUCH"}
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}s"
+
+
+def settings_for(ops: Sequence[Operation]) -> dict[str, float]:
+    """The start settings a plan with these operations needs."""
+    return dict(WIRE_SETTINGS) if any(op.label.startswith("wire ") for op in ops) else {}
+
+
+class WireDrawer:
+    """Draws wire operations; ``can`` says which step kinds the target performs."""
+
+    def __init__(
+        self,
+        rng: random.Random,
+        nodes: Sequence[str],
+        recipients: Sequence[str],
+        can: Callable[[str], bool],
+    ) -> None:
+        self.rng = rng
+        self.nodes = tuple(nodes)
+        self.recipients = tuple(recipients)
+        self.can = can
+        self.sessions = 0
+
+    def draw(self, answering: Sequence[str]) -> Operation | None:
+        """One wire operation through a node that answers (None when none does)."""
+        if not answering:
+            return None
+        via = self.rng.choice(list(answering))
+        choices = [("stranger", 3), ("idle", 2), ("busy", 1), ("open_sender", 3)]
+        if self.can("set_settings"):
+            choices.append(("inconsistent", 1))
+        kind = self.rng.choices([c for c, _ in choices], [w for _, w in choices])[0]
+        if kind == "stranger":
+            return self.stranger(via)
+        if kind in ("idle", "busy"):
+            return self.silent(via, busy=kind == "busy")
+        if kind == "open_sender":
+            return self.open_sender(via)
+        return self.inconsistent()
+
+    def stranger(self, via: str) -> Operation:
+        """XS-3: a sender that never authenticated tries XSHADOW and XQDISCARD (and,
+        half the time, a control twin with unknown verbs in their place)."""
+        other = self.rng.choice([n for n in self.nodes if n != via] or [via])
+        say: list[Any] = [
+            "EHLO stranger.example",
+            {"send": "XQDISCARD", "refused": True},
+            {"send": f"XSHADOW {other}", "refused": True},
+        ]
+        session: dict[str, Any] = {"via": via, "say": say}
+        if self.rng.random() < 0.5:
+            session["control"] = dict(_STAND_INS)
+            say += ["XQDISCARD", f"XSHADOW {other}", "NOOP"]
+        say.append("QUIT")
+        label = f"wire stranger tries XSHADOW/XQDISCARD on {via}"
+        return Operation(label, ({"session": session},), behaviours=("XS-3",))
+
+    def silent(self, via: str, *, busy: bool) -> Operation:
+        """TO-1: a sender says EHLO, then nothing (the node ends it after
+        ReceiveConnectionInactivityTimeout), or only NOOPs (it ends at
+        ReceiveConnectionTimeout)."""
+        idle = WIRE_SETTINGS["ReceiveConnectionTimeout"] + 2.0
+        session: dict[str, Any] = {"via": via, "say": ["EHLO client.test"], "idle": _seconds(idle)}
+        if busy:
+            session["keepalive"] = "500ms"
+        label = f"wire {'busy' if busy else 'silent'} sender on {via}"
+        return Operation(label, ({"session": session},), behaviours=("TO-1",))
+
+    def open_sender(self, via: str) -> Operation:
+        """TO-2 / CR-2: a sender that keeps its session open (NOOPs) after a message: the
+        primary's session to the shadow, idle, is closed all the same."""
+        self.sessions += 1
+        ref = f"w{self.sessions}"
+        rcpt = self.rng.choice(self.recipients)
+        say: list[Any] = [
+            "EHLO client.test",
+            "MAIL FROM:<sender@ext.test>",
+            f"RCPT TO:<{rcpt}>",
+            "DATA",
+            {"message": ref},
+        ]
+        idle = WIRE_SETTINGS["ReceiveConnectionTimeout"] + 2.0
+        session = {"via": via, "say": say, "idle": _seconds(idle), "keepalive": "500ms"}
+        label = f"wire {ref} via {via}, sender stays connected"
+        return Operation(label, ({"session": session},), behaviours=("TO-2",))
+
+    def inconsistent(self) -> Operation:
+        """TO-3: an admin sets the idle limit at or above the absolute one (or the
+        absolute one below it): the change is refused, and changes nothing."""
+        inactivity = WIRE_SETTINGS["ReceiveConnectionInactivityTimeout"]
+        timeout = WIRE_SETTINGS["ReceiveConnectionTimeout"]
+        values = self.rng.choice(
+            (
+                {"ReceiveConnectionInactivityTimeout": _seconds(timeout)},
+                {"ReceiveConnectionInactivityTimeout": _seconds(timeout + 3)},
+                {"ReceiveConnectionTimeout": _seconds(inactivity / 2)},
+            )
+        )
+        ((name, value),) = values.items()
+        step = {"set_settings": {"values": values, "result": "rejected"}}
+        return Operation(f"wire set {name}={value} (refused)", (step,), behaviours=("TO-3",))
