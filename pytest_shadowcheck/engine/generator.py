@@ -39,6 +39,7 @@ from typing import Any
 import yaml
 
 from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS
+from pytest_shadowcheck.engine import generator_wire
 from pytest_shadowcheck.scenario.capabilities import CAPABILITY_NEED, STEP_CAPABILITY
 from pytest_shadowcheck.scenario.loader import load_scenario_file
 from pytest_shadowcheck.scenario.model import Scenario
@@ -531,8 +532,6 @@ def plan(
     drawer = _Drawer(rng, topology, capabilities)
     drawer.reject = bool(settings["RejectMessageOnShadowFailure"])
     drawer.single_holder = not drawer.reject
-    from pytest_shadowcheck.engine import generator_wire  # here: it imports Operation
-
     wire = generator_wire.WireDrawer(rng, drawer.nodes, drawer.recipients, drawer.can)
     ops: list[Operation] = []
     temp = ExplorationPlan(seed, index, topology, settings, ops, capabilities)
@@ -564,7 +563,8 @@ def plan(
         elif kind == "settings":
             op = drawer.set_settings()
         elif kind == "wire":
-            op = wire.draw(drawer.state.answering())
+            drawn = wire.draw(drawer.state.answering())
+            op = Operation(drawn[0], drawn[1], behaviours=drawn[2]) if drawn else None
         elif kind == "advance":
             minutes = rng.choice((1, 5, 20, 45))
             op = Operation(
@@ -586,7 +586,7 @@ def plan(
             # a fault ended and the recovery waited with nothing held back: whatever had a
             # single holder is delivered, and every message from now on gets a copy
             drawer.single_holder = False
-    settings.update(generator_wire.settings_for(ops))
+    settings.update(generator_wire.settings_for([op.label for op in ops]))
     return temp
 
 

@@ -14,9 +14,11 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pytest_shadowcheck.engine.generator import Operation
+__all__ = ["WIRE_SETTINGS", "WireDrawer", "WireOperation", "settings_for"]
 
-__all__ = ["WIRE_SETTINGS", "WireDrawer", "settings_for"]
+#: an operation as generator.Operation takes it (label, action steps, behaviour IDs):
+#: plain, so that the generator imports this module and not the other way round
+WireOperation = tuple[str, tuple[dict[str, Any], ...], tuple[str, ...]]
 
 #: inbound limits in force when a wire operation is drawn (the idle limit well under the
 #: absolute one, TO-3; both above what a send waiting on a frozen shadow takes)
@@ -33,9 +35,9 @@ def _seconds(value: float) -> str:
     return f"{value:g}s"
 
 
-def settings_for(ops: Sequence[Operation]) -> dict[str, float]:
-    """The start settings a plan with these operations needs."""
-    return dict(WIRE_SETTINGS) if any(op.label.startswith("wire ") for op in ops) else {}
+def settings_for(labels: Sequence[str]) -> dict[str, float]:
+    """The start settings a plan whose operations have these labels needs."""
+    return dict(WIRE_SETTINGS) if any(label.startswith("wire ") for label in labels) else {}
 
 
 class WireDrawer:
@@ -54,7 +56,7 @@ class WireDrawer:
         self.can = can
         self.sessions = 0
 
-    def draw(self, answering: Sequence[str]) -> Operation | None:
+    def draw(self, answering: Sequence[str]) -> WireOperation | None:
         """One wire operation through a node that answers (None when none does)."""
         if not answering:
             return None
@@ -71,7 +73,7 @@ class WireDrawer:
             return self.open_sender(via)
         return self.inconsistent()
 
-    def stranger(self, via: str) -> Operation:
+    def stranger(self, via: str) -> WireOperation:
         """XS-3: a sender that never authenticated tries XSHADOW and XQDISCARD (and,
         half the time, a control twin with unknown verbs in their place)."""
         other = self.rng.choice([n for n in self.nodes if n != via] or [via])
@@ -86,9 +88,9 @@ class WireDrawer:
             say += ["XQDISCARD", f"XSHADOW {other}", "NOOP"]
         say.append("QUIT")
         label = f"wire stranger tries XSHADOW/XQDISCARD on {via}"
-        return Operation(label, ({"session": session},), behaviours=("XS-3",))
+        return (label, ({"session": session},), ("XS-3",))
 
-    def silent(self, via: str, *, busy: bool) -> Operation:
+    def silent(self, via: str, *, busy: bool) -> WireOperation:
         """TO-1: a sender says EHLO, then nothing (the node ends it after
         ReceiveConnectionInactivityTimeout), or only NOOPs (it ends at
         ReceiveConnectionTimeout)."""
@@ -97,9 +99,9 @@ class WireDrawer:
         if busy:
             session["keepalive"] = "500ms"
         label = f"wire {'busy' if busy else 'silent'} sender on {via}"
-        return Operation(label, ({"session": session},), behaviours=("TO-1",))
+        return (label, ({"session": session},), ("TO-1",))
 
-    def open_sender(self, via: str) -> Operation:
+    def open_sender(self, via: str) -> WireOperation:
         """TO-2 / CR-2: a sender that keeps its session open (NOOPs) after a message: the
         primary's session to the shadow, idle, is closed all the same."""
         self.sessions += 1
@@ -115,9 +117,9 @@ class WireDrawer:
         idle = WIRE_SETTINGS["ReceiveConnectionTimeout"] + 2.0
         session = {"via": via, "say": say, "idle": _seconds(idle), "keepalive": "500ms"}
         label = f"wire {ref} via {via}, sender stays connected"
-        return Operation(label, ({"session": session},), behaviours=("TO-2",))
+        return (label, ({"session": session},), ("TO-2",))
 
-    def inconsistent(self) -> Operation:
+    def inconsistent(self) -> WireOperation:
         """TO-3: an admin sets the idle limit at or above the absolute one (or the
         absolute one below it): the change is refused, and changes nothing."""
         inactivity = WIRE_SETTINGS["ReceiveConnectionInactivityTimeout"]
@@ -131,4 +133,4 @@ class WireDrawer:
         )
         ((name, value),) = values.items()
         step = {"set_settings": {"values": values, "result": "rejected"}}
-        return Operation(f"wire set {name}={value} (refused)", (step,), behaviours=("TO-3",))
+        return (f"wire set {name}={value} (refused)", (step,), ("TO-3",))
