@@ -121,7 +121,7 @@ def _silences(j: Judge, s: _Session) -> list[tuple[tuple[float, str, str, str], 
 def _outbound(
     j: Judge, sessions: list[_Session], s: _Session, client: str, server: str, nodes: set[str]
 ) -> None:
-    judged = False
+    judged = copying = False
     for (t, what, direction, text), nxt in _silences(j, s):
         limit = _limit(j, client, "SendConnectionInactivityTimeout", t, nxt)
         if limit is None or not _steady(j, client, s.link, t, nxt):
@@ -147,7 +147,7 @@ def _outbound(
             break
         if server in nodes and _sending(j, client, t):
             # the shadow's turn while the sender waits: the copy attempt must be given up
-            j.exercised["TO-4"] += 1
+            copying = True
             if not _stalled(j, sessions, client, t, nxt, due):
                 continue
             after = "the connection opened" if what == "connect" else f"`{text}`"
@@ -161,9 +161,12 @@ def _outbound(
                 f"{j.when(due)}",
                 due,
             )
+            j.exercised["TO-4"] += 1
             return
     if judged:
         j.exercised["TO-2"] += 1
+    if copying:
+        j.exercised["TO-4"] += 1
 
 
 def _stalled(
@@ -192,15 +195,17 @@ def _sending(j: Judge, node: str, t: float) -> bool:
 
 def _inbound(j: Judge, s: _Session, server: str) -> None:
     silences = _silences(j, s)
+    judged = False
     for (t, _what, direction, text), nxt in silences:
         if direction != "s2c":
             continue  # the node's turn: not the sender's silence
         limit = _limit(j, server, "ReceiveConnectionInactivityTimeout", t, nxt)
         if limit is None or not _steady(j, server, s.link, t, nxt):
             continue
-        j.exercised["TO-1"] += 1
+        judged = True
         if nxt - t <= limit + j.slack:
             continue
+        j.exercised["TO-1"] += 1
         j.diverged(
             "TO-1",
             f"{server} closes a session whose sender stays silent longer than "
@@ -210,21 +215,24 @@ def _inbound(j: Judge, s: _Session, server: str) -> None:
             t + limit + j.slack,
         )
         return
-    if not silences:
-        return
-    began, end = s.events[0][0], silences[-1][1]
-    limit = _limit(j, server, "ReceiveConnectionTimeout", began, end)
-    if limit is None or not _steady(j, server, s.link, began, end):
-        return
-    j.exercised["TO-1"] += 1
-    if end - began > limit + j.slack:
-        j.diverged(
-            "TO-1",
-            f"{server} ends every session within ReceiveConnectionTimeout ({limit:g} s), "
-            f"busy or not",
-            f"the session {s.link} opened at {j.when(began)} was still open at {j.when(end)}",
-            began + limit + j.slack,
-        )
+    if silences:
+        began, end = s.events[0][0], silences[-1][1]
+        limit = _limit(j, server, "ReceiveConnectionTimeout", began, end)
+        if limit is not None and _steady(j, server, s.link, began, end):
+            judged = True
+            if end - began > limit + j.slack:
+                j.exercised["TO-1"] += 1
+                j.diverged(
+                    "TO-1",
+                    f"{server} ends every session within ReceiveConnectionTimeout "
+                    f"({limit:g} s), busy or not",
+                    f"the session {s.link} opened at {j.when(began)} was still open at "
+                    f"{j.when(end)}",
+                    began + limit + j.slack,
+                )
+                return
+    if judged:
+        j.exercised["TO-1"] += 1
 
 
 # -- XS-3: a stranger's shadow verbs ----------------------------------------------------
