@@ -47,6 +47,7 @@ MODEL_BEHAVIOURS: tuple[str, ...] = (
     "SN-12",
     "XS-1",
     # wire.py
+    "CR-8",
     "DI-1",
     "DI-3",
     "TO-1",

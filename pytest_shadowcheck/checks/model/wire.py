@@ -1,6 +1,7 @@
 """Rules read from what the wire shows of sessions and discard answers: the idle and
-absolute session limits (TO-1, TO-2, TO-4), a stranger's shadow verbs (XS-3), and the
-discard notifications a primary hands out (DI-1, DI-3).
+absolute session limits (TO-1, TO-2, TO-4), a message acknowledged in a session the
+node then ends (CR-8), a stranger's shadow verbs (XS-3), and the discard notifications a
+primary hands out (DI-1, DI-3).
 
 A session is known by its link and connection number; its activity is every line, every
 message content and its opening and closing, each recorded by the proxy on one clock. A
@@ -14,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from pytest_shadowcheck.checks.model.replay import Delivery, Sent
 
 if TYPE_CHECKING:
     from pytest_shadowcheck.checks.model.rules import Judge
@@ -74,6 +77,7 @@ def wire_rules(j: Judge, history: History) -> None:
     idle_rule(j, sessions)
     stranger_rule(j, sessions)
     discard_rules(j, sessions)
+    session_message_rule(j, sessions, history)
 
 
 # -- TO-1, TO-2, TO-4: idle and absolute session limits ------------------------------
@@ -233,6 +237,77 @@ def _inbound(j: Judge, s: _Session, server: str) -> None:
                 return
     if judged:
         j.exercised["TO-1"] += 1
+
+
+# -- CR-8: a message acknowledged in a session that then times out ---------------------
+
+_RCPT = re.compile(r"^RCPT TO:\s*<([^>]*)>", re.IGNORECASE)
+
+
+def session_message_rule(j: Judge, sessions: list[_Session], history: History) -> None:
+    """CR-8: a message a ``session`` step's sender got a 250 for is processed and
+    delivered by its primary at once, whatever becomes of the sender's session (kept
+    open, then ended by the node's timeout): delivered by the 250 +
+    TransientFailureRetryInterval + slack + 1s when the primary could deliver
+    throughout (up, its links to the next hops healthy, the next hops accepting)."""
+    for applied in j.tl.steps:
+        if applied.step.kind != "session":
+            continue
+        via = applied.step.arg.via
+        refs = [i.message for i in applied.step.arg.say if i.message]
+        for s in sessions:
+            if s.link != f"client->{via}" or not applied.t <= s.events[0][0] <= applied.t_next:
+                continue
+            rcpts: list[str] = []
+            content: str | None = None
+            for t, what, direction, text in s.events:
+                found = _RCPT.match(text) if what == "line" and direction == "c2s" else None
+                if found:
+                    rcpts.append(found.group(1).lower())
+                elif what == "data" and text.rsplit(".", 1)[0] in refs:
+                    content = text.rsplit(".", 1)[0]
+                elif content and what == "line" and direction == "s2c" and _FINAL.match(text):
+                    if text.startswith("250"):
+                        m = Sent(content, via, tuple(rcpts), applied.t, applied.t_next, 250)
+                        m.t_reply = t
+                        m.deliveries = [
+                            Delivery(
+                                e.t,
+                                "",
+                                str(e.data.get("sink")),
+                                tuple(str(r).lower() for r in e.data.get("rcpt_tos") or ()),
+                            )
+                            for e in history.events()
+                            if e.kind == "delivery"
+                            and str(e.data.get("trace", "")).rsplit(".", 1)[0] == content
+                        ]
+                        _processed(j, m)
+                    content, rcpts = None, []
+                elif what == "line" and direction == "c2s" and text.upper().startswith("MAIL"):
+                    rcpts = []
+
+
+def _processed(j: Judge, m: Sent) -> None:
+    assert m.t_reply is not None
+    retry = j.tl.setting(m.via, "TransientFailureRetryInterval", m.t_reply, m.t_reply)
+    if not m.to or not all(isinstance(v, int | float) for v in retry):
+        return
+    due = m.t_reply + max(retry) + j.slack + 1.0
+    if due > j.tl.end or not j.can_deliver(m.via, m, m.t_reply, due):
+        return
+    j.exercised["CR-8"] += 1
+    done = m.fully_delivered_at()
+    if done is not None and done <= due:
+        return
+    j.diverged(
+        "CR-8",
+        f"{m.via} processes and delivers {m.ref} once it has told its sender 250, whatever "
+        f"becomes of the sender's session: by {j.when(due)}, {m.via} and its next hops able "
+        f"to take it",
+        f"{m.via} told the sender 250 for {m.ref} at {j.when(m.t_reply)}, and "
+        + (f"delivered it only at {j.when(done)}" if done else "never delivered it"),
+        due,
+    )
 
 
 # -- XS-3: a stranger's shadow verbs ----------------------------------------------------

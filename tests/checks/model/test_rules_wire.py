@@ -264,3 +264,56 @@ def test_di3_only_the_querying_shadows_notifications(tmp_path: Path) -> None:
     found = b.explain().divergence
     assert found is not None and found.behaviour == "DI-3"
     assert "copied to mbx2" in found.expected
+
+
+# -- CR-8: a message acknowledged in a session the node then ends ----------------------
+
+KEPT_OPEN = (
+    "settings: {ReceiveConnectionInactivityTimeout: 2s, ReceiveConnectionTimeout: 6s}\n"
+    "steps:\n"
+    "  - session: {via: mbx1, say: [EHLO client.test, 'MAIL FROM:<s@ext.test>',"
+    " 'RCPT TO:<alice@corp.test>', DATA, {message: w1}], idle: 8s, keepalive: 500ms}\n"
+    "  - wait: 5s\n"
+)
+
+
+def kept_open(b: Built, delivered: float | None) -> None:
+    link = "client->mbx1"
+    # the session step (built.Built.step reads a describe() sessions do not have)
+    b.at(0.5, "step", text="session via=mbx1", line=b.scenario.steps[0].where.line)
+    b._next_step += 1
+    b.step(9.0)
+    b.at(0.6, "connect", link, conn=1)
+    b.line(0.61, link, "s2c", "220 mbx1 ready")
+    b.line(0.62, link, "c2s", "MAIL FROM:<s@ext.test>")
+    b.line(0.63, link, "s2c", "250 OK")
+    b.line(0.64, link, "c2s", "RCPT TO:<alice@corp.test>")
+    b.line(0.65, link, "s2c", "250 OK")
+    b.content(0.7, link, "w1")
+    b.line(0.8, link, "s2c", "250 2.6.0 queued")
+    t = 1.3
+    while t < 6.5:  # the sender's NOOPs until the node ends the session
+        b.line(t, link, "c2s", "NOOP")
+        b.line(t + 0.01, link, "s2c", "250 OK")
+        t += 0.5
+    b.at(6.6, "close", link, conn=1, reason="server closed")
+    if delivered is not None:
+        b.delivered(delivered, "w1", "mbx1", "alice@corp.test")
+    b.at(14.0, "note", text="end")
+
+
+def test_cr8_a_message_acknowledged_in_a_kept_session_is_delivered_at_once(
+    tmp_path: Path,
+) -> None:
+    # "Sender session times out after the copy was made: the primary still processes and
+    # delivers the message"
+    b = Built(tmp_path, KEPT_OPEN)
+    kept_open(b, delivered=6.7)  # only once the session ended
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "CR-8"
+    assert found.rule == sentence("CR-8")
+    assert "delivered it only at +6.7s" in found.observed
+    ok = Built(tmp_path, KEPT_OPEN)
+    kept_open(ok, delivered=0.9)
+    outcome = ok.explain()
+    assert outcome.divergence is None and outcome.exercised["CR-8"] == 1
