@@ -463,12 +463,17 @@ def _judge_one(
             )
             return
     confirmed = handed.get((page.primary, page.shadow, mid))
-    if confirmed is not None and not any(
-        s.step.kind in _OUTAGES
-        and getattr(s.step.arg, "node", None) == page.primary
-        and s.t <= page.t
-        and s.t_next >= confirmed - j.slack
-        for s in j.tl.steps
+    # offered again before it was confirmed (two sessions asking at once): still owed
+    if (
+        confirmed is not None
+        and confirmed < page.t
+        and not any(
+            s.step.kind in _OUTAGES
+            and getattr(s.step.arg, "node", None) == page.primary
+            and s.t <= page.t
+            and s.t_next >= confirmed - j.slack
+            for s in j.tl.steps
+        )
     ):
         j.exercised["DI-3"] += 1
         j.diverged(

@@ -254,6 +254,13 @@ def test_di3_a_confirmed_notification_is_not_handed_out_again(tmp_path: Path) ->
     query(ok, 1.5, 1, "P1", ack=False)
     query(ok, 2.5, 2, "P1")
     assert ok.explain().divergence is None
+    # offered to two sessions asking at once, before either confirmed: allowed
+    both = Built(tmp_path, DISCARDS)
+    copied(both)
+    both.delivered(1.2, "m1", "mbx1", "alice@corp.test")
+    query(both, 1.5, 1, "P1")
+    query(both, 1.51, 2, "P1")  # its page ends at 1.54, before the first ACK is answered
+    assert both.explain().divergence is None
 
 
 def test_di3_only_the_querying_shadows_notifications(tmp_path: Path) -> None:
