@@ -20,11 +20,13 @@ __all__ = ["WIRE_SETTINGS", "WireDrawer", "WireOperation", "settings_for"]
 #: plain, so that the generator imports this module and not the other way round
 WireOperation = tuple[str, tuple[dict[str, Any], ...], tuple[str, ...]]
 
-#: inbound limits in force when a wire operation is drawn (the idle limit well under the
-#: absolute one, TO-3; both above what a send waiting on a frozen shadow takes)
+#: inbound limits in force when a wire operation is drawn: the idle limit under the
+#: absolute one (TO-3), both above what a send waiting on a frozen shadow takes, and the
+#: idle one above SendConnectionInactivityTimeout (1s) + the model's slack (2s), or the
+#: shadow would end an idle shadow session before the primary is due to (TO-2)
 WIRE_SETTINGS: dict[str, float] = {
-    "ReceiveConnectionInactivityTimeout": 2.0,
-    "ReceiveConnectionTimeout": 6.0,
+    "ReceiveConnectionInactivityTimeout": 4.5,
+    "ReceiveConnectionTimeout": 8.0,
 }
 
 #: stand-ins nobody implements, for a stranger's control twin session
