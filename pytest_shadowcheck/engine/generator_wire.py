@@ -26,8 +26,11 @@ WireOperation = tuple[str, tuple[dict[str, Any], ...], tuple[str, ...]]
 #: shadow would end an idle shadow session before the primary is due to (TO-2)
 WIRE_SETTINGS: dict[str, float] = {
     "ReceiveConnectionInactivityTimeout": 4.5,
-    "ReceiveConnectionTimeout": 8.0,
+    "ReceiveConnectionTimeout": 6.0,
 }
+#: how long a sender that stays connected after its message keeps its session: past
+#: SendConnectionInactivityTimeout + the model's slack, under ReceiveConnectionTimeout
+_KEPT_OPEN = 5.0
 
 #: stand-ins nobody implements, for a stranger's control twin session
 _STAND_INS = {"XQDISCARD": "XQNOSUCH", "XSHADOW": "XSNOSUCH"}
@@ -104,8 +107,9 @@ class WireDrawer:
         return (label, ({"session": session},), ("TO-1",))
 
     def open_sender(self, via: str) -> WireOperation:
-        """TO-2 / CR-2: a sender that keeps its session open (NOOPs) after a message: the
-        primary's session to the shadow, idle, is closed all the same."""
+        """TO-2 / CR-8: a sender that keeps its session open (NOOPs) after a message, then
+        hangs up without QUIT: the primary's session to the shadow, idle, is closed all
+        the same, and the message is delivered at once."""
         self.sessions += 1
         ref = f"w{self.sessions}"
         rcpt = self.rng.choice(self.recipients)
@@ -116,10 +120,9 @@ class WireDrawer:
             "DATA",
             {"message": ref},
         ]
-        idle = WIRE_SETTINGS["ReceiveConnectionTimeout"] + 2.0
-        session = {"via": via, "say": say, "idle": _seconds(idle), "keepalive": "500ms"}
+        session = {"via": via, "say": say, "idle": _seconds(_KEPT_OPEN), "keepalive": "500ms"}
         label = f"wire {ref} via {via}, sender stays connected"
-        return (label, ({"session": session},), ("TO-2",))
+        return (label, ({"session": session},), ("TO-2", "CR-8"))
 
     def inconsistent(self) -> WireOperation:
         """TO-3: an admin sets the idle limit at or above the absolute one (or the

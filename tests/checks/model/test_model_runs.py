@@ -123,6 +123,12 @@ def test_the_reference_passes_every_model_run(tmp_path: Path) -> None:
             "mbx1 closes its session to mbx2 once it has been idle",
         ),
         (
+            "processes-only-after-quit",
+            "model_wire_sessions",
+            "CR-8",
+            "mbx1 told the sender 250 for w1 at",
+        ),
+        (
             "resubmits-crossed-boundary",
             "model_resubmission_window",
             "SN-12",
