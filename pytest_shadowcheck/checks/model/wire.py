@@ -96,11 +96,12 @@ def _steady(j: Judge, node: str, link: str, a: float, b: float) -> bool:
 
 
 def idle_rule(j: Judge, sessions: list[_Session]) -> None:
-    """TO-2 / TO-4: a node's outbound session silent longer than its
-    SendConnectionInactivityTimeout (plus the slack) is closed by it - waiting for the
-    other end's reply counts as idle (TO-4: a shadow that does not answer the copy is a
-    failed attempt, not a wait). TO-1: the harness's inbound session is closed when the
-    sender is silent longer than ReceiveConnectionInactivityTimeout, and no session lasts
+    """TO-2: a node's outbound session, idle after the other end's reply longer than its
+    SendConnectionInactivityTimeout (plus the slack), is closed by it. TO-4: while a
+    sender waits on a primary, a shadow that does not answer the copy's session is a
+    failed attempt, not a wait: by then the primary closed the session, tried again or
+    answered its sender. TO-1: the harness's inbound session is closed when the sender
+    is silent longer than ReceiveConnectionInactivityTimeout, and no session lasts
     longer than ReceiveConnectionTimeout."""
     nodes = set(j.tl.scenario.topology.nodes)
     for s in sessions:
