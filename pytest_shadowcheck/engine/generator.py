@@ -549,7 +549,7 @@ def plan(
             weights.append(("advance", 1))
         if drawer.can("resubmit") and quiet and drawer.resubmits < 1:
             weights.append(("resubmit", 1))
-        weights.append(("wire", 1))
+        weights.append(("wire", 2))
         kind = rng.choices([k for k, _ in weights], [w for _, w in weights])[0]
         op: Operation | None
         if kind == "send":

@@ -66,7 +66,8 @@ class WireDrawer:
         if not answering:
             return None
         via = self.rng.choice(list(answering))
-        choices = [("stranger", 3), ("idle", 2), ("busy", 1), ("open_sender", 3)]
+        # a stranger's session costs a few round trips; the others wait seconds
+        choices = [("stranger", 5), ("idle", 1), ("busy", 1), ("open_sender", 2)]
         if self.can("set_settings"):
             choices.append(("inconsistent", 1))
         kind = self.rng.choices([c for c, _ in choices], [w for _, w in choices])[0]
