@@ -532,10 +532,12 @@ def plan(
     drawer = _Drawer(rng, topology, capabilities)
     drawer.reject = bool(settings["RejectMessageOnShadowFailure"])
     drawer.single_holder = not drawer.reject
-    wire = generator_wire.WireDrawer(rng, drawer.nodes, drawer.recipients, drawer.can)
+    # wire operations come in addition, from a stream of their own: the others stay as drawn
+    wire_rng = random.Random(f"shadowcheck-explore-wire:{seed}:{index}")
+    wire = generator_wire.WireDrawer(wire_rng, drawer.nodes, drawer.recipients, drawer.can)
     ops: list[Operation] = []
     temp = ExplorationPlan(seed, index, topology, settings, ops, capabilities)
-    while len(ops) < length:
+    while len(ops) - wire.drawn < length:
         drawer.recovery = temp.recovery(ops)
         quiet = drawer.state.quiet()
         weights: list[tuple[str, int]] = [("send", 5), ("wait", 1)]
@@ -549,7 +551,6 @@ def plan(
             weights.append(("advance", 1))
         if drawer.can("resubmit") and quiet and drawer.resubmits < 1:
             weights.append(("resubmit", 1))
-        weights.append(("wire", 2))
         kind = rng.choices([k for k, _ in weights], [w for _, w in weights])[0]
         op: Operation | None
         if kind == "send":
@@ -562,9 +563,6 @@ def plan(
             op = drawer.end_fault(kind.partition("_")[2])
         elif kind == "settings":
             op = drawer.set_settings()
-        elif kind == "wire":
-            drawn = wire.draw(drawer.state.answering())
-            op = Operation(drawn[0], drawn[1], behaviours=drawn[2]) if drawn else None
         elif kind == "advance":
             minutes = rng.choice((1, 5, 20, 45))
             op = Operation(
@@ -586,6 +584,9 @@ def plan(
             # a fault ended and the recovery waited with nothing held back: whatever had a
             # single holder is delivered, and every message from now on gets a copy
             drawer.single_holder = False
+        extra = wire.after(drawer.state.answering())
+        if extra:
+            ops.append(Operation(extra[0], extra[1], behaviours=extra[2]))
     settings.update(generator_wire.settings_for([op.label for op in ops]))
     return temp
 

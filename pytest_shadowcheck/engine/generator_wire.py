@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["WIRE_SETTINGS", "WireDrawer", "WireOperation", "settings_for"]
+__all__ = ["WIRE_SETTINGS", "WIRE_SHARE", "WireDrawer", "WireOperation", "settings_for"]
 
 #: an operation as generator.Operation takes it (label, action steps, behaviour IDs):
 #: plain, so that the generator imports this module and not the other way round
@@ -31,6 +31,9 @@ WIRE_SETTINGS: dict[str, float] = {
 #: how long a sender that stays connected after its message keeps its session: past
 #: SendConnectionInactivityTimeout + the model's slack, under ReceiveConnectionTimeout
 _KEPT_OPEN = 5.0
+
+#: after each of the generator's operations, the chance of a wire operation
+WIRE_SHARE = 0.15
 
 #: stand-ins nobody implements, for a stranger's control twin session
 _STAND_INS = {"XQDISCARD": "XQNOSUCH", "XSHADOW": "XSNOSUCH"}
@@ -60,6 +63,17 @@ class WireDrawer:
         self.recipients = tuple(recipients)
         self.can = can
         self.sessions = 0
+        #: wire operations drawn so far
+        self.drawn = 0
+
+    def after(self, answering: Sequence[str]) -> WireOperation | None:
+        """Now and then (:data:`WIRE_SHARE`), a wire operation after one of the
+        generator's: it changes nothing of the cluster's state the generator follows."""
+        if self.rng.random() >= WIRE_SHARE:
+            return None
+        drawn = self.draw(answering)
+        self.drawn += drawn is not None
+        return drawn
 
     def draw(self, answering: Sequence[str]) -> WireOperation | None:
         """One wire operation through a node that answers (None when none does)."""
