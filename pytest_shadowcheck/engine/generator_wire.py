@@ -26,7 +26,9 @@ WireOperation = tuple[str, tuple[dict[str, Any], ...], tuple[str, ...]]
 #: shadow would end an idle shadow session before the primary is due to (TO-2)
 WIRE_SETTINGS: dict[str, float] = {
     "ReceiveConnectionInactivityTimeout": 4.5,
-    "ReceiveConnectionTimeout": 6.0,
+    # past the idle limit + the model's slack by more than a loaded machine's delay: a
+    # node without the idle limit still ends a silent session, at this one
+    "ReceiveConnectionTimeout": 9.0,
 }
 #: how long a sender that stays connected after its message keeps its session: past
 #: SendConnectionInactivityTimeout + the model's slack, under ReceiveConnectionTimeout
@@ -105,7 +107,9 @@ class WireDrawer:
         session: dict[str, Any] = {"via": via, "say": say}
         if self.rng.random() < 0.5:
             session["control"] = dict(_STAND_INS)
-            say += ["XQDISCARD", f"XSHADOW {other}", "NOOP"]
+            # five shadow verbs: past a limit of unknown verbs an MTA may keep (the
+            # reference's is five), where a verb not counted shows
+            say += ["XQDISCARD", f"XSHADOW {other}", "XQDISCARD", "NOOP"]
         say.append("QUIT")
         label = f"wire stranger tries XSHADOW/XQDISCARD on {via}"
         return (label, ({"session": session},), ("XS-3",))
