@@ -85,7 +85,7 @@ class WireDrawer:
         # a stranger's session costs a few round trips; the others wait seconds
         choices = [("stranger", 5), ("idle", 1), ("busy", 1), ("open_sender", 2)]
         if self.can("set_settings"):
-            choices.append(("inconsistent", 1))
+            choices.append(("inconsistent", 2))  # an instant step
         kind = self.rng.choices([c for c, _ in choices], [w for _, w in choices])[0]
         if kind == "stranger":
             return self.stranger(via)
