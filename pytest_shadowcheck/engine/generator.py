@@ -295,8 +295,9 @@ class ExplorationPlan:
         return doc
 
     def _routed(self, step: dict[str, Any], state: _State) -> dict[str, Any] | None:
-        """A send through a node that answers: its own when it can, else the first that
-        can (a kept subset may have the drawn one down); None when none can."""
+        """A send (or a harness session) through a node that answers: its own when it
+        can, else the first that can (a kept subset may have the drawn one down); None
+        when none can."""
         key = "send" if "send" in step else "session"
         send = dict(step[key])
         answering = state.answering()
