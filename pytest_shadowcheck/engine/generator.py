@@ -47,7 +47,7 @@ from typing import Any
 import yaml
 
 from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS
-from pytest_shadowcheck.engine import generator_placement
+from pytest_shadowcheck.engine import generator_placement, generator_wire
 from pytest_shadowcheck.engine.generator_safety_net import (
     DRILLS,
     SAFETY_NET_CAPABILITIES,
@@ -111,7 +111,6 @@ _LIVE = {
 _NEEDS: dict[str, tuple[tuple[tuple[str, ...], ...], str]] = {
     "PR-2": ((("wipe_queue_db",),), "restarts a node on a new queue database"),
     "PR-3": ((("kill", "restart"), ("restart",)), "restarts a node on its queue database"),
-    "DI-1": ((("control_api",),), "reads the primary's discard events and queues"),
     "DI-4": ((("control_api",),), "reads the shadow queue after a delivery"),
     "DI-5": (
         (("restart", "control_api"),),
@@ -139,6 +138,7 @@ _NEEDS: dict[str, tuple[tuple[tuple[str, ...], ...], str]] = {
         ((*SAFETY_NET_CAPABILITIES, *DRILLS["broadcast"], "categoriser_stamp"),),
         "has a Shadow Safety Net resubmit a message and reads the categoriser's stamp",
     ),
+    "TO-3": ((("set_settings",),), "sets inconsistent session timeouts while the cluster runs"),
 }
 #: behaviours exploration never exercises, on any target, and why
 _NEVER = {
@@ -291,7 +291,8 @@ class ExplorationPlan:
 
         for op in kept:
             for drawn in op.steps:
-                step = self._routed(drawn, state) if "send" in drawn else drawn
+                routed = "send" in drawn or "session" in drawn
+                step = self._routed(drawn, state) if routed else drawn
                 if step is None or step.get("snapshot", {}).get("node", "") in (
                     set(state.nodes) - set(state.answering())
                 ):
@@ -339,15 +340,17 @@ class ExplorationPlan:
         return doc
 
     def _routed(self, step: dict[str, Any], state: _State) -> dict[str, Any] | None:
-        """A send through a node that answers: its own when it can, else the first that
-        can (a kept subset may have the drawn one down); None when none can."""
-        send = dict(step["send"])
+        """A send (or a harness session) through a node that answers: its own when it
+        can, else the first that can (a kept subset may have the drawn one down); None
+        when none can."""
+        key = "send" if "send" in step else "session"
+        send = dict(step[key])
         answering = state.answering()
         if not answering:
             return None
         if send["via"] not in answering:
             send["via"] = answering[0]
-        return {"send": send}
+        return {key: send}
 
     def scenario(
         self, keep: Sequence[int] | None = None, directory: Path | None = None, name: str = ""
@@ -613,9 +616,12 @@ def plan(
     drawer = _Drawer(rng, topology, capabilities)
     drawer.reject = bool(settings["RejectMessageOnShadowFailure"])
     drawer.single_holder = not drawer.reject
+    # wire operations come in addition, from a stream of their own: the others stay as drawn
+    wire_rng = random.Random(f"shadowcheck-explore-wire:{seed}:{index}")
+    wire = generator_wire.WireDrawer(wire_rng, drawer.nodes, drawer.recipients, drawer.can)
     ops: list[Operation] = []
     temp = ExplorationPlan(seed, index, topology, settings, ops, capabilities)
-    while len(ops) < length:
+    while len(ops) - wire.drawn < length:
         drawer.recovery = temp.recovery(ops)
         quiet = drawer.state.quiet()
         weights: list[tuple[str, int]] = [("send", 5), ("wait", 1)]
@@ -722,6 +728,10 @@ def plan(
             # a fault ended and the recovery waited with nothing held back: whatever had a
             # single holder is delivered, and every message from now on gets a copy
             drawer.single_holder = False
+        wired = wire.after(drawer.state.answering())
+        if wired:
+            ops.append(Operation(wired[0], wired[1], behaviours=wired[2]))
+    settings.update(generator_wire.settings_for([op.label for op in ops]))
     return temp
 
 

@@ -420,8 +420,9 @@ class SayItem:
     reply: str | None = None
     #: the line must be refused: any 4xx/5xx reply, or the node ending the session
     refused: bool = False
-    #: the item in the scenario file
-    where: SourceRef
+    #: the item in the scenario file (not part of what the item says: two files saying
+    #: the same session hold equal items)
+    where: SourceRef = field(compare=False)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,6 +34,7 @@ from pytest_shadowcheck.scenario.steps import (
     ResubmitSpec,
     RouteSpec,
     SendSpec,
+    SessionSpec,
     SettingsSpec,
     SinkRule,
     SinkSpec,
@@ -51,7 +52,7 @@ _DEFAULT_SETTLE = 10.0
 
 
 class WriterError(ValueError):
-    """A scenario holds something the writer cannot write (a session or workload step)."""
+    """A scenario holds something the writer cannot write (a workload step)."""
 
 
 def _duration(seconds: float) -> str:
@@ -147,6 +148,31 @@ def _keyed(spec: Any, durations: tuple[str, ...] = ()) -> dict[str, Any]:
     return out
 
 
+def _session(spec: SessionSpec) -> dict[str, Any]:
+    """A ``session`` step: each line a plain string unless it carries a check."""
+    say: list[Any] = []
+    for item in spec.say:
+        if item.send is not None and item.reply is None and not item.refused:
+            say.append(item.send)
+            continue
+        said: dict[str, Any] = {
+            k: v
+            for k, v in (("send", item.send), ("auth_as", item.auth_as), ("message", item.message))
+            if v is not None
+        }
+        if item.reply is not None:
+            said["reply"] = item.reply
+        if item.refused:
+            said["refused"] = True
+        say.append(said)
+    out: dict[str, Any] = {"via": spec.via, "say": say}
+    out |= _keyed(spec, durations=("timeout", "idle", "keepalive"))
+    out["say"] = say
+    if out.get("control") == {}:
+        out.pop("control")
+    return out
+
+
 def _check(step: Step) -> dict[str, Any]:
     arg = {
         k: _duration(v) if k in _CHECK_DURATIONS and isinstance(v, (int, float)) else v
@@ -200,6 +226,8 @@ def _action(step: Step, scenario: str) -> dict[str, Any]:
         value = _sink(spec)
     elif isinstance(spec, NoteSpec):
         value = spec.text
+    elif isinstance(spec, SessionSpec):
+        value = _session(spec)
     elif isinstance(spec, CheckSpec):
         return {"check": _check(spec.expectation)}
     else:

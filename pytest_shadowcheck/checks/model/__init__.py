@@ -26,6 +26,7 @@ from pytest_shadowcheck.checks.model import (
     refusals,
     resubmission,
     routes,
+    wire,
 )
 from pytest_shadowcheck.checks.model.replay import observe
 from pytest_shadowcheck.checks.model.rules import Divergence, Judge, disabled_rule, reply_rule
@@ -64,6 +65,14 @@ MODEL_BEHAVIOURS: tuple[str, ...] = (
     "SN-11",
     "SN-12",
     "XS-1",
+    # wire.py
+    "CR-8",
+    "DI-1",
+    "DI-3",
+    "TO-1",
+    "TO-2",
+    "TO-4",
+    "XS-3",
 )
 
 #: the step kinds whose effect the model follows
@@ -138,9 +147,13 @@ def unmodelled(scenario: Scenario) -> list[str]:
     for step in scenario.steps:
         if step.kind == "set_settings":
             names |= set(step.arg.values)
-        elif step.kind not in MODELLED_STEPS and step.kind not in found:
+        elif (
+            step.kind not in MODELLED_STEPS
+            and not wire.modelled_step(step)
+            and step.kind not in found
+        ):
             found.append(step.kind)
-    known = set(DEFAULTS)
+    known = set(DEFAULTS) | wire.KNOWN_SETTINGS
     if all(
         isinstance(v, int | float) and v >= _SESSION_TIMEOUT_FLOOR
         for v in scenario.setting_values("SendConnectionInactivityTimeout")
@@ -174,6 +187,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
     refusals.kept_rule(judge, history)
     placement.placement_rule(judge)
     placement.attempts_rule(judge, history)
+    wire.wire_rules(judge, history)
     for m in obs.sent.values():
         reply_rule(judge, m)
         fates.copy_rule(judge, m)

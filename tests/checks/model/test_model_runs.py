@@ -55,7 +55,7 @@ def run(tmp_path: Path, target: str, only: str = "") -> dict[str, tuple[str, str
 
 def test_the_reference_passes_every_model_run(tmp_path: Path) -> None:
     found = run(tmp_path, "reference")
-    assert len(found) == 7
+    assert len(found) == 8
     assert all(outcome == "passed" for outcome, _ in found.values()), found
 
 
@@ -109,6 +109,24 @@ def test_the_reference_passes_every_model_run(tmp_path: Path) -> None:
             "model_resubmission_window",
             "SN-5",
             "takes at_start (processed by mbx1 at 2026-01-01 01:00:00",
+        ),
+        (
+            "accepts-xqdiscard-from-anyone",
+            "model_wire_sessions",
+            "XS-3",
+            "mbx1 refuses `XQDISCARD` from a sender that did not authenticate",
+        ),
+        (
+            "keeps-idle-shadow-sessions",
+            "model_wire_sessions",
+            "TO-2",
+            "mbx1 closes its session to mbx2 once it has been idle",
+        ),
+        (
+            "processes-only-after-quit",
+            "model_wire_sessions",
+            "CR-8",
+            "mbx1 told the sender 250 for w1 at",
         ),
         (
             "resubmits-crossed-boundary",
