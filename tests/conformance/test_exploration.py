@@ -139,8 +139,10 @@ def test_a_find_is_shrunk_written_and_replayed(tmp_path: Path) -> None:
     outcomes, output = _child(tmp_path, args, "find")
     assert outcomes == {name: "failure"}, output[-4000:]
     assert re.search(r"no loss of m\d+", output), output[-4000:]
-    shrunk = re.search(r"shrunk explored scenario: 10 -> (\d+) operations", output)
-    assert shrunk and int(shrunk.group(1)) <= 4, output[-4000:]
+    # (a plan may hold a few wire operations beyond its SLICE_OPERATIONS: engine/generator_wire)
+    shrunk = re.search(r"shrunk explored scenario: (\d+) -> (\d+) operations", output)
+    assert shrunk and int(shrunk.group(1)) >= SLICE_OPERATIONS, output[-4000:]
+    assert int(shrunk.group(2)) <= 4, output[-4000:]
     written = report / "explored" / f"{name}_shrunk.yaml"
     assert f"written as a scenario file: {written}" in output
     (scenario,) = load_scenario_file(written)
