@@ -23,15 +23,19 @@ CONFORMANCE = HERE.parent.parent / "conformance"
 pytestmark = pytest.mark.slow
 
 
-def run(tmp_path: Path, target: str, only: str = "") -> dict[str, tuple[str, str]]:
-    """Scenario name -> (passed | failed | error, the failure's text) from a child pytest."""
+def run(
+    tmp_path: Path, target: str, only: str = "", scenarios: Path = SCENARIOS
+) -> dict[str, tuple[str, str]]:
+    """Scenario name -> (passed | failed | error, the failure's text) from a child pytest
+    of ``scenarios``; its certification in ``tmp_path / "report"``."""
     junit = tmp_path / "junit.xml"
     command = [
         sys.executable, "-m", "pytest", "--shadowcheck",
         "--shadowcheck-target", target,
         "--shadowcheck-target-plugin", "broken_target",
-        "--shadowcheck-scenarios", str(SCENARIOS),
+        "--shadowcheck-scenarios", str(scenarios),
         f"--junitxml={junit}", "-o", "junit_family=xunit2",
+        "--shadowcheck-report", str(tmp_path / "report"),
         "-p", "no:cacheprovider", "-q",
     ]  # fmt: skip
     if only:

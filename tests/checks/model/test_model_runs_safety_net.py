@@ -5,45 +5,22 @@ forgets its request when it restarts. One scenario, two runs (about 1.5 CPU-minu
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
+from .test_model_runs import run as run_model_scenarios
+
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE / "safety_net_scenarios.yaml"
-CONFORMANCE = HERE.parent.parent / "conformance"
 
 pytestmark = pytest.mark.slow
 
 
 def run(tmp_path: Path, target: str) -> tuple[str, str]:
-    """(passed | failed | error, the failure's text) of the scenario in a child pytest."""
-    junit = tmp_path / "junit.xml"
-    command = [
-        sys.executable, "-m", "pytest", "--shadowcheck",
-        "--shadowcheck-target", target,
-        "--shadowcheck-target-plugin", "broken_target",
-        "--shadowcheck-scenarios", str(SCENARIOS),
-        f"--junitxml={junit}", "-o", "junit_family=xunit2",
-        "--shadowcheck-report", str(tmp_path / "report"),
-        "-p", "no:cacheprovider", "-p", "no:xdist", "-q",
-    ]  # fmt: skip
-    path = [str(CONFORMANCE), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
-    proc = subprocess.run(
-        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
-    )
-    assert junit.exists(), f"the child pytest wrote no JUnit XML:\n{proc.stdout}\n{proc.stderr}"
-    (case,) = ET.parse(junit).getroot().iter("testcase")
-    for child in case:
-        if child.tag in ("failure", "error"):
-            outcome = "failed" if child.tag == "failure" else "error"
-            return outcome, (child.get("message") or "") + "\n" + (child.text or "")
-    return "passed", proc.stdout
+    """(passed | failed | error, the failure's text) of the one scenario."""
+    ((outcome, text),) = run_model_scenarios(tmp_path, target, scenarios=SCENARIOS).values()
+    return outcome, text
 
 
 def test_the_reference_passes_the_broadcast_after_12_hours(tmp_path: Path) -> None:
