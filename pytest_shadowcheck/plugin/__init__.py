@@ -14,9 +14,11 @@ in :mod:`.certification`; engine notes on the terminal in :mod:`.terminal`.
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import pytest
 
-__all__ = ["enabled"]
+__all__ = ["enabled", "pytest_cmdline_main_concurrency"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -143,6 +145,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="run the explored scenarios alone, without the hand-written library",
     )
+    group.addoption(
+        "--shadowcheck-concurrency",
+        metavar="N",
+        type=int,
+        default=None,
+        help="run N scenarios at once in pytest-xdist workers (1: one after another); "
+        "default: 4 per core, at most one per scenario, unless -n/--dist/--tx is given",
+    )
     parser.addini(
         "shadowcheck", "enable shadowcheck (like --shadowcheck)", type="bool", default=False
     )
@@ -165,6 +175,19 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_shadowcheck.plugin.session import configure
 
     configure(config)
+
+
+@pytest.hookimpl(wrapper=True, specname="pytest_cmdline_main")
+def pytest_cmdline_main_concurrency(
+    config: pytest.Config,
+) -> Generator[None, int | None, int | None]:
+    """Before pytest-xdist reads ``-n`` (a wrapper runs before every plain hook):
+    choose how many scenarios run at once."""
+    if enabled(config):
+        from pytest_shadowcheck.plugin.concurrency import choose_workers
+
+        choose_workers(config)
+    return (yield)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -54,6 +54,7 @@ __all__ = [
     "ExplorationHooks",
     "XdistExploration",
     "explored_index",
+    "explores",
     "setup_exploration",
     "shrink_explored",
 ]
@@ -104,17 +105,29 @@ def _duration(text: str) -> float:
     return float(found.group(1)) * {"s": 1, "m": 60, "h": 3600}[found.group(2) or "s"]
 
 
+def explores(config: pytest.Config) -> bool:
+    """Whether the session runs explored scenarios: asked for, or the slice of a run of
+    the bundled library (a command line naming scenarios or paths runs only those)."""
+    asked = (
+        config.getoption("shadowcheck_explore", None) is not None
+        or config.getoption("shadowcheck_explore_seed", None) is not None
+        or bool(config.getoption("shadowcheck_explore_only", False))
+    )
+    if asked:
+        return True
+    if config.args_source == pytest.Config.ArgsSource.ARGS:
+        return False
+    return not config.getoption("shadowcheck_scenarios")  # one's own library: no slice
+
+
 def setup_exploration(config: pytest.Config, state: ShadowcheckState) -> Exploration | None:
     """The session's exploration, its scenario files written; None when it is off
     (a command line naming scenarios or paths runs only those)."""
+    if not explores(config):
+        return None
     deep = config.getoption("shadowcheck_explore", None)
     seed = config.getoption("shadowcheck_explore_seed", None)
     only = bool(config.getoption("shadowcheck_explore_only", False))
-    asked = deep is not None or seed is not None or only
-    if not asked and config.args_source == pytest.Config.ArgsSource.ARGS:
-        return None
-    if not asked and config.getoption("shadowcheck_scenarios"):
-        return None  # a library of one's own: the slice is the bundled library's
     workerinput = getattr(config, "workerinput", None)
     shared = json.loads(workerinput.get("shadowcheck_explore", "{}")) if workerinput else {}
     deadline = shared.get("deadline")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 from pytest_shadowcheck.errors import TargetError
 from pytest_shadowcheck.plugin.certification import CertificationRecorder
 from pytest_shadowcheck.plugin.collect import ScenarioFile, ScenarioInconclusive, ScenarioItem
+from pytest_shadowcheck.plugin.concurrency import register as register_concurrency
 from pytest_shadowcheck.plugin.exploration import (
     EXPLORATION_PLUGIN,
     ExplorationHooks,
@@ -24,6 +24,7 @@ from pytest_shadowcheck.plugin.exploration import (
     setup_exploration,
 )
 from pytest_shadowcheck.plugin.junit import JUnitProperties
+from pytest_shadowcheck.plugin.library import library_paths, scenario_paths
 from pytest_shadowcheck.plugin.state import (
     BASETEMP,
     STATE_KEY,
@@ -41,9 +42,7 @@ from pytest_shadowcheck.targets.fit import why_untestable
 from pytest_shadowcheck.verdict import Verdict
 from pytest_shadowcheck.version import __version__
 
-__all__ = ["SessionHooks", "bundled_scenarios", "configure", "list_targets"]
-
-BUNDLED = "bundled"
+__all__ = ["SessionHooks", "configure", "list_targets"]
 
 
 def target_manager(config: pytest.Config) -> Any:
@@ -54,10 +53,6 @@ def target_manager(config: pytest.Config) -> Any:
         return registry.target_manager(modules)
     except TargetError as exc:
         raise pytest.UsageError(str(exc)) from None
-
-
-def bundled_scenarios() -> Path:
-    return Path(str(resources.files("scenarios")))
 
 
 def _check_behaviour_markers(config: pytest.Config, catalogue: dict[str, Any]) -> None:
@@ -76,30 +71,6 @@ def _check_behaviour_markers(config: pytest.Config, catalogue: dict[str, Any]) -
             f"-m names behaviour IDs the catalogue does not have: {hint}\n"
             f"known IDs: {', '.join(catalogue)}"
         )
-
-
-def _library(config: pytest.Config, scenario_paths: list[Path]) -> list[Path]:
-    """The library a certification is measured against: the configured scenario paths
-    holding what was asked to run, or what was asked itself when it lies outside them
-    (a file or node id of the bundled library still counts the whole library, so that
-    running part of it gives a PARTIAL certification, not a PASS)."""
-    out: list[Path] = []
-    for arg in config.args:
-        path = (config.invocation_params.dir / str(arg).split("::")[0]).resolve()
-        home = next((p for p in scenario_paths if p == path or p in path.parents), path)
-        if home not in out:
-            out.append(home)
-    return out
-
-
-def _scenario_paths(config: pytest.Config) -> list[Path]:
-    given = config.getoption("shadowcheck_scenarios")
-    if given:
-        return [bundled_scenarios() if p == BUNDLED else Path(p).resolve() for p in given]
-    configured = config.getini("shadowcheck_scenarios")
-    if configured:
-        return [Path(p) for p in configured]
-    return [bundled_scenarios()]
 
 
 def configure(config: pytest.Config) -> None:
@@ -131,7 +102,7 @@ def configure(config: pytest.Config) -> None:
         run_id=run_id,
         target_spec=spec,
         manager=manager,
-        scenario_paths=_scenario_paths(config),
+        scenario_paths=scenario_paths(config),
         report_dir=Path(report).resolve() if report else None,
         history_dir=Path(history).resolve() if history else None,
         junit_properties_per_case=family in ("xunit1", "legacy"),
@@ -147,7 +118,7 @@ def configure(config: pytest.Config) -> None:
         config.args = [str(p) for p in state.scenario_paths]
     elif config.getoption("shadowcheck_scenarios"):
         config.args = [*config.args, *(str(p) for p in state.scenario_paths)]
-    state.library_paths = _library(config, state.scenario_paths)
+    state.library_paths = library_paths(config, state.scenario_paths)
     exploration = setup_exploration(config, state)
     if exploration is not None:
         files = [str(p) for p in exploration.files]
@@ -162,6 +133,7 @@ def configure(config: pytest.Config) -> None:
         config.pluginmanager.register(JUnitProperties(state), "shadowcheck-junit")
         config.pluginmanager.register(CertificationRecorder(state), "shadowcheck-certification")
     config.pluginmanager.register(SessionHooks(), "shadowcheck-session")
+    register_concurrency(config)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistRunId(run_id), "shadowcheck-xdist")
 

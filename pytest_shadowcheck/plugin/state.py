@@ -78,7 +78,7 @@ class ShadowcheckState:
     report_dir: Path | None
     history_dir: Path | None
     junit_properties_per_case: bool
-    #: what the certification counts as the whole library (see plugin._library)
+    #: what the certification counts as the whole library (see plugin.library.library_paths)
     library_paths: list[Path] = field(default_factory=list)
     #: --shadowcheck-replay: workload name -> the part of its plan to play
     selections: dict[str, Selection] = field(default_factory=dict)

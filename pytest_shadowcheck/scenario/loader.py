@@ -15,6 +15,7 @@ pointing at the file and line where it is. The model the loader builds is in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from functools import cache
 from importlib import resources
@@ -88,6 +89,15 @@ def _topology_dirs(path: Path) -> list[Path]:
     return seen
 
 
+@functools.lru_cache(maxsize=64)
+def _topology_file(path: Path, mtime_ns: int, size: int) -> Any:
+    """A topology file, parsed and validated once per version of it: most scenarios of a
+    library name one of a few topologies (only read, never changed, by the builder)."""
+    data = load_marked_yaml(path)
+    validate(data, topology_schema(), path)
+    return data
+
+
 def _load_topology(ref: Any, doc: Any, doc_path: list[Any], path: Path) -> Topology:
     line, column = locate(doc, doc_path)
     where = SourceRef(path, line, column)
@@ -96,8 +106,8 @@ def _load_topology(ref: Any, doc: Any, doc_path: list[Any], path: Path) -> Topol
         for directory in dirs:
             candidate = directory / f"{ref}.yaml"
             if candidate.is_file():
-                data = load_marked_yaml(candidate)
-                validate(data, topology_schema(), candidate)
+                stat = candidate.stat()
+                data = _topology_file(candidate, stat.st_mtime_ns, stat.st_size)
                 return _build_topology(ref, data, candidate)
         known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.yaml")})
         raise ScenarioError(

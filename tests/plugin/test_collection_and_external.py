@@ -139,6 +139,8 @@ def test_external_target_runs_and_missing_capabilities_are_untestable(
         f"--junitxml={xml}",
         f"--shadowcheck-report={report}",
         "--shadowcheck-run-id=run-42",
+        # progress notes show when scenarios run one at a time (workers show none)
+        "--shadowcheck-concurrency=1",
         "library",
     )
     result.assert_outcomes(passed=1, skipped=2)

@@ -1,0 +1,287 @@
+"""How many scenarios run at once, and in which order.
+
+A scenario mostly waits: on timers, on next hops, on a node coming back. One xdist
+worker per core leaves the machine idle most of the time, so ``pytest --shadowcheck``
+with no ``-n`` of its own runs :data:`WORKERS_PER_CORE` workers per core (never more
+than there are scenarios). ``--shadowcheck-concurrency N`` or pytest-xdist's own ``-n``,
+``--dist`` or ``--tx`` choose otherwise; ``--shadowcheck-concurrency 1`` and
+``-p no:xdist`` run serially.
+
+With several workers the run lasts at least as long as its longest scenario, so the
+longest ones must start first: the workers sort their collection by how long each
+scenario took last time (pytest's cache), or by an estimate from its waits and workloads,
+and :class:`LongestFirstScheduling` hands each worker one scenario at a time in that
+order. The durations travel from the controller to the workers in ``workerinput``, so
+every worker sorts alike even while another session rewrites the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+__all__ = [
+    "WORKERS_PER_CORE",
+    "DurationOrder",
+    "LongestFirst",
+    "choose_workers",
+    "default_workers",
+    "estimated_seconds",
+    "register",
+]
+
+#: measured on 2 cores (docs/throughput.md, "Concurrency"): the suite's wall time falls up
+#: to about 4 workers per core, then rises as the scenarios start to wait for the CPU
+WORKERS_PER_CORE = 4
+_CACHE_KEY = "shadowcheck/durations"
+_WORKERINPUT_KEY = "shadowcheck_durations"
+#: rate assumed for a workload that sends as fast as the target takes it
+_ASSUMED_RATE = 40.0
+
+
+def cores() -> int:
+    """The cores this process may run on (a container's or taskset's limit included)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def default_workers(cores: int, scenarios: int) -> int:
+    """Workers for ``scenarios`` I/O-bound scenarios on ``cores`` cores; 0 runs serially."""
+    if scenarios <= 1:
+        return 0
+    return min(WORKERS_PER_CORE * cores, scenarios)
+
+
+def choose_workers(config: pytest.Config) -> None:
+    """Set pytest-xdist's ``numprocesses`` before xdist reads it (``pytest_cmdline_main``
+    runs before any ``pytest_configure``), unless the user chose a distribution or asked
+    for something a distributed run cannot give (``--pdb``, ``-s``, collection only)."""
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker runs its scenarios itself
+    asked = config.getoption("shadowcheck_concurrency", None)
+    has_xdist = config.pluginmanager.hasplugin("xdist")
+    if not has_xdist:
+        if asked is not None and asked > 1:
+            raise pytest.UsageError(
+                f"--shadowcheck-concurrency {asked} runs scenarios in pytest-xdist workers, "
+                "and pytest-xdist is not installed (or is disabled with -p no:xdist): "
+                "install it (pip install pytest-xdist) or leave the option out"
+            )
+        return
+    chosen = (
+        config.option.numprocesses is not None
+        or bool(config.option.tx)
+        or config.option.dist != "no"
+    )
+    if chosen:
+        if asked is not None:
+            raise pytest.UsageError(
+                "--shadowcheck-concurrency and pytest-xdist's -n/--dist/--tx both choose how "
+                "many scenarios run at once: give one of them"
+            )
+        return
+    if asked is None:
+        quiet_only = (
+            config.option.usepdb
+            or config.option.capture == "no"
+            or config.option.collectonly
+            or config.getoption("shadowcheck_target", None) == "help"
+            # a deep exploration sizes itself to its duration (plugin/exploration.py)
+            or config.getoption("shadowcheck_explore", None) is not None
+        )
+        if quiet_only:
+            return
+        workers = default_workers(cores(), _scenario_count(config))
+    else:
+        if asked < 1:
+            raise pytest.UsageError(
+                f"--shadowcheck-concurrency {asked}: give how many scenarios may run at once "
+                "(1 runs them one after another)"
+            )
+        workers = asked if asked > 1 else 0
+    config.option.numprocesses = workers
+
+
+def _scenario_count(config: pytest.Config) -> int:
+    """How many scenarios the run would collect (``-k`` and ``-m`` applied to their names
+    and behaviour IDs): enough to never start more workers than there is work for."""
+    from pytest_shadowcheck.plugin.exploration import SLICE_SCENARIOS, explores
+    from pytest_shadowcheck.plugin.library import scenario_paths
+    from pytest_shadowcheck.scenario.loader import load_behaviours
+
+    found: list[tuple[list[str], list[str]]] = []
+    paths = list(scenario_paths(config)) if config.getoption("shadowcheck_scenarios") else []
+    if config.args_source == pytest.Config.ArgsSource.ARGS:
+        for arg in config.args:
+            file, _, name = arg.partition("::")
+            if name:
+                wanted = name.split("[", 1)[0]
+                in_file = _scenarios_in(config.invocation_params.dir / file)
+                found += [s for s in in_file if s[0][-1] == wanted] or [([wanted], [])]
+            else:
+                paths.append(config.invocation_params.dir / arg)
+    else:
+        paths = list(scenario_paths(config))
+    for path in paths:
+        found += _scenarios_in(path)
+    if explores(config):
+        # an explored scenario is marked with every behaviour its model may judge
+        every = list(load_behaviours())
+        found += [(["explore"], every)] * SLICE_SCENARIOS
+    return sum(1 for names, behaviours in found if _selected(config, names, behaviours))
+
+
+def _scenarios_in(path: Path) -> list[tuple[list[str], list[str]]]:
+    """(name, behaviour IDs) of each scenario in a file or under a directory, read as
+    plain YAML; a file that does not load counts once (its error is one item)."""
+    import yaml
+
+    from pytest_shadowcheck.report.certification import is_scenario_file
+
+    files = sorted(path.rglob("*")) if path.is_dir() else [path]
+    found: list[tuple[list[str], list[str]]] = []
+    for file in files:
+        if not (file.is_file() and is_scenario_file(file)):
+            continue
+        try:
+            doc = yaml.safe_load(file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            found.append(([file.name], []))
+            continue
+        scenarios = doc.get("scenarios") if isinstance(doc, dict) else None
+        if not isinstance(scenarios, list):
+            found.append(([file.name], []))
+            continue
+        for scenario in scenarios:
+            entry = scenario if isinstance(scenario, dict) else {}
+            behaviours = entry.get("behaviours")
+            found.append(
+                (
+                    [file.name, str(entry.get("name", ""))],
+                    [str(b) for b in behaviours] if isinstance(behaviours, list) else [],
+                )
+            )
+    return found
+
+
+def _selected(config: pytest.Config, names: list[str], behaviours: list[str]) -> bool:
+    """``-k`` and ``-m`` as pytest applies them, on what a scenario item is named and
+    marked with; an expression this cannot read selects the scenario (a worker too many
+    is better than one too few)."""
+    marks = {"shadowcheck", *behaviours}
+
+    def named(sub: str, /, **_: str | int | bool | None) -> bool:
+        return any(sub.lower() in name.lower() for name in names)
+
+    def marked(mark: str, /, **_: str | int | bool | None) -> bool:
+        return mark in marks
+
+    try:
+        from _pytest.mark.expression import Expression  # pytest's own -k/-m grammar
+
+        keyword, markexpr = config.option.keyword, config.option.markexpr
+        if keyword and not Expression.compile(keyword).evaluate(named):
+            return False
+        return not markexpr or Expression.compile(markexpr).evaluate(marked)
+    except Exception:  # a private API of pytest's: count rather than fail
+        return True
+
+
+def estimated_seconds(scenario: Any) -> float:
+    """A scenario's duration before it ever ran: the waits it states and its workloads'
+    messages at their rate (a guess; the cache replaces it after one run)."""
+    from pytest_shadowcheck.scenario.steps import WaitSpec
+    from pytest_shadowcheck.scenario.workload_spec import WorkloadSpec
+
+    total = 1.0
+    for step in scenario.steps:
+        arg = step.arg
+        if isinstance(arg, WaitSpec) and arg.delivered is None and arg.reply is None:
+            total += arg.timeout
+        elif isinstance(arg, WorkloadSpec):
+            total += arg.messages / (arg.rate or _ASSUMED_RATE) + arg.settle / 4
+        else:
+            total += 0.05
+    return total
+
+
+def _key(nodeid: str) -> str:
+    # the behaviour IDs in brackets change with the catalogue; the scenario does not
+    return nodeid.split("[", 1)[0]
+
+
+class DurationOrder:
+    """Registered for every ``--shadowcheck`` session: workers sort their collection
+    longest first, and the controller records how long each scenario took."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+        self.took: dict[str, float] = {}
+
+    def known(self) -> dict[str, float]:
+        """Seconds each scenario took when it last ran, by node id without parameters."""
+        if self.workerinput is not None:
+            return dict(json.loads(self.workerinput.get(_WORKERINPUT_KEY, "{}")))
+        cache = getattr(self.config, "cache", None)
+        known = cache.get(_CACHE_KEY, {}) if cache is not None else {}
+        return {str(k): float(v) for k, v in known.items()} if isinstance(known, dict) else {}
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        if self.workerinput is None:
+            return  # serially, the file order reads best
+        known = self.known()
+
+        def seconds(item: pytest.Item) -> float:
+            if _key(item.nodeid) in known:
+                return known[_key(item.nodeid)]
+            scenario = getattr(item, "scenario", None)
+            return estimated_seconds(scenario) if scenario is not None else 0.0
+
+        items.sort(key=seconds, reverse=True)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.workerinput is None:
+            key = _key(report.nodeid)
+            self.took[key] = self.took.get(key, 0.0) + report.duration
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        cache = getattr(self.config, "cache", None)
+        if self.workerinput is not None or cache is None or not self.took:
+            return
+        known = self.known()
+        known.update({k: round(v, 2) for k, v in self.took.items()})
+        cache.set(_CACHE_KEY, known)
+
+
+class LongestFirst:
+    """pytest-xdist's hooks on the controller (registered only with xdist): the
+    durations go to every worker, and scenarios are handed out one at a time."""
+
+    def __init__(self, order: DurationOrder) -> None:
+        self.order = order
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[_WORKERINPUT_KEY] = json.dumps(self.order.known())
+
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        if config.getoption("dist") != "load":
+            return None
+        from pytest_shadowcheck.plugin.scheduling import LongestFirstScheduling
+
+        return LongestFirstScheduling(config, log)
+
+
+def register(config: pytest.Config) -> None:
+    """The ordering hooks of a ``--shadowcheck`` session."""
+    order = DurationOrder(config)
+    config.pluginmanager.register(order, "shadowcheck-duration-order")
+    if config.pluginmanager.hasplugin("xdist") and getattr(config, "workerinput", None) is None:
+        config.pluginmanager.register(LongestFirst(order), "shadowcheck-longest-first")

@@ -1,0 +1,154 @@
+"""How many scenarios run at once, and in which order (plugin/concurrency.py,
+plugin/scheduling.py).
+
+The runs use the ``external`` target against a plain SMTP server, so they start xdist
+workers for real without starting MTA nodes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harnesskit import ThreadedSink
+
+from pytest_shadowcheck.plugin.concurrency import default_workers, estimated_seconds
+from pytest_shadowcheck.plugin.scheduling import LongestFirstScheduling
+from pytest_shadowcheck.scenario.loader import load_scenario_file
+
+THREE = """\
+defaults:
+  topology:
+    nodes: {mbx1: {}}
+scenarios:
+  - name: quick_one
+    behaviours: [CR-5]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+    expect:
+      - reply: {message: m1, code: 250}
+  - name: quick_two
+    behaviours: [CR-5]
+    steps:
+      - send: {id: m1, via: mbx1, to: [bob@corp.test]}
+    expect:
+      - reply: {message: m1, code: 250}
+  - name: waits_a_while
+    behaviours: [CR-5]
+    steps:
+      - send: {id: m1, via: mbx1, to: [carol@corp.test]}
+      - wait: 1.5s
+    expect:
+      - reply: {message: m1, code: 250}
+"""
+
+
+def _library(pytester: pytest.Pytester) -> Path:
+    path = pytester.path / "library" / "three.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(THREE, encoding="utf-8")
+    return path
+
+
+def _run(pytester: pytest.Pytester, sink: ThreadedSink, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess(
+        "--shadowcheck", f"--shadowcheck-target=external:mbx1={sink.address}", *args, "library"
+    )
+
+
+def test_four_workers_per_core_and_never_more_than_the_scenarios() -> None:
+    assert default_workers(cores=2, scenarios=98) == 8
+    assert default_workers(cores=2, scenarios=3) == 3
+    assert default_workers(cores=1, scenarios=98) == 4
+    assert default_workers(cores=16, scenarios=1) == 0  # one scenario: no worker to start
+
+
+def test_by_default_scenarios_run_in_workers_and_their_durations_are_kept(
+    pytester: pytest.Pytester, plain_smtp: ThreadedSink
+) -> None:
+    _library(pytester)
+    result = _run(pytester, plain_smtp, "-v")
+    result.assert_outcomes(passed=3)
+    out = result.stdout.str()
+    # xdist names the worker that ran each scenario
+    assert "created: 3/3 workers" in out and "[gw" in out
+    known = json.loads((pytester.path / ".pytest_cache/v/shadowcheck/durations").read_text())
+    names = ("quick_one", "quick_two", "waits_a_while")
+    assert set(known) == {f"library/three.yaml::{n}" for n in names}
+    assert known["library/three.yaml::waits_a_while"] >= 1.5
+
+
+@pytest.mark.parametrize("serial", [["--shadowcheck-concurrency", "1"], ["-n", "0"]])
+def test_one_at_a_time_when_asked(
+    pytester: pytest.Pytester, plain_smtp: ThreadedSink, serial: list[str]
+) -> None:
+    _library(pytester)
+    result = _run(pytester, plain_smtp, "-v", *serial)
+    result.assert_outcomes(passed=3)
+    assert "[gw" not in result.stdout.str()
+
+
+def test_concurrency_named_twice_or_without_xdist_is_a_usage_error(
+    pytester: pytest.Pytester, plain_smtp: ThreadedSink
+) -> None:
+    _library(pytester)
+    twice = _run(pytester, plain_smtp, "-n", "2", "--shadowcheck-concurrency", "3")
+    assert twice.ret == pytest.ExitCode.USAGE_ERROR
+    twice.stderr.fnmatch_lines(["*--shadowcheck-concurrency and pytest-xdist's -n*give one*"])
+    without = _run(pytester, plain_smtp, "-p", "no:xdist", "--shadowcheck-concurrency", "2")
+    assert without.ret == pytest.ExitCode.USAGE_ERROR
+    without.stderr.fnmatch_lines(["*pytest-xdist is not installed (or is disabled*"])
+    # serial without xdist is fine
+    _run(pytester, plain_smtp, "-p", "no:xdist").assert_outcomes(passed=3)
+    zero = _run(pytester, plain_smtp, "--shadowcheck-concurrency", "0")
+    assert zero.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_an_estimate_counts_the_waits_before_a_scenario_ever_ran(tmp_path: Path) -> None:
+    path = tmp_path / "three.yaml"
+    path.write_text(THREE, encoding="utf-8")
+    by_name = {s.name: estimated_seconds(s) for s in load_scenario_file(path)}
+    assert by_name["waits_a_while"] > by_name["quick_one"] + 1.4
+
+
+@dataclass(eq=False)  # hashed by identity, as xdist keys its workers
+class _Worker:
+    """What the scheduler sees of an xdist worker: its id, and what it was sent."""
+
+    name: str
+    sent: list[int] = field(default_factory=list)
+    shutting_down: bool = False
+
+    @property
+    def gateway(self) -> Any:
+        return type("Gateway", (), {"id": self.name})()
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        self.sent.extend(indices)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+def test_each_worker_starts_with_one_of_the_longest_and_takes_the_next_as_it_finishes(
+    pytester: pytest.Pytester,
+) -> None:
+    config = pytester.parseconfig("--tx", "3*popen")
+    scheduler = LongestFirstScheduling(config)
+    workers = [_Worker("gw0"), _Worker("gw1"), _Worker("gw2")]
+    collection = [f"s{i}" for i in range(8)]  # sorted longest first by the workers
+    for worker in workers:
+        scheduler.add_node(worker)  # type: ignore[arg-type]
+        scheduler.add_node_collection(worker, collection)  # type: ignore[arg-type]
+    scheduler.schedule()
+    # round by round: the three longest start at once, each worker holds its next
+    assert [w.sent for w in workers] == [[0, 3], [1, 4], [2, 5]]
+    scheduler.mark_test_complete(workers[1], 1)  # type: ignore[arg-type]
+    assert workers[1].sent == [1, 4, 6]
+    scheduler.mark_test_complete(workers[1], 4)  # type: ignore[arg-type]
+    assert workers[1].sent == [1, 4, 6, 7]
+    scheduler.mark_test_complete(workers[0], 0)  # type: ignore[arg-type]
+    assert workers[0].shutting_down and workers[0].sent == [0, 3]
