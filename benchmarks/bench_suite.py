@@ -1,12 +1,20 @@
-"""Run the whole conformance suite N times in a row: determinism and wall time.
+"""Run the whole conformance suite N times in a row: determinism, wall time, and how
+close the wall time is to the floor the machine sets.
 
-Run: python3 benchmarks/bench_suite.py [--runs 20] [--workers 2] [--target reference]
-     [--out out/suite-runs] [--against REV]
+Run: python3 benchmarks/bench_suite.py [--runs 20] [--workers N] [--target reference]
+     [--out out/suite-runs] [--against REV] [--beside]
 
-Each run is a fresh ``pytest --shadowcheck`` process (no retries, no reruns)
-writing its own JUnit XML; the script prints one line per run (wall time,
-passed / outside-guarantee / failed counts), then the wall-time median and
-maximum, and exits non-zero if any run had a failure or an error.
+Each run is a fresh ``pytest --shadowcheck`` process (no retries, no reruns) writing
+its own JUnit XML, with the plugin's own choice of concurrency unless ``--workers`` is
+given. The script prints one line per run: wall time, CPU-seconds, the floor and the
+wall/floor ratio, passed / outside-guarantee / failed counts. The **floor** is the
+larger of the CPU-seconds divided by the cores and the longest scenario: no schedule on
+this machine can end sooner. CPU-seconds are the whole machine's busy time over the run
+(``/proc/stat``), so measure on a quiet machine. Then the medians, and a non-zero exit if
+any run had a failure or an error.
+
+``--beside`` runs a second suite beside each measured one (same command, own JUnit), as
+the load of another job: a flake under that load is a defect, not the machine's.
 
 ``--against REV`` measures wall-time growth: it checks REV out in a git worktree
 and alternates runs of both checkouts over the scenarios both have (by name), so
@@ -40,6 +48,18 @@ def tally(junit: Path) -> Counter[str]:
     return counts
 
 
+def busy_seconds() -> float:
+    """CPU-seconds the whole machine has been busy since boot (all cores)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def longest_case(junit: Path) -> float:
+    times = [float(c.get("time") or 0) for c in ET.parse(junit).getroot().iter("testcase")]
+    return max(times, default=0.0)
+
+
 def scenario_ids(checkout: Path) -> dict[str, str]:
     """Scenario name -> pytest node ID, as collected in ``checkout``."""
     proc = subprocess.run(
@@ -63,26 +83,50 @@ def worktree(rev: str, out: Path) -> Path:
     return path
 
 
-def run_once(
-    checkout: Path, junit: Path, args: argparse.Namespace, nodes: list[str]
-) -> tuple[float, Counter[str], subprocess.CompletedProcess[str]]:
-    command = [
-        sys.executable, "-m", "pytest", "--shadowcheck", "-q", "-p", "no:cacheprovider",
+def command(args: argparse.Namespace, junit: Path, nodes: list[str]) -> list[str]:
+    out = [
+        sys.executable, "-m", "pytest", "--shadowcheck", "-q",
         "--shadowcheck-target", args.target, f"--junitxml={junit.resolve()}", *nodes,
     ]  # fmt: skip
-    if args.workers:
-        command += ["-n", str(args.workers)]
+    if args.workers is not None:
+        out += ["-n", str(args.workers)]
+    return out
+
+
+def run_once(
+    checkout: Path, junit: Path, args: argparse.Namespace, nodes: list[str]
+) -> tuple[float, float, Counter[str], subprocess.CompletedProcess[str]]:
+    beside = None
+    if args.beside:
+        other = junit.with_name(junit.stem + "-beside.xml")
+        beside = subprocess.Popen(
+            command(args, other, nodes), cwd=checkout, env=_env(checkout),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+    busy = busy_seconds()
     started = time.perf_counter()
-    proc = subprocess.run(command, cwd=checkout, env=_env(checkout), capture_output=True, text=True)
+    proc = subprocess.run(
+        command(args, junit, nodes), cwd=checkout, env=_env(checkout), capture_output=True,
+        text=True,
+    )  # fmt: skip
     wall = time.perf_counter() - started
+    cpu = busy_seconds() - busy
+    if beside is not None:
+        beside.wait()
     counts = tally(junit) if junit.exists() else Counter({"error": 1})
-    return wall, counts, proc
+    return wall, cpu, counts, proc
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (0: none)")
+    parser.add_argument(
+        "--workers", type=int, default=None,
+        help="pytest-xdist workers (0: none; default: the plugin's own choice)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--beside", action="store_true", help="run a second suite beside each measured run"
+    )
     parser.add_argument("--target", default="reference")
     parser.add_argument("--out", type=Path, default=Path("out/suite-runs"))
     parser.add_argument(
@@ -105,18 +149,26 @@ def main() -> int:
             (f"{args.against} ", base, [theirs[n] for n in common]),
         ]
     walls: dict[str, list[float]] = {label: [] for label, _, _ in sides}
+    cpus: dict[str, list[float]] = {label: [] for label, _, _ in sides}
+    ratios: dict[str, list[float]] = {label: [] for label, _, _ in sides}
+    cores = len(os.sched_getaffinity(0))
     bad_runs = 0
     for run in range(1, args.runs + 1):
         for label, checkout, nodes in sides:
             junit = args.out / f"run-{label.strip() or 'suite'}-{run:02d}.xml"
-            wall, counts, proc = run_once(checkout, junit, args, nodes)
+            wall, cpu, counts, proc = run_once(checkout, junit, args, nodes)
+            floor = max(cpu / cores, longest_case(junit) if junit.exists() else 0.0)
             walls[label].append(wall)
+            cpus[label].append(cpu)
+            ratios[label].append(wall / floor if floor else float("nan"))
             failed = counts["failure"] + counts["error"]
             bad_runs += bool(failed or proc.returncode != 0)
             # the 1-minute load average: other jobs on the machine move the wall time a lot
             load = os.getloadavg()[0]
             print(
-                f"{label}run {run:2d}: {wall:6.1f} s  passed {counts['passed']:3d}  "
+                f"{label}run {run:2d}: {wall:6.1f} s  cpu {cpu:6.1f} s  floor {floor:5.1f} s  "
+                f"wall/floor {wall / floor if floor else float('nan'):4.2f}  "
+                f"passed {counts['passed']:3d}  "
                 f"outside-guarantee {counts['outside']:2d}  skipped {counts['skipped']:2d}  "
                 f"failed {failed:2d}  (exit {proc.returncode})  load {load:.1f}",
                 flush=True,
@@ -125,8 +177,10 @@ def main() -> int:
                 print("\n".join(proc.stdout.splitlines()[-15:]), flush=True)
     for label, times in walls.items():
         print(
-            f"{label}{args.runs} runs: wall median {statistics.median(times):.1f} s, "
-            f"max {max(times):.1f} s"
+            f"{label}{args.runs} runs on {cores} cores: wall median "
+            f"{statistics.median(times):.1f} s, max {max(times):.1f} s; CPU median "
+            f"{statistics.median(cpus[label]):.1f} s; wall/floor median "
+            f"{statistics.median(ratios[label]):.2f}"
         )
     if args.against:
         now, then = (statistics.median(walls[label]) for label, _, _ in sides)

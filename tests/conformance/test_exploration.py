@@ -14,7 +14,6 @@ test to another seed instead of breaking it.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shlex
@@ -61,24 +60,8 @@ def _child(
     return outcomes, output
 
 
-def test_the_bounded_slice_passes_on_the_reference(tmp_path: Path) -> None:
-    report = tmp_path / "report"
-    args = ["--shadowcheck-explore-only", "-n", "2", "--shadowcheck-report", str(report)]
-    outcomes, output = _child(tmp_path, args, "slice")
-    assert set(outcomes) == {"explore_s2027_000", "explore_s2027_001", "explore_s2027_002"}
-    # without the model check a scenario that loses nothing is NOT-APPLICABLE (skipped)
-    assert set(outcomes.values()) <= {"passed", "skipped"}, output[-4000:]
-    assert "exploration: seed 2027, 3 explored scenario(s) run" in output
-    assert "UNTESTABLE by exploration on this target:" in output
-    assert "PR-4: exploration keeps to one fault at a time" in output
-    # the certification carries the coverage a dashboard tracks across runs
-    certification = json.loads((report / "certification.json").read_text(encoding="utf-8"))
-    explored = certification["exploration"]
-    assert (explored["seed"], explored["scenarios_run"], explored["deep"]) == (2027, 3, False)
-    assert explored == json.loads((report / "exploration.json").read_text(encoding="utf-8"))
-    assert explored["exercised"] and all(n > 0 for n in explored["exercised"].values())
-    page = (report / "certification.html").read_text(encoding="utf-8")
-    assert "bounded slice from seed 2027: 3 explored scenario(s), 30 generated operations" in page
+# the bounded slice running with the library on the reference, and its certification
+# section: tests/plugin/test_reference_e2e.py (one run of both)
 
 
 def test_operations_a_black_box_cannot_perform_are_not_generated(tmp_path: Path) -> None:

@@ -143,7 +143,7 @@ def _verdicts(tmp_path: Path, target: str, names: tuple[str, ...]) -> dict[str, 
         tmp_path,
         target,
         names,
-        extra=(f"--shadowcheck-report={report}", f"--shadowcheck-history={history}", "-n", "2"),
+        extra=(f"--shadowcheck-report={report}", f"--shadowcheck-history={history}"),
     )
     data = json.loads((report / "certification.json").read_text())
     # each behaviour's status, and in each scenario its status and every check's

@@ -44,8 +44,9 @@ def retry_scenarios() -> set[str]:
 
 
 def _whole_suite(tmp_path: Path) -> tuple[str, ...]:
-    """The child's options for a run of the whole suite with a certification."""
-    return (f"--shadowcheck-report={tmp_path / 'cert'}", "-n", "2")
+    """The child's options for a run of the whole suite with a certification (its
+    scenarios run at the plugin's own concurrency)."""
+    return (f"--shadowcheck-report={tmp_path / 'cert'}",)
 
 
 def _statuses(tmp_path: Path) -> dict[str, dict[str, object]]:

@@ -55,7 +55,7 @@ def test_black_box_capabilities_leave_only_internal_state_untestable(tmp_path: P
     found = run_suite(
         tmp_path,
         f"reference:capabilities={BLACK_BOX}",
-        extra=(f"--shadowcheck-report={tmp_path / 'cert'}", "-n", "2"),
+        extra=(f"--shadowcheck-report={tmp_path / 'cert'}",),
     )
     failed = {name: o for name, o in found.items() if o[0] in ("failed", "error")}
     assert not failed, failed

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.timeout(300)
 def test_nodes_with_smtp_in_workers_pass_the_suite(tmp_path: Path) -> None:
-    found = run_suite(tmp_path, "workers:2", plugin="workers_target", extra=("-n", "2"))
+    found = run_suite(tmp_path, "workers:2", plugin="workers_target")
     expected = suite_scenarios()
     assert set(found) == set(expected), sorted(set(expected) ^ set(found))
     # PR-4's scenarios lose messages on purpose: OUTSIDE-GUARANTEE (xfailed), never a pass

@@ -36,8 +36,6 @@ def test_bundled_library_passes_on_the_reference_target(pytester: pytest.Pyteste
         f"--shadowcheck-report={report}",
         "-p",
         "no:cacheprovider",
-        "-n",
-        "2",
         timeout=580,
     )
     out = result.stdout.str()
@@ -69,6 +67,17 @@ def test_bundled_library_passes_on_the_reference_target(pytester: pytest.Pyteste
     not_passed = {b: s for b, s in status.items() if s != "PASS" and b != "PR-4"}
     assert not not_passed, not_passed
     assert data["target"] == "reference" and data["run_id"] == props["shadowcheck.run_id"]
+
+    # the bounded slice of explored scenarios ran with the library, and the
+    # certification carries the coverage a dashboard tracks across runs
+    assert "exploration: seed 2027, 3 explored scenario(s) run" in out
+    assert "PR-4: exploration keeps to one fault at a time" in out
+    explored = data["exploration"]
+    assert (explored["seed"], explored["scenarios_run"], explored["deep"]) == (2027, 3, False)
+    assert explored == json.loads((report / "exploration.json").read_text(encoding="utf-8"))
+    assert explored["exercised"] and all(n > 0 for n in explored["exercised"].values())
+    page = (report / "certification.html").read_text(encoding="utf-8")
+    assert "bounded slice from seed 2027: 3 explored scenario(s), 30 generated operations" in page
 
 
 def test_progress_notes_name_what_the_harness_is_doing(pytester: pytest.Pytester) -> None:
