@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from pytest_shadowcheck.checks.model import (
     broadcast,
     categorisation,
+    config_warnings,
     expiry,
     fates,
     notifications,
@@ -73,6 +74,8 @@ MODEL_BEHAVIOURS: tuple[str, ...] = (
     "TO-2",
     "TO-4",
     "XS-3",
+    # config_warnings.py
+    "SN-6",
 )
 
 #: the step kinds whose effect the model follows
@@ -153,7 +156,7 @@ def unmodelled(scenario: Scenario) -> list[str]:
             and step.kind not in found
         ):
             found.append(step.kind)
-    known = set(DEFAULTS) | wire.KNOWN_SETTINGS
+    known = set(DEFAULTS) | wire.KNOWN_SETTINGS | config_warnings.KNOWN_SETTINGS
     if all(
         isinstance(v, int | float) and v >= _SESSION_TIMEOUT_FLOOR
         for v in scenario.setting_values("SendConnectionInactivityTimeout")
@@ -188,6 +191,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
     placement.placement_rule(judge)
     placement.attempts_rule(judge, history)
     wire.wire_rules(judge, history)
+    config_warnings.replay_lag_rule(judge, history)
     for m in obs.sent.values():
         reply_rule(judge, m)
         fates.copy_rule(judge, m)

@@ -1,0 +1,99 @@
+"""SN-6 in the catalogue model: a configuration with ReplayLagTime beyond
+SafetyNetHoldTime is flagged in the node's configuration warnings, judged at each look
+(``snapshot`` of ``config_warnings``) on a history built by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS, unmodelled
+
+from .built import Built, sentence
+
+SN6 = {"code": "SN-6", "message": "ReplayLagTime (259200s) exceeds SafetyNetHoldTime (172800s)"}
+
+
+def lag_raised(tmp_path: Path, start: str = "settings: {ReplayLagTime: 1d}\n") -> Built:
+    """ReplayLagTime 1 day (within the default 2-day hold), then 3 days (beyond it),
+    mbx1's warnings read before, right after and well after the change."""
+    b = Built(
+        tmp_path,
+        start + "steps:\n"
+        "  - snapshot: {node: mbx1, queue: config_warnings}\n"
+        "  - set_settings: {values: {ReplayLagTime: 3d}}\n"
+        "  - snapshot: {node: mbx1, queue: config_warnings}\n"
+        "  - wait: 5s\n"
+        "  - snapshot: {node: mbx1, queue: config_warnings}\n",
+    )
+    b.steps(1.0, 2.0, 2.1, 2.2, 7.2)
+    return b
+
+
+def look(b: Built, t: float, *warnings: dict[str, str]) -> None:
+    b.at(t, "snapshot", node="mbx1", queue="config_warnings", answer=list(warnings))
+
+
+def test_sn6_is_modelled() -> None:
+    assert "SN-6" in MODEL_BEHAVIOURS
+    assert "flagged" in sentence("SN-6")
+
+
+def test_sn6_a_lag_beyond_the_hold_time_unflagged_diverges(tmp_path: Path) -> None:
+    # "Resubmission needs SafetyNetHoldTime >= ReplayLagTime for a lagged copy; a
+    # configuration breaking this must be flagged."
+    b = lag_raised(tmp_path)
+    look(b, 1.05)
+    look(b, 2.15)  # inside the change's slack: either answer
+    look(b, 7.25)
+    outcome = b.explain()
+    assert outcome.divergence is not None
+    assert outcome.divergence.behaviour == "SN-6"
+    assert outcome.divergence.rule == sentence("SN-6")
+    assert "ReplayLagTime (3d) exceeds SafetyNetHoldTime (2d)" in outcome.divergence.expected
+    assert outcome.divergence.observed == "at +7.2s mbx1 listed no configuration warning"
+    assert "set_settings" in " ".join(outcome.divergence.operations)
+
+
+def test_sn6_the_warning_flagged_is_what_the_catalogue_asks(tmp_path: Path) -> None:
+    b = lag_raised(tmp_path)
+    look(b, 1.05)
+    look(b, 2.15, SN6)
+    look(b, 7.25, SN6)
+    outcome = b.explain()
+    assert outcome.divergence is None
+    # the look inside the change's slack decides nothing
+    assert outcome.exercised["SN-6"] == 2
+    assert "ReplayLagTime" not in unmodelled(b.scenario)
+
+
+def test_sn6_a_warning_about_a_lag_within_the_hold_time_diverges(tmp_path: Path) -> None:
+    b = lag_raised(tmp_path)
+    look(b, 1.05, SN6)
+    outcome = b.explain()
+    assert outcome.divergence is not None
+    assert outcome.divergence.behaviour == "SN-6"
+    assert "flags nothing about ReplayLagTime: it (1d) is within" in outcome.divergence.expected
+    assert "listed the configuration warnings SN-6: ReplayLagTime" in outcome.divergence.observed
+
+
+def test_sn6_the_lag_equal_to_the_hold_time_is_not_flagged(tmp_path: Path) -> None:
+    # "SafetyNetHoldTime >= ReplayLagTime": equal is enough
+    b = Built(
+        tmp_path,
+        "settings: {ReplayLagTime: 2d, SafetyNetHoldTime: 2d}\nsteps:\n"
+        "  - snapshot: {node: mbx1, queue: config_warnings}\n",
+    )
+    b.steps(1.0)
+    look(b, 1.05, SN6)
+    outcome = b.explain()
+    assert outcome.divergence is not None and outcome.divergence.behaviour == "SN-6"
+
+
+def test_sn6_no_lag_given_owes_no_warning(tmp_path: Path) -> None:
+    # a node told nothing of lagged copies is not judged, whatever it lists
+    b = Built(tmp_path, "steps:\n  - snapshot: {node: mbx1, queue: config_warnings}\n")
+    b.steps(1.0)
+    look(b, 1.05, SN6)
+    outcome = b.explain()
+    assert outcome.divergence is None
+    assert outcome.exercised["SN-6"] == 0
