@@ -1,0 +1,160 @@
+"""Exploration's durability drills: a power cut (the storage fault a target with a lazy
+filesystem offers) on a node right after it acknowledged something only it holds.
+
+A 250 promises that what it acknowledges is on disk: a node that loses power a moment
+later and comes back on what its disk kept still has it. The generator's own node faults
+never cut the power of a node holding mail alone (one node fault at a time), so these
+drills do, in a quiet cluster, as one self-contained operation that ends healed:
+
+- **unsynced ack**: the primary, cut from every other node (no shadow reachable,
+  RejectMessageOnShadowFailure false) and from its next hops (the message stays
+  queued), acknowledges a message and loses power at once; back on its queue database
+  it must still deliver it (PR-3; the no-loss invariant FAILs a loss).
+- **unsynced copy**: the primary, cut from its next hops, acknowledges a message whose
+  copy a shadow acknowledged; every other node loses power at once and comes back, then
+  the primary is killed and kept down past the promotion window: the shadow's copy,
+  acknowledged before the primary's 250, must be on its disk and be promoted (PR-1).
+  The primary then comes back on a new queue database (when the target can wipe), so
+  that a copy the shadow lost is a lost message, not one the primary delivers late.
+
+Their draws come from a random stream of their own, after the generator's operations,
+so that the other operations are drawn as without them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = ["DURABILITY_SHARE", "DurabilityDrawer", "DurabilityOperation"]
+
+#: an operation as generator.Operation takes it (label, action steps, behaviour IDs):
+#: plain, so that the generator imports this module and not the other way round
+DurabilityOperation = tuple[str, tuple[dict[str, Any], ...], tuple[str, ...]]
+
+#: after each of the generator's operations in a quiet cluster, the chance of a drill
+DURABILITY_SHARE = 0.12
+
+#: at most this many drills a scenario: each waits a recovery or two
+_MOST = 1
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}s"
+
+
+class DurabilityDrawer:
+    """Draws durability drills on a topology (its scenario-file dict); ``can`` says
+    which step kinds the target performs."""
+
+    def __init__(
+        self, rng: random.Random, topology: dict[str, Any], can: Callable[[str], bool]
+    ) -> None:
+        self.rng = rng
+        self.nodes = tuple(topology["nodes"])
+        self.virtual = topology.get("clock") == "virtual"
+        hops = topology.get("next_hops", {})
+        node_hops = {
+            n: {**hops, **((spec or {}).get("next_hops") or {})}
+            for n, spec in topology["nodes"].items()
+        }
+        self.sinks = tuple(
+            sorted({h["sink"] for hs in node_hops.values() for h in hs.values() if h.get("sink")})
+        )
+        recipients = tuple(topology["directory"]["recipients"])
+        #: node -> the recipients it has a route for (a node-level next hop only its own)
+        self.routed = {
+            n: tuple(r for r in recipients if r.rpartition("@")[2] in node_hops[n])
+            for n in self.nodes
+        }
+        #: recipients every node routes: a promoted copy has a route
+        self.everywhere = tuple(
+            r for r in recipients if all(r in self.routed[n] for n in self.nodes)
+        )
+        self.can = can
+        self.sent = 0
+        #: drills drawn so far
+        self.drawn = 0
+
+    def possible(self) -> bool:
+        # a virtual clock moves only by `advance`: promotions and retries would wait
+        return (
+            not self.virtual
+            and len(self.nodes) > 1
+            and all(self.can(k) for k in ("power_cut", "restart", "kill"))
+        )
+
+    def after(
+        self, *, quiet: bool, reject: bool, redundancy: bool, recovery: float
+    ) -> DurabilityOperation | None:
+        """Now and then (:data:`DURABILITY_SHARE`), a drill after one of the generator's
+        operations, in a quiet cluster (no fault on): it ends healed, every node up, as
+        the cluster was."""
+        if not (quiet and self.possible() and self.drawn < _MOST):
+            return None
+        if self.rng.random() >= DURABILITY_SHARE:
+            return None
+        kinds = []
+        if not reject or self.can("set_settings"):
+            kinds.append("ack")
+        if redundancy and self.everywhere:
+            kinds.append("copy")
+        if not kinds:
+            return None
+        kind = self.rng.choice(kinds)
+        drawn = (
+            self.unsynced_ack(reject, recovery) if kind == "ack" else self.unsynced_copy(recovery)
+        )
+        self.drawn += 1
+        return drawn
+
+    def _send(self, via: str, choices: Sequence[str]) -> tuple[str, dict[str, Any]]:
+        self.sent += 1
+        ref = f"d{self.sent}"
+        to = self.rng.sample(list(choices), min(self.rng.choice((1, 2)), len(choices)))
+        spec: dict[str, Any] = {"id": ref, "via": via, "to": to, "timeout": "20s"}
+        size = self.rng.choice((None, 4_000, 40_000))
+        if size:
+            spec["size"] = size
+        return ref, {"send": spec}
+
+    def _hold(self, via: str) -> list[dict[str, Any]]:
+        """Cut ``via`` from every next hop: what it accepts stays queued on it."""
+        return [{"fault": {"link": f"{via}->{s}", "kind": "cut"}} for s in self.sinks]
+
+    def unsynced_ack(self, reject: bool, recovery: float) -> DurabilityOperation | None:
+        """PR-3: a message only the primary holds, its power cut right after the 250."""
+        vias = [n for n in self.nodes if self.routed[n]]
+        if not vias:
+            return None
+        via = self.rng.choice(vias)
+        steps: list[dict[str, Any]] = []
+        if reject:  # a 451 would leave nothing to keep
+            steps.append({"set_settings": {"values": {"RejectMessageOnShadowFailure": False}}})
+        steps += [{"fault": {"link": f"{via}->{n}", "kind": "cut"}} for n in self.nodes if n != via]
+        steps += self._hold(via)
+        ref, send = self._send(via, self.routed[via])
+        steps += [send, {"power_cut": via}, {"restart": via}, {"heal": "all"}]
+        if reject:
+            steps.append({"set_settings": {"values": {"RejectMessageOnShadowFailure": True}}})
+        steps.append({"wait": _seconds(recovery)})
+        label = f"durability: {ref} via {via} alone, power cut after its 250"
+        return (label, tuple(steps), ("PR-3", "CR-5"))
+
+    def unsynced_copy(self, recovery: float) -> DurabilityOperation:
+        """PR-1: the shadows lose power right after the copy was acknowledged; the
+        primary then dies and stays down past the promotion window."""
+        via = self.rng.choice(self.nodes)
+        others = [n for n in self.nodes if n != via]
+        steps = self._hold(via)
+        ref, send = self._send(via, self.everywhere)
+        steps.append(send)
+        steps += [{"power_cut": n} for n in others]
+        steps += [{"restart": n} for n in others]
+        steps += [{"kill": via}, {"wait": _seconds(round(recovery + 1.0, 1))}]
+        # back on a new queue database: only the shadow's copy can deliver the message
+        steps.append({"wipe": via} if self.can("wipe") else {"restart": via})
+        steps += [{"heal": "all"}, {"wait": _seconds(recovery)}]
+        label = f"durability: {ref} via {via}, its shadows' power cut after the copy"
+        return (label, tuple(steps), ("PR-1", "CR-1"))

@@ -1,0 +1,102 @@
+"""Exploration's durability drills (engine/generator_durability.py) and ReplayLagTime
+changes (engine/generator_replay_lag.py): drawn from streams of their own, only where the
+target can perform them, each a power cut right after a 250 that only the node cut holds
+(or the shadows' right after their copy), ending healed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_shadowcheck.engine import generator_durability, generator_replay_lag
+from pytest_shadowcheck.engine.generator import plan
+from pytest_shadowcheck.scenario.capabilities import CAPABILITIES
+
+ALL = frozenset(CAPABILITIES)
+DRILL = "durability:"
+
+
+def _drills(
+    capabilities: frozenset[str], kind: str = "", count: int = 60
+) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(topology, steps) of the drills of seed 11's first ``count`` plans whose label
+    says ``kind``."""
+    out = []
+    for index in range(count):
+        explored = plan(11, index, capabilities=capabilities, length=16)
+        for op in explored.operations:
+            if op.label.startswith(DRILL) and kind in op.label:
+                out.append((explored.topology, list(op.steps)))
+    return out
+
+
+def test_the_drills_leave_the_other_operations_as_drawn(monkeypatch: pytest.MonkeyPatch) -> None:
+    with_drills = [plan(11, i, capabilities=ALL, length=16) for i in range(30)]
+    monkeypatch.setattr(generator_durability, "DURABILITY_SHARE", 0.0)
+    monkeypatch.setattr(generator_replay_lag, "REPLAY_LAG_SHARE", 0.0)
+    without = [plan(11, i, capabilities=ALL, length=16) for i in range(30)]
+    drawn = 0
+    for a, b in zip(with_drills, without, strict=True):
+        kept = [op for op in a.operations if not op.label.startswith((DRILL, "set ReplayLag"))]
+        drawn += len(a.operations) - len(kept)
+        assert kept == b.operations
+    assert drawn > 5
+
+
+def test_a_lone_250_then_its_power_cut() -> None:
+    """The unsynced-ack drill: its node cut from every other node and every next hop, a
+    send, its power cut at once, back on its disk, then everything healed."""
+    acks = [steps for _, steps in _drills(ALL, "alone")]
+    assert acks
+    for steps in acks:
+        kinds = [next(iter(x)) for x in steps]
+        send = kinds.index("send")
+        via = steps[send]["send"]["via"]
+        assert steps[send + 1] == {"power_cut": via}
+        assert steps[send + 2] == {"restart": via}
+        cut = {x["fault"]["link"] for x in steps[:send] if "fault" in x}
+        assert all(link.startswith(f"{via}->") for link in cut)
+        assert {"heal": "all"} in steps[send:]
+        assert kinds[-1] == "wait"
+
+
+def test_a_copy_then_the_shadows_power_cut_and_the_primary_killed_past_the_window() -> None:
+    copies = [steps for _, steps in _drills(ALL, "shadows' power cut")]
+    assert copies
+    for steps in copies:
+        kinds = [next(iter(x)) for x in steps]
+        send = kinds.index("send")
+        via = steps[send]["send"]["via"]
+        cut_off = [x["power_cut"] for x in steps if "power_cut" in x]
+        assert cut_off and via not in cut_off
+        assert kinds[send + 1] == "power_cut"
+        assert {"kill": via} in steps and {"wipe": via} in steps
+        assert steps.index({"kill": via}) < steps.index({"wipe": via})
+
+
+def test_no_drill_without_power_cuts_or_on_a_virtual_clock() -> None:
+    assert not _drills(ALL - {"power_cut"}, count=40)
+    assert all(topology != "two-node-dag-virtual" for topology, _ in _drills(ALL))
+
+
+def test_replay_lag_changes_are_read_back_on_every_answering_node(tmp_path: Path) -> None:
+    seen = 0
+    for index in range(30):
+        explored = plan(11, index, capabilities=ALL, length=16)
+        for op in explored.operations:
+            if not op.label.startswith("set ReplayLagTime"):
+                continue
+            seen += 1
+            (change, *looks) = op.steps
+            assert set(change["set_settings"]["values"]) == {"ReplayLagTime"}
+            assert looks and all(x["snapshot"]["queue"] == "config_warnings" for x in looks)
+        explored.scenario(directory=tmp_path)  # the schema takes the snapshot
+    assert seen
+    none = frozenset(ALL - {"control_api"})
+    assert not any(
+        op.label.startswith("set ReplayLagTime")
+        for i in range(30)
+        for op in plan(11, i, capabilities=none, length=16).operations
+    )
