@@ -21,6 +21,7 @@ from pytest_shadowcheck.checks.model import (
     config_warnings,
     expiry,
     fates,
+    groups,
     notifications,
     placement,
     protocol,
@@ -74,8 +75,9 @@ MODEL_BEHAVIOURS: tuple[str, ...] = (
     "TO-2",
     "TO-4",
     "XS-3",
-    # config_warnings.py
+    # config_warnings.py, groups.py
     "SN-6",
+    "SN-10",
 )
 
 #: the step kinds whose effect the model follows
@@ -122,6 +124,8 @@ _TOUCHES: dict[str, frozenset[str]] = {
     "ReceiveConnectionTimeout": frozenset({"CR-4", "CR-5"}),
     "MaxAcknowledgementDelay": frozenset(),
     "ReplayLagTime": frozenset(),
+    # a group's or a recipient's change: only SN-10 (groups.py) follows the expansion
+    "directory": _ALL - {"SN-10"},
 }
 
 
@@ -209,6 +213,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
         broadcast.broadcast_rule(judge, m)
         expiry.unacknowledged_expiry_rule(judge, m)
         categorisation.categorised_afresh_rule(judge, m)
+        groups.group_expansion_rule(judge, m)
     missing = unmodelled(scenario)
     touched = touched_by(missing)
     found = sorted((d for d in judge.divergences if d.behaviour not in touched), key=lambda d: d.t)

@@ -97,3 +97,68 @@ def test_sn6_no_lag_given_owes_no_warning(tmp_path: Path) -> None:
     outcome = b.explain()
     assert outcome.divergence is None
     assert outcome.exercised["SN-6"] == 0
+
+
+# -- SN-10: a group expanded afresh on resubmission --------------------------------------
+
+
+def regrouped(tmp_path: Path, *redelivered_to: str) -> Built:
+    """team@corp.test is alice and carol when m1 is sent and delivered; then alice and
+    dave; mbx1 killed, a resubmission asked of mbx2, which delivers m1 again."""
+    b = Built(
+        tmp_path,
+        "steps:\n"
+        "  - directory: {group: team@corp.test, members: [alice@corp.test, carol@corp.test]}\n"
+        "  - send: {id: m1, via: mbx1, to: [team@corp.test]}\n"
+        "  - directory: {group: team@corp.test, members: [alice@corp.test, dave@corp.test]}\n"
+        "  - kill: mbx1\n"
+        "  - resubmit: {node: mbx2, database: DB1, start: '2026-01-01T00:00:00Z',"
+        " end: '2026-01-01T02:00:00Z'}\n"
+        "  - wait: 10s\n",
+    )
+    b.steps(1.0, 2.0)
+    b.reply(2.3, "mbx1", 250)
+    b.delivered(2.5, "m1", "mbx1", "alice@corp.test", "carol@corp.test")
+    b.steps(3.0, 4.0, 5.0, 6.0)
+    if redelivered_to:
+        b.delivered(8.0, "m1", "mbx2", *redelivered_to)
+    b.at(16.0, "note", text="the end")
+    return b
+
+
+def test_sn10_a_removed_member_gets_the_resubmitted_message_diverges(tmp_path: Path) -> None:
+    # "A Shadow Safety Net copy holds only the original envelope recipients: on
+    # resubmission a distribution group is expanded afresh (removed members get nothing,
+    # added members get the old message)."
+    b = regrouped(tmp_path, "alice@corp.test", "carol@corp.test")
+    outcome = b.explain()
+    assert outcome.divergence is not None
+    assert outcome.divergence.behaviour == "SN-10"
+    assert outcome.divergence.rule == sentence("SN-10")
+    assert "carol@corp.test, no longer a member, gets nothing" in outcome.divergence.expected
+    assert outcome.divergence.observed == (
+        "mbx2 delivered m1 again at +8.0s to alice@corp.test, carol@corp.test"
+    )
+
+
+def test_sn10_an_added_member_missing_diverges(tmp_path: Path) -> None:
+    b = regrouped(tmp_path, "alice@corp.test")
+    outcome = b.explain()
+    assert outcome.divergence is not None
+    assert outcome.divergence.behaviour == "SN-10"
+    assert "dave@corp.test, added since, gets the old message" in outcome.divergence.expected
+
+
+def test_sn10_the_members_of_then_is_what_the_catalogue_asks(tmp_path: Path) -> None:
+    b = regrouped(tmp_path, "alice@corp.test", "dave@corp.test")
+    outcome = b.explain()
+    assert outcome.divergence is None
+    assert outcome.exercised["SN-10"] == 1
+    # the directory step leaves the model's other rules out, SN-10's only
+    assert "directory" in outcome.unmodelled
+
+
+def test_sn10_no_redelivery_decides_nothing(tmp_path: Path) -> None:
+    outcome = regrouped(tmp_path).explain()
+    assert outcome.divergence is None
+    assert outcome.exercised["SN-10"] == 0

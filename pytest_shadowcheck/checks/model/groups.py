@@ -1,0 +1,103 @@
+"""SN-10: a Shadow Safety Net copy holds only the original envelope recipients - judged on
+the redeliveries, after a resubmission request, of a message sent to a distribution
+group (a ``directory`` step's ``group``, defined before the send).
+
+On resubmission the group is expanded afresh: a member removed since (in no membership
+that may be in force from the request to the redelivery) gets nothing, and a member added
+since (in every such membership) gets the old message. Judged only for a message already
+delivered once before the request (so that what comes after it is a redelivery), where
+every node was up when the group changed (a node down misses a directory change).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pytest_shadowcheck.checks.model.state import Change, Timeline
+
+if TYPE_CHECKING:
+    from pytest_shadowcheck.checks.model.replay import Delivery, Sent
+    from pytest_shadowcheck.checks.model.rules import Judge
+
+__all__ = ["group_expansion_rule"]
+
+#: a resubmitted message goes out at once; the slack covers a loaded machine
+_REDELIVERY = 1.0
+
+
+def _memberships(j: Judge, group: str) -> list[Change] | None:
+    """The changes of ``group``'s members, or None when a node may have missed one."""
+    changes: list[Change] = []
+    for s in j.tl.steps:
+        if s.step.kind != "directory" or (s.step.arg.group or "").lower() != group:
+            continue
+        nodes = j.tl.scenario.topology.nodes
+        # steps run one after another: the next one (a kill) starts at t_next
+        if any(j.tl.node_states(n, s.t, s.t) != {"up"} for n in nodes):
+            return None
+        members = frozenset(str(r).lower() for r in s.step.arg.members)
+        changes.append(Change(s.t, s.t_next, members))
+    return changes
+
+
+def _listed(addresses: set[str] | frozenset[str]) -> str:
+    return ", ".join(sorted(addresses)) or "nobody"
+
+
+def group_expansion_rule(j: Judge, m: Sent) -> None:
+    """SN-10: after a resubmission, a message to a group goes to its members of then."""
+    if not m.accepted or m.t_reply is None:
+        return
+    requests = [s for s in j.tl.steps if s.step.kind == "resubmit" and s.t > m.t_reply]
+    for address in {r.lower() for r in m.to}:
+        changes = _memberships(j, address)
+        if not changes or changes[0].hi > m.t_send:
+            continue  # not a group when it was sent (or a node may have missed a change)
+        for request in requests:
+            first = [d for d in m.deliveries if d.t < request.t]
+            again = [d for d in m.deliveries if d.t >= request.t]
+            if not first or not again:
+                continue
+            _judge(j, m, address, changes, request.t, again)
+            return
+
+
+def _judge(
+    j: Judge, m: Sent, group: str, changes: list[Change], asked: float, again: list[Delivery]
+) -> None:
+    others = {r.lower() for r in m.to} - {group}
+    start: frozenset[str] = frozenset()
+    got: set[str] = set()
+    for d in again:
+        # every membership that may be in force from the request to this redelivery
+        now = Timeline._values(start, changes, asked, d.t)
+        allowed = set().union(*now) | others
+        removed = set(d.recipients) - allowed
+        j.exercised["SN-10"] += 1
+        if removed:
+            j.diverged(
+                "SN-10",
+                f"{m.ref}, sent to the group {group} and resubmitted after the request at "
+                f"{j.when(asked)}, goes to the group's members of then "
+                f"({_listed(set().union(*now))}): {_listed(removed)}, no longer a member, "
+                "gets nothing",
+                f"{d.by} delivered {m.ref} again at {j.when(d.t)} to {_listed(set(d.recipients))}",
+                d.t,
+            )
+            return
+        got |= set(d.recipients)
+    last = max(d.t for d in again)
+    if j.tl.end < last + j.slack + _REDELIVERY:
+        return  # a redelivery to the others may still be on its way
+    surely = set.intersection(*(set(v) for v in Timeline._values(start, changes, asked, last)))
+    before = {r for d in m.deliveries if d.t < asked for r in d.recipients}
+    added = surely - before - got
+    if added:
+        j.diverged(
+            "SN-10",
+            f"{m.ref}, sent to the group {group} and resubmitted after the request at "
+            f"{j.when(asked)}, goes to the group's members of then "
+            f"({_listed(surely)}): {_listed(added)}, added since, gets the old message",
+            f"by {j.when(j.tl.end)} it was delivered again only to {_listed(got)}",
+            last,
+        )
