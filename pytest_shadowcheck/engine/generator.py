@@ -49,6 +49,7 @@ import yaml
 from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS
 from pytest_shadowcheck.engine import (
     generator_durability,
+    generator_groups,
     generator_placement,
     generator_replay_lag,
     generator_wire,
@@ -144,6 +145,10 @@ _NEEDS: dict[str, tuple[tuple[tuple[str, ...], ...], str]] = {
         "has a Shadow Safety Net resubmit a message and reads the categoriser's stamp",
     ),
     "TO-3": ((("set_settings",),), "sets inconsistent session timeouts while the cluster runs"),
+    "SN-10": (
+        (("virtual_clock", "control_api", "set_settings", "kill", "restart"),),
+        "changes a distribution group before a Shadow Safety Net resubmits a message to it",
+    ),
     "SN-6": (
         (("set_settings", "control_api"),),
         "sets ReplayLagTime while the cluster runs and reads the configuration warnings",
@@ -633,9 +638,11 @@ def plan(
     durable = generator_durability.DurabilityDrawer(durable_rng, _topology(topology), drawer.can)
     lag_rng = random.Random(f"shadowcheck-explore-replay-lag:{seed}:{index}")
     lagged = generator_replay_lag.ReplayLagDrawer(lag_rng, drawer.nodes, drawer.can)
+    group_rng = random.Random(f"shadowcheck-explore-groups:{seed}:{index}")
+    grouped = generator_groups.GroupDrawer(group_rng, _topology(topology), drawer.can)
     ops: list[Operation] = []
     temp = ExplorationPlan(seed, index, topology, settings, ops, capabilities)
-    while len(ops) - wire.drawn - durable.drawn - lagged.drawn < length:
+    while len(ops) - wire.drawn - durable.drawn - lagged.drawn - grouped.drawn < length:
         drawer.recovery = temp.recovery(ops)
         quiet = drawer.state.quiet()
         weights: list[tuple[str, int]] = [("send", 5), ("wait", 1)]
@@ -757,6 +764,13 @@ def plan(
         changed = lagged.after(drawer.state.answering(), hold)
         if changed:
             ops.append(Operation(changed[0], changed[1], behaviours=changed[2]))
+        regrouped = grouped.after(
+            quiet=drawer.state.quiet(),
+            answering=drawer.state.answering(),
+            recovery=temp.recovery(ops),
+        )
+        if regrouped:
+            ops.append(Operation(regrouped[0], regrouped[1], behaviours=regrouped[2]))
     settings.update(generator_wire.settings_for([op.label for op in ops]))
     return temp
 

@@ -1,7 +1,8 @@
-"""Exploration's durability drills (engine/generator_durability.py) and ReplayLagTime
-changes (engine/generator_replay_lag.py): drawn from streams of their own, only where the
-target can perform them, each a power cut right after a 250 that only the node cut holds
-(or the shadows' right after their copy), ending healed."""
+"""Exploration's durability drills (engine/generator_durability.py), ReplayLagTime
+changes (engine/generator_replay_lag.py) and group drill (engine/generator_groups.py):
+drawn from streams of their own, only where the target can perform them; a drill is a
+power cut right after a 250 that only the node cut holds (or the shadows' right after
+their copy), ending healed."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_shadowcheck.engine import generator_durability, generator_replay_lag
+from pytest_shadowcheck.engine import generator_durability, generator_groups, generator_replay_lag
 from pytest_shadowcheck.engine.generator import plan
 from pytest_shadowcheck.scenario.capabilities import CAPABILITIES
 
@@ -36,10 +37,12 @@ def test_the_drills_leave_the_other_operations_as_drawn(monkeypatch: pytest.Monk
     with_drills = [plan(11, i, capabilities=ALL, length=16) for i in range(30)]
     monkeypatch.setattr(generator_durability, "DURABILITY_SHARE", 0.0)
     monkeypatch.setattr(generator_replay_lag, "REPLAY_LAG_SHARE", 0.0)
+    monkeypatch.setattr(generator_groups, "GROUP_SHARE", 0.0)
     without = [plan(11, i, capabilities=ALL, length=16) for i in range(30)]
     drawn = 0
+    extra = (DRILL, "set ReplayLag", "group drill")
     for a, b in zip(with_drills, without, strict=True):
-        kept = [op for op in a.operations if not op.label.startswith((DRILL, "set ReplayLag"))]
+        kept = [op for op in a.operations if not op.label.startswith(extra)]
         drawn += len(a.operations) - len(kept)
         assert kept == b.operations
     assert drawn > 5
@@ -99,4 +102,29 @@ def test_replay_lag_changes_are_read_back_on_every_answering_node(tmp_path: Path
         op.label.startswith("set ReplayLagTime")
         for i in range(30)
         for op in plan(11, i, capabilities=none, length=16).operations
+    )
+
+
+def test_the_group_drill_changes_the_group_between_the_send_and_the_request(
+    tmp_path: Path,
+) -> None:
+    # seed 195's first scenario draws it (a virtual-clock topology, in a quiet cluster)
+    explored = plan(195, 0, capabilities=ALL, length=16)
+    (drill,) = [op for op in explored.operations if op.label.startswith("group drill")]
+    kinds = [next(iter(x)) for x in drill.steps]
+    first, second = (i for i, k in enumerate(kinds) if k == "directory")
+    send, kill, request = kinds.index("send"), kinds.index("kill"), kinds.index("resubmit")
+    assert first < send < second < kill < request
+    group = drill.steps[first]["directory"]["group"]
+    assert drill.steps[send]["send"]["to"] == [group]
+    before = set(drill.steps[first]["directory"]["members"])
+    after = set(drill.steps[second]["directory"]["members"])
+    assert len(before & after) == 1 and len(before - after) == 1 and len(after - before) == 1
+    assert drill.steps[request]["resubmit"]["node"] != drill.steps[send]["send"]["via"]
+    assert kinds[-2:] == ["restart", "wait"]
+    explored.scenario(directory=tmp_path)
+    assert "SN-10" in drill.behaviours
+    assert not any(
+        op.label.startswith("group drill")
+        for op in plan(195, 0, capabilities=ALL - {"virtual_clock"}, length=16).operations
     )
