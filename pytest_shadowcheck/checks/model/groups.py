@@ -1,6 +1,6 @@
 """SN-10: a Shadow Safety Net copy holds only the original envelope recipients - judged on
-the redeliveries, after a resubmission request, of a message sent to a distribution
-group (a ``directory`` step's ``group``, defined before the send).
+the redeliveries by another node than its primary, after a resubmission request, of a message
+sent to a distribution group (a ``directory`` step's ``group``, defined before the send).
 
 On resubmission the group is expanded afresh: a member removed since (in no membership
 that may be in force from the request to the redelivery) gets nothing, and a member added
@@ -55,7 +55,9 @@ def group_expansion_rule(j: Judge, m: Sent) -> None:
             continue  # not a group when it was sent (or a node may have missed a change)
         for request in requests:
             first = [d for d in m.deliveries if d.t < request.t]
-            again = [d for d in m.deliveries if d.t >= request.t]
+            # from a Shadow Safety Net: a node other than the primary (whose own Safety
+            # Net holds the message as it categorised it)
+            again = [d for d in m.deliveries if d.t >= request.t and d.by != m.via]
             if not first or not again:
                 continue
             _judge(j, m, address, changes, request.t, again)

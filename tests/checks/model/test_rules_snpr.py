@@ -162,3 +162,13 @@ def test_sn10_no_redelivery_decides_nothing(tmp_path: Path) -> None:
     outcome = regrouped(tmp_path).explain()
     assert outcome.divergence is None
     assert outcome.exercised["SN-10"] == 0
+
+
+def test_sn10_the_primary_resubmitting_its_own_expansion_is_not_judged(tmp_path: Path) -> None:
+    # the sentence is about the Shadow Safety Net's copy: the primary's own Safety Net
+    # holds the message as it categorised it
+    b = regrouped(tmp_path)
+    b.delivered(9.0, "m1", "mbx1", "alice@corp.test", "carol@corp.test")
+    outcome = b.explain()
+    assert outcome.divergence is None
+    assert outcome.exercised["SN-10"] == 0
