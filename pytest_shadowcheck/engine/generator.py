@@ -635,7 +635,12 @@ def plan(
     wire = generator_wire.WireDrawer(wire_rng, drawer.nodes, drawer.recipients, drawer.can)
     # power cuts after a lone 250 (engine/generator_durability.py), from their own stream
     durable_rng = random.Random(f"shadowcheck-explore-durability:{seed}:{index}")
-    durable = generator_durability.DurabilityDrawer(durable_rng, _topology(topology), drawer.can)
+    durable = generator_durability.DurabilityDrawer(
+        durable_rng,
+        _topology(topology),
+        drawer.can,
+        str(settings.get("ShadowMessagePreferenceSetting", "PreferRemote")),
+    )
     lag_rng = random.Random(f"shadowcheck-explore-replay-lag:{seed}:{index}")
     lagged = generator_replay_lag.ReplayLagDrawer(lag_rng, drawer.nodes, drawer.can)
     group_rng = random.Random(f"shadowcheck-explore-groups:{seed}:{index}")

@@ -49,10 +49,16 @@ class DurabilityDrawer:
     which step kinds the target performs."""
 
     def __init__(
-        self, rng: random.Random, topology: dict[str, Any], can: Callable[[str], bool]
+        self,
+        rng: random.Random,
+        topology: dict[str, Any],
+        can: Callable[[str], bool],
+        preference: str = "PreferRemote",
     ) -> None:
         self.rng = rng
         self.nodes = tuple(topology["nodes"])
+        #: node -> the nodes its shadow copies may go to
+        self.shadows = {n: _shadows(topology["nodes"], n, preference) for n in self.nodes}
         self.virtual = topology.get("clock") == "virtual"
         hops = topology.get("next_hops", {})
         node_hops = {
@@ -98,7 +104,7 @@ class DurabilityDrawer:
         kinds = []
         if not reject or self.can("set_settings"):
             kinds.append("ack")
-        if redundancy and self.everywhere:
+        if redundancy and self.everywhere and any(self.shadows.values()):
             kinds.append("copy")
         if not kinds:
             return None
@@ -143,10 +149,10 @@ class DurabilityDrawer:
         return (label, tuple(steps), ("PR-3", "CR-5"))
 
     def unsynced_copy(self, recovery: float) -> DurabilityOperation:
-        """PR-1: the shadows lose power right after the copy was acknowledged; the
-        primary then dies and stays down past the promotion window."""
-        via = self.rng.choice(self.nodes)
-        others = [n for n in self.nodes if n != via]
+        """PR-1: the nodes that may hold the copy lose power right after it was
+        acknowledged; the primary then dies and stays down past the promotion window."""
+        via = self.rng.choice([n for n in self.nodes if self.shadows[n]])
+        others = sorted(self.shadows[via])
         steps = self._hold(via)
         ref, send = self._send(via, self.everywhere)
         steps.append(send)
@@ -158,3 +164,25 @@ class DurabilityDrawer:
         steps += [{"heal": "all"}, {"wait": _seconds(recovery)}]
         label = f"durability: {ref} via {via}, its shadows' power cut after the copy"
         return (label, tuple(steps), ("PR-1", "CR-1"))
+
+
+def _shadows(nodes: dict[str, Any], via: str, preference: str) -> set[str]:
+    """The nodes ``via``'s shadow copies may go to (CR-7): its DAG's members the
+    preference allows, or outside a DAG the nodes of its own site; empty: no copy."""
+    me = nodes[via] or {}
+    others = {n: spec or {} for n, spec in nodes.items() if n != via}
+    if me.get("dag") is None:
+        return {
+            n
+            for n, spec in others.items()
+            if spec.get("dag") is None and spec.get("site") == me.get("site")
+        }
+    members = {n: spec for n, spec in others.items() if spec.get("dag") == me["dag"]}
+    if len({spec.get("site") for spec in members.values()} | {me.get("site")}) == 1:
+        return set(members)
+    local = {n for n, spec in members.items() if spec.get("site") == me.get("site")}
+    if preference == "LocalOnly":
+        return local
+    if preference == "RemoteOnly":
+        return set(members) - local
+    return set(members)
