@@ -773,6 +773,7 @@ def plan(
             quiet=drawer.state.quiet(),
             answering=drawer.state.answering(),
             recovery=temp.recovery(ops),
+            length=length,
         )
         if regrouped:
             ops.append(Operation(regrouped[0], regrouped[1], behaviours=regrouped[2]))

@@ -8,7 +8,7 @@ member gets nothing, the added one the old message (checks/model/groups.py judge
 One self-contained operation in a quiet cluster, ending with the primary back. A
 ``directory`` step leaves the model's other rules out of the scenario (only SN-10's
 follows a group), so it is drawn rarely, at most once a scenario, from a random stream of
-its own after the generator's operations.
+its own after the generator's operations, and only in deep exploration's scenarios.
 """
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ __all__ = ["GROUP_SHARE", "GroupDrawer"]
 
 #: after each of the generator's operations in a quiet cluster, the chance of the drill
 GROUP_SHARE = 0.04
+
+#: drawn only in scenarios this long (deep exploration's): the bounded slice's shorter
+#: scenarios keep every rule of the model
+MIN_LENGTH = 16
 
 #: what the drill needs of the target, as step kinds
 _KINDS = ("directory", "advance", "resubmit", "set_settings", "snapshot", "kill", "restart")
@@ -44,8 +48,10 @@ class GroupDrawer:
         self.drawn = 0
 
     def after(
-        self, *, quiet: bool, answering: Sequence[str], recovery: float
+        self, *, quiet: bool, answering: Sequence[str], recovery: float, length: int
     ) -> tuple[str, tuple[dict[str, Any], ...], tuple[str, ...]] | None:
+        if length < MIN_LENGTH:
+            return None
         if not (self.virtual and quiet and len(answering) == len(self.nodes) > 1):
             return None
         if self.drawn or not all(self.can(k) for k in _KINDS):

@@ -132,3 +132,14 @@ def test_the_group_drill_changes_the_group_between_the_send_and_the_request(
         op.label.startswith("group drill")
         for op in plan(195, 0, capabilities=ALL - {"virtual_clock"}, length=16).operations
     )
+
+
+def test_no_group_drill_in_the_bounded_slice() -> None:
+    # seed 2027 is the slice's: its scenarios of 10 operations keep every model rule
+    for index in range(3):
+        operations = plan(2027, index, capabilities=ALL, length=10).operations
+        assert not any(op.label.startswith("group drill") for op in operations)
+    assert any(
+        op.label.startswith("group drill")
+        for op in plan(2027, 0, capabilities=ALL, length=16).operations
+    )
