@@ -49,6 +49,7 @@ class ReplayLagDrawer:
         self.drawn += 1
         lag = hold * self.rng.choice(_FACTORS)
         change = {"set_settings": {"values": {"ReplayLagTime": _seconds(lag)}}}
-        steps: list[dict[str, Any]] = [change]
+        # the model judges no look within its slack (2s) of a change: either answer goes
+        steps: list[dict[str, Any]] = [change, {"wait": "3s"}]
         steps += [{"snapshot": {"node": n, "queue": "config_warnings"}} for n in answering]
         return (f"set ReplayLagTime={_seconds(lag)}, read the warnings", tuple(steps), ("SN-6",))

@@ -96,7 +96,8 @@ def test_replay_lag_changes_are_read_back_on_every_answering_node(tmp_path: Path
             if not op.label.startswith("set ReplayLagTime"):
                 continue
             seen += 1
-            (change, *looks) = op.steps
+            (change, wait, *looks) = op.steps
+            assert wait == {"wait": "3s"}  # past the model's slack: the looks are judged
             assert set(change["set_settings"]["values"]) == {"ReplayLagTime"}
             assert looks and all(x["snapshot"]["queue"] == "config_warnings" for x in looks)
         explored.scenario(directory=tmp_path)  # the schema takes the snapshot
