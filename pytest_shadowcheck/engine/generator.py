@@ -640,6 +640,7 @@ def plan(
         _topology(topology),
         drawer.can,
         str(settings.get("ShadowMessagePreferenceSetting", "PreferRemote")),
+        random.Random(f"shadowcheck-explore-disk:{seed}:{index}"),
     )
     lag_rng = random.Random(f"shadowcheck-explore-replay-lag:{seed}:{index}")
     lagged = generator_replay_lag.ReplayLagDrawer(lag_rng, drawer.nodes, drawer.can)
@@ -762,6 +763,7 @@ def plan(
             reject=drawer.reject,
             redundancy=drawer.redundancy,
             recovery=temp.recovery(ops),
+            length=length,
         )
         if drill:
             ops.append(Operation(drill[0], drill[1], behaviours=drill[2]))

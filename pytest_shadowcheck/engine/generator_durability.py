@@ -16,6 +16,11 @@ drills do, in a quiet cluster, as one self-contained operation that ends healed:
   acknowledged before the primary's 250, must be on its disk and be promoted (PR-1).
   The primary then comes back on a new queue database (when the target can wipe), so
   that a copy the shadow lost is a lost message, not one the primary delivers late.
+- **full disk** (only in deep exploration's scenarios, from a stream of its own): the
+  primary, cut from every other node (RejectMessageOnShadowFailure false), its queue
+  disk full, is sent a message: it must refuse what it cannot store (a 250 for a message
+  its queue never held is a loss the no-loss invariant FAILs). The model does not follow
+  ``disk_full``: its rules leave that scenario to the invariants.
 
 Their draws come from a random stream of their own, after the generator's operations,
 so that the other operations are drawn as without them.
@@ -27,7 +32,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["DURABILITY_SHARE", "DurabilityDrawer", "DurabilityOperation"]
+__all__ = ["DISK_SHARE", "DURABILITY_SHARE", "DurabilityDrawer", "DurabilityOperation"]
 
 #: an operation as generator.Operation takes it (label, action steps, behaviour IDs):
 #: plain, so that the generator imports this module and not the other way round
@@ -38,6 +43,12 @@ DURABILITY_SHARE = 0.12
 
 #: at most this many drills a scenario: each waits a recovery or two
 _MOST = 1
+
+#: after each operation in a quiet cluster, the chance of a full-disk drill
+DISK_SHARE = 0.05
+#: the full-disk drill only in scenarios this long (deep exploration's): its unmodelled
+#: steps leave the model's rules out, which the bounded slice keeps
+DISK_MIN_LENGTH = 16
 
 
 def _seconds(value: float) -> str:
@@ -54,8 +65,12 @@ class DurabilityDrawer:
         topology: dict[str, Any],
         can: Callable[[str], bool],
         preference: str = "PreferRemote",
+        disk_rng: random.Random | None = None,
     ) -> None:
         self.rng = rng
+        #: the full-disk drill's own stream (None: no such drill)
+        self.disk_rng = disk_rng
+        self.disk_drawn = 0
         self.nodes = tuple(topology["nodes"])
         #: node -> the nodes its shadow copies may go to
         self.shadows = {n: _shadows(topology["nodes"], n, preference) for n in self.nodes}
@@ -80,8 +95,13 @@ class DurabilityDrawer:
         )
         self.can = can
         self.sent = 0
-        #: drills drawn so far
-        self.drawn = 0
+        #: power-cut drills drawn so far
+        self.cuts = 0
+
+    @property
+    def drawn(self) -> int:
+        """Drills drawn so far, of every kind."""
+        return self.cuts + self.disk_drawn
 
     def possible(self) -> bool:
         # a virtual clock moves only by `advance`: promotions and retries would wait
@@ -92,12 +112,23 @@ class DurabilityDrawer:
         )
 
     def after(
-        self, *, quiet: bool, reject: bool, redundancy: bool, recovery: float
+        self, *, quiet: bool, reject: bool, redundancy: bool, recovery: float, length: int = 0
     ) -> DurabilityOperation | None:
         """Now and then (:data:`DURABILITY_SHARE`), a drill after one of the generator's
         operations, in a quiet cluster (no fault on): it ends healed, every node up, as
         the cluster was."""
-        if not (quiet and self.possible() and self.drawn < _MOST):
+        drawn = self._power_cut(
+            quiet=quiet, reject=reject, redundancy=redundancy, recovery=recovery
+        )
+        if drawn is None and length >= DISK_MIN_LENGTH:
+            # drawn only when no power cut was: the power cuts' stream stays as it was
+            drawn = self._full_disk(quiet=quiet, reject=reject, recovery=recovery)
+        return drawn
+
+    def _power_cut(
+        self, *, quiet: bool, reject: bool, redundancy: bool, recovery: float
+    ) -> DurabilityOperation | None:
+        if not (quiet and self.possible() and self.cuts < _MOST):
             return None
         if self.rng.random() >= DURABILITY_SHARE:
             return None
@@ -112,15 +143,46 @@ class DurabilityDrawer:
         drawn = (
             self.unsynced_ack(reject, recovery) if kind == "ack" else self.unsynced_copy(recovery)
         )
-        self.drawn += 1
+        self.cuts += 1
         return drawn
 
-    def _send(self, via: str, choices: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    def _full_disk(
+        self, *, quiet: bool, reject: bool, recovery: float
+    ) -> DurabilityOperation | None:
+        """A message sent to a node whose queue disk is full, no shadow reachable."""
+        rng = self.disk_rng
+        if rng is None or not (quiet and not self.virtual and self.disk_drawn < _MOST):
+            return None
+        if not all(self.can(k) for k in ("disk_full", "disk_ok")) or len(self.nodes) < 2:
+            return None
+        if rng.random() >= DISK_SHARE or (reject and not self.can("set_settings")):
+            return None
+        vias = [n for n in self.nodes if self.routed[n]]
+        if not vias:
+            return None
+        self.disk_drawn += 1
+        via = rng.choice(vias)
+        steps: list[dict[str, Any]] = []
+        if reject:  # a 451 for want of a copy would hide the full disk's answer
+            steps.append({"set_settings": {"values": {"RejectMessageOnShadowFailure": False}}})
+        steps += [{"fault": {"link": f"{via}->{n}", "kind": "cut"}} for n in self.nodes if n != via]
+        ref, send = self._send(via, self.routed[via], rng)
+        steps += [{"disk_full": via}, send, {"disk_ok": via}, {"heal": "all"}]
+        if reject:
+            steps.append({"set_settings": {"values": {"RejectMessageOnShadowFailure": True}}})
+        steps.append({"wait": _seconds(recovery)})
+        label = f"durability: {ref} via {via} alone, its queue disk full"
+        return (label, tuple(steps), ("PR-3",))
+
+    def _send(
+        self, via: str, choices: Sequence[str], rng: random.Random | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        rng = rng or self.rng
         self.sent += 1
         ref = f"d{self.sent}"
-        to = self.rng.sample(list(choices), min(self.rng.choice((1, 2)), len(choices)))
+        to = rng.sample(list(choices), min(rng.choice((1, 2)), len(choices)))
         spec: dict[str, Any] = {"id": ref, "via": via, "to": to, "timeout": "20s"}
-        size = self.rng.choice((None, 4_000, 40_000))
+        size = rng.choice((None, 4_000, 40_000))
         if size:
             spec["size"] = size
         return ref, {"send": spec}

@@ -36,6 +36,7 @@ def _drills(
 def test_the_drills_leave_the_other_operations_as_drawn(monkeypatch: pytest.MonkeyPatch) -> None:
     with_drills = [plan(11, i, capabilities=ALL, length=16) for i in range(30)]
     monkeypatch.setattr(generator_durability, "DURABILITY_SHARE", 0.0)
+    monkeypatch.setattr(generator_durability, "DISK_SHARE", 0.0)
     monkeypatch.setattr(generator_replay_lag, "REPLAY_LAG_SHARE", 0.0)
     monkeypatch.setattr(generator_groups, "GROUP_SHARE", 0.0)
     without = [plan(11, i, capabilities=ALL, length=16) for i in range(30)]
@@ -51,7 +52,7 @@ def test_the_drills_leave_the_other_operations_as_drawn(monkeypatch: pytest.Monk
 def test_a_lone_250_then_its_power_cut() -> None:
     """The unsynced-ack drill: its node cut from every other node and every next hop, a
     send, its power cut at once, back on its disk, then everything healed."""
-    acks = [steps for _, steps in _drills(ALL, "alone")]
+    acks = [steps for _, steps in _drills(ALL, "alone, power cut")]
     assert acks
     for steps in acks:
         kinds = [next(iter(x)) for x in steps]
@@ -84,7 +85,7 @@ def test_a_copy_then_the_shadows_power_cut_and_the_primary_killed_past_the_windo
 
 
 def test_no_drill_without_power_cuts_or_on_a_virtual_clock() -> None:
-    assert not _drills(ALL - {"power_cut"}, count=40)
+    assert not _drills(ALL - {"power_cut"}, "power cut", count=40)
     assert all(topology != "two-node-dag-virtual" for topology, _ in _drills(ALL))
 
 
@@ -143,4 +144,24 @@ def test_no_group_drill_in_the_bounded_slice() -> None:
     assert any(
         op.label.startswith("group drill")
         for op in plan(2027, 0, capabilities=ALL, length=16).operations
+    )
+
+
+def test_a_full_disk_then_a_message_through_that_node_alone() -> None:
+    disks = _drills(ALL, "queue disk full")
+    assert disks
+    for _, steps in disks:
+        kinds = [next(iter(x)) for x in steps]
+        send = kinds.index("send")
+        via = steps[send]["send"]["via"]
+        assert steps[send - 1] == {"disk_full": via}
+        assert steps[send + 1] == {"disk_ok": via}
+        cut = {x["fault"]["link"] for x in steps[:send] if "fault" in x}
+        assert cut and all(link.startswith(f"{via}->") for link in cut)
+    # not in the slice's shorter scenarios, nor on a target without disk faults
+    assert not _drills(ALL - {"disk_faults"}, "queue disk full", count=30)
+    assert not any(
+        op.label.endswith("queue disk full")
+        for i in range(30)
+        for op in plan(11, i, capabilities=ALL, length=10).operations
     )
