@@ -73,6 +73,9 @@ class GroupDrawer:
         steps: tuple[dict[str, Any], ...] = (
             # the Safety Net must outlast the 12 hours before the broadcast
             {"set_settings": {"values": {"SafetyNetHoldTime": "1d"}}},
+            # both in the database the request names: a request is for one (SN-5)
+            {"directory": {"recipient": gone, "database": self.databases[keep]}},
+            {"directory": {"recipient": new, "database": self.databases[keep]}},
             {"directory": {"group": group, "members": [keep, gone]}},
             {"send": {"id": "g1", "via": primary, "to": [group], "timeout": "20s"}},
             {"wait": "3s"},

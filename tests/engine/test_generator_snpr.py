@@ -118,7 +118,13 @@ def test_the_group_drill_changes_the_group_between_the_send_and_the_request(
     explored = plan(195, 0, capabilities=ALL, length=16)
     (drill,) = [op for op in explored.operations if op.label.startswith("group drill")]
     kinds = [next(iter(x)) for x in drill.steps]
-    first, second = (i for i, k in enumerate(kinds) if k == "directory")
+    first, second = (i for i, x in enumerate(drill.steps) if "group" in x.get("directory", {}))
+    # the members coming and going have the mailbox database the request names
+    databases = {
+        x["directory"]["recipient"]: x["directory"]["database"]
+        for x in drill.steps[:first]
+        if "recipient" in x.get("directory", {})
+    }
     send, kill, request = kinds.index("send"), kinds.index("kill"), kinds.index("resubmit")
     assert first < send < second < kill < request
     group = drill.steps[first]["directory"]["group"]
@@ -127,6 +133,8 @@ def test_the_group_drill_changes_the_group_between_the_send_and_the_request(
     after = set(drill.steps[second]["directory"]["members"])
     assert len(before & after) == 1 and len(before - after) == 1 and len(after - before) == 1
     assert drill.steps[request]["resubmit"]["node"] != drill.steps[send]["send"]["via"]
+    assert set(databases) == (before | after) - (before & after)
+    assert set(databases.values()) == {drill.steps[request]["resubmit"]["database"]}
     assert kinds[-2:] == ["restart", "wait"]
     explored.scenario(directory=tmp_path)
     assert "SN-10" in drill.behaviours

@@ -4,7 +4,8 @@ sent to a distribution group (a ``directory`` step's ``group``, defined before t
 
 On resubmission the group is expanded afresh: a member removed since (in no membership
 that may be in force from the request to the redelivery) gets nothing, and a member added
-since (in every such membership) gets the old message. Judged only for a message already
+since (in every such membership) and in the database the request names (SN-5: a request
+is for one mailbox database) gets the old message. Judged only for a message already
 delivered once before the request (so that what comes after it is a redelivery), where
 every node was up when the group changed (a node down misses a directory change).
 """
@@ -60,12 +61,34 @@ def group_expansion_rule(j: Judge, m: Sent) -> None:
             again = [d for d in m.deliveries if d.t >= request.t and d.by != m.via]
             if not first or not again:
                 continue
-            _judge(j, m, address, changes, request.t, again)
+            database = str(request.step.arg.database)
+            _judge(j, m, address, changes, request.t, again, database)
             return
 
 
+def _database(j: Judge, rcpt: str, asked: float) -> str | None:
+    """``rcpt``'s mailbox database at the request: the topology's directory, changed by
+    the ``directory`` steps done before it (the harness sets every running node's); "?"
+    when one changes it after (the request may be answered later, on either)."""
+    recipients = (j.tl.scenario.topology.directory or {}).get("recipients") or {}
+    found = {str(k).lower(): v for k, v in recipients.items()}.get(rcpt)
+    for s in j.tl.steps:
+        if s.step.kind != "directory" or (s.step.arg.recipient or "").lower() != rcpt:
+            continue
+        if s.t_next > asked:
+            return "?"  # changed while the request was pending: either may be read
+        found = s.step.arg.database
+    return str(found) if found is not None else None
+
+
 def _judge(
-    j: Judge, m: Sent, group: str, changes: list[Change], asked: float, again: list[Delivery]
+    j: Judge,
+    m: Sent,
+    group: str,
+    changes: list[Change],
+    asked: float,
+    again: list[Delivery],
+    database: str,
 ) -> None:
     others = {r.lower() for r in m.to} - {group}
     start: frozenset[str] = frozenset()
@@ -93,13 +116,14 @@ def _judge(
         return  # a redelivery to the others may still be on its way
     surely = set.intersection(*(set(v) for v in Timeline._values(start, changes, asked, last)))
     before = {r for d in m.deliveries if d.t < asked for r in d.recipients}
-    added = surely - before - got
+    # the request names a database (SN-5): the members owed are that database's
+    added = {r for r in surely - before - got if _database(j, r, asked) == database}
     if added:
         j.diverged(
             "SN-10",
             f"{m.ref}, sent to the group {group} and resubmitted after the request at "
-            f"{j.when(asked)}, goes to the group's members of then "
-            f"({_listed(surely)}): {_listed(added)}, added since, gets the old message",
+            f"{j.when(asked)} for {database}, goes to the group's members of then in "
+            f"{database}: {_listed(added)}, added since, gets the old message",
             f"by {j.when(j.tl.end)} it was delivered again only to {_listed(got)}",
             last,
         )

@@ -102,15 +102,17 @@ def test_sn6_no_lag_given_owes_no_warning(tmp_path: Path) -> None:
 # -- SN-10: a group expanded afresh on resubmission --------------------------------------
 
 
-def regrouped(tmp_path: Path, *redelivered_to: str) -> Built:
+def regrouped(tmp_path: Path, *redelivered_to: str, dave_in: str = "DB1") -> Built:
     """team@corp.test is alice and carol when m1 is sent and delivered; then alice and
-    dave; mbx1 killed, a resubmission asked of mbx2, which delivers m1 again."""
+    dave (whose mailbox is in ``dave_in``); mbx1 killed, a resubmission for DB1 (alice's
+    database) asked of mbx2, which delivers m1 again."""
     b = Built(
         tmp_path,
         "steps:\n"
         "  - directory: {group: team@corp.test, members: [alice@corp.test, carol@corp.test]}\n"
         "  - send: {id: m1, via: mbx1, to: [team@corp.test]}\n"
         "  - directory: {group: team@corp.test, members: [alice@corp.test, dave@corp.test]}\n"
+        f"  - directory: {{recipient: dave@corp.test, database: {dave_in}}}\n"
         "  - kill: mbx1\n"
         "  - resubmit: {node: mbx2, database: DB1, start: '2026-01-01T00:00:00Z',"
         " end: '2026-01-01T02:00:00Z'}\n"
@@ -119,7 +121,7 @@ def regrouped(tmp_path: Path, *redelivered_to: str) -> Built:
     b.steps(1.0, 2.0)
     b.reply(2.3, "mbx1", 250)
     b.delivered(2.5, "m1", "mbx1", "alice@corp.test", "carol@corp.test")
-    b.steps(3.0, 4.0, 5.0, 6.0)
+    b.steps(3.0, 3.5, 4.0, 5.0, 6.0)
     if redelivered_to:
         b.delivered(8.0, "m1", "mbx2", *redelivered_to)
     b.at(16.0, "note", text="the end")
@@ -147,6 +149,14 @@ def test_sn10_an_added_member_missing_diverges(tmp_path: Path) -> None:
     assert outcome.divergence is not None
     assert outcome.divergence.behaviour == "SN-10"
     assert "dave@corp.test, added since, gets the old message" in outcome.divergence.expected
+
+
+def test_sn10_an_added_member_of_another_database_is_not_owed(tmp_path: Path) -> None:
+    # a resubmission request names one mailbox database (SN-5): the group's members of
+    # then in that database get the message, the others are another request's
+    outcome = regrouped(tmp_path, "alice@corp.test", dave_in="DB2").explain()
+    assert outcome.divergence is None
+    assert outcome.exercised["SN-10"] == 1
 
 
 def test_sn10_the_members_of_then_is_what_the_catalogue_asks(tmp_path: Path) -> None:
