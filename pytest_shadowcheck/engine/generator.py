@@ -47,7 +47,13 @@ from typing import Any
 import yaml
 
 from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS
-from pytest_shadowcheck.engine import generator_placement, generator_wire
+from pytest_shadowcheck.engine import (
+    generator_durability,
+    generator_groups,
+    generator_placement,
+    generator_replay_lag,
+    generator_wire,
+)
 from pytest_shadowcheck.engine.generator_safety_net import (
     DRILLS,
     SAFETY_NET_CAPABILITIES,
@@ -139,6 +145,14 @@ _NEEDS: dict[str, tuple[tuple[tuple[str, ...], ...], str]] = {
         "has a Shadow Safety Net resubmit a message and reads the categoriser's stamp",
     ),
     "TO-3": ((("set_settings",),), "sets inconsistent session timeouts while the cluster runs"),
+    "SN-10": (
+        (("virtual_clock", "control_api", "set_settings", "kill", "restart"),),
+        "changes a distribution group before a Shadow Safety Net resubmits a message to it",
+    ),
+    "SN-6": (
+        (("set_settings", "control_api"),),
+        "sets ReplayLagTime while the cluster runs and reads the configuration warnings",
+    ),
 }
 #: behaviours exploration never exercises, on any target, and why
 _NEVER = {
@@ -619,9 +633,22 @@ def plan(
     # wire operations come in addition, from a stream of their own: the others stay as drawn
     wire_rng = random.Random(f"shadowcheck-explore-wire:{seed}:{index}")
     wire = generator_wire.WireDrawer(wire_rng, drawer.nodes, drawer.recipients, drawer.can)
+    # power cuts after a lone 250 (engine/generator_durability.py), from their own stream
+    durable_rng = random.Random(f"shadowcheck-explore-durability:{seed}:{index}")
+    durable = generator_durability.DurabilityDrawer(
+        durable_rng,
+        _topology(topology),
+        drawer.can,
+        str(settings.get("ShadowMessagePreferenceSetting", "PreferRemote")),
+        random.Random(f"shadowcheck-explore-disk:{seed}:{index}"),
+    )
+    lag_rng = random.Random(f"shadowcheck-explore-replay-lag:{seed}:{index}")
+    lagged = generator_replay_lag.ReplayLagDrawer(lag_rng, drawer.nodes, drawer.can)
+    group_rng = random.Random(f"shadowcheck-explore-groups:{seed}:{index}")
+    grouped = generator_groups.GroupDrawer(group_rng, _topology(topology), drawer.can)
     ops: list[Operation] = []
     temp = ExplorationPlan(seed, index, topology, settings, ops, capabilities)
-    while len(ops) - wire.drawn < length:
+    while len(ops) - wire.drawn - durable.drawn - lagged.drawn - grouped.drawn < length:
         drawer.recovery = temp.recovery(ops)
         quiet = drawer.state.quiet()
         weights: list[tuple[str, int]] = [("send", 5), ("wait", 1)]
@@ -731,6 +758,27 @@ def plan(
         wired = wire.after(drawer.state.answering())
         if wired:
             ops.append(Operation(wired[0], wired[1], behaviours=wired[2]))
+        drill = durable.after(
+            quiet=drawer.state.quiet(),
+            reject=drawer.reject,
+            redundancy=drawer.redundancy,
+            recovery=temp.recovery(ops),
+            length=length,
+        )
+        if drill:
+            ops.append(Operation(drill[0], drill[1], behaviours=drill[2]))
+        hold = float(settings.get("SafetyNetHoldTime", 2 * 86400.0))
+        changed = lagged.after(drawer.state.answering(), hold)
+        if changed:
+            ops.append(Operation(changed[0], changed[1], behaviours=changed[2]))
+        regrouped = grouped.after(
+            quiet=drawer.state.quiet(),
+            answering=drawer.state.answering(),
+            recovery=temp.recovery(ops),
+            length=length,
+        )
+        if regrouped:
+            ops.append(Operation(regrouped[0], regrouped[1], behaviours=regrouped[2]))
     settings.update(generator_wire.settings_for([op.label for op in ops]))
     return temp
 

@@ -128,6 +128,8 @@ QUEUE_PATHS = {
     "safetynet_primary": "/safetynet/primary",
     "safetynet_shadow": "/safetynet/shadow",
     "discard_events": "/discard-events",
+    # not a queue: the configuration warnings a node flags (SN-6), as a snapshot reads them
+    "config_warnings": "/config/warnings",
 }
 
 

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING
 from pytest_shadowcheck.checks.model import (
     broadcast,
     categorisation,
+    config_warnings,
     expiry,
     fates,
+    groups,
     notifications,
     placement,
     protocol,
@@ -73,6 +75,9 @@ MODEL_BEHAVIOURS: tuple[str, ...] = (
     "TO-2",
     "TO-4",
     "XS-3",
+    # config_warnings.py, groups.py
+    "SN-6",
+    "SN-10",
 )
 
 #: the step kinds whose effect the model follows
@@ -119,6 +124,8 @@ _TOUCHES: dict[str, frozenset[str]] = {
     "ReceiveConnectionTimeout": frozenset({"CR-4", "CR-5"}),
     "MaxAcknowledgementDelay": frozenset(),
     "ReplayLagTime": frozenset(),
+    # a group's or a recipient's change: only SN-10 (groups.py) follows the expansion
+    "directory": _ALL - {"SN-10"},
 }
 
 
@@ -153,7 +160,7 @@ def unmodelled(scenario: Scenario) -> list[str]:
             and step.kind not in found
         ):
             found.append(step.kind)
-    known = set(DEFAULTS) | wire.KNOWN_SETTINGS
+    known = set(DEFAULTS) | wire.KNOWN_SETTINGS | config_warnings.KNOWN_SETTINGS
     if all(
         isinstance(v, int | float) and v >= _SESSION_TIMEOUT_FLOOR
         for v in scenario.setting_values("SendConnectionInactivityTimeout")
@@ -188,6 +195,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
     placement.placement_rule(judge)
     placement.attempts_rule(judge, history)
     wire.wire_rules(judge, history)
+    config_warnings.replay_lag_rule(judge, history)
     for m in obs.sent.values():
         reply_rule(judge, m)
         fates.copy_rule(judge, m)
@@ -205,6 +213,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
         broadcast.broadcast_rule(judge, m)
         expiry.unacknowledged_expiry_rule(judge, m)
         categorisation.categorised_afresh_rule(judge, m)
+        groups.group_expansion_rule(judge, m)
     missing = unmodelled(scenario)
     touched = touched_by(missing)
     found = sorted((d for d in judge.divergences if d.behaviour not in touched), key=lambda d: d.t)
