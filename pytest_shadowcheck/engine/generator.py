@@ -47,7 +47,7 @@ from typing import Any
 import yaml
 
 from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS
-from pytest_shadowcheck.engine import generator_placement, generator_wire
+from pytest_shadowcheck.engine import generator_boundary, generator_placement, generator_wire
 from pytest_shadowcheck.engine.generator_safety_net import (
     DRILLS,
     SAFETY_NET_CAPABILITIES,
@@ -139,6 +139,10 @@ _NEEDS: dict[str, tuple[tuple[tuple[str, ...], ...], str]] = {
         "has a Shadow Safety Net resubmit a message and reads the categoriser's stamp",
     ),
     "TO-3": ((("set_settings",),), "sets inconsistent session timeouts while the cluster runs"),
+    "DI-6": (
+        (tuple(sorted(generator_boundary.EXPIRY_CAPABILITIES)),),
+        "kills a shadow and moves the clock past ShadowMessageAutoDiscardInterval",
+    ),
 }
 #: behaviours exploration never exercises, on any target, and why
 _NEVER = {
@@ -619,9 +623,15 @@ def plan(
     # wire operations come in addition, from a stream of their own: the others stay as drawn
     wire_rng = random.Random(f"shadowcheck-explore-wire:{seed}:{index}")
     wire = generator_wire.WireDrawer(wire_rng, drawer.nodes, drawer.recipients, drawer.can)
+    boundary = generator_boundary.BoundaryDrawer(
+        random.Random(f"shadowcheck-explore-boundary:{seed}:{index}"), drawer.nodes,
+        drawer.recipients, generator_boundary.sinks_of(_topology(topology)), capabilities,
+        virtual=drawer.virtual,
+    )  # fmt: skip
     ops: list[Operation] = []
     temp = ExplorationPlan(seed, index, topology, settings, ops, capabilities)
-    while len(ops) - wire.drawn < length:
+    ops += [Operation(*added) for added in boundary.first(temp.recovery(ops))]
+    while len(ops) - wire.drawn - boundary.drawn < length:
         drawer.recovery = temp.recovery(ops)
         quiet = drawer.state.quiet()
         weights: list[tuple[str, int]] = [("send", 5), ("wait", 1)]
@@ -731,7 +741,13 @@ def plan(
         wired = wire.after(drawer.state.answering())
         if wired:
             ops.append(Operation(wired[0], wired[1], behaviours=wired[2]))
+        state = drawer.state
+        quiet, copies = state.quiet(), drawer.redundancy
+        for added in boundary.after(state.answering(), quiet, drawer.recovery, copies=copies):
+            state.apply(added.effect)
+            ops.append(Operation(*added))
     settings.update(generator_wire.settings_for([op.label for op in ops]))
+    settings.update(boundary.settings())
     return temp
 
 

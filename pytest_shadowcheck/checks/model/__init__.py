@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from pytest_shadowcheck.checks.model import (
     broadcast,
     categorisation,
+    discard_expiry,
     expiry,
     fates,
     notifications,
@@ -26,6 +27,7 @@ from pytest_shadowcheck.checks.model import (
     refusals,
     resubmission,
     routes,
+    sessions,
     wire,
 )
 from pytest_shadowcheck.checks.model.replay import observe
@@ -73,6 +75,9 @@ MODEL_BEHAVIOURS: tuple[str, ...] = (
     "TO-2",
     "TO-4",
     "XS-3",
+    # discard_expiry.py, sessions.py
+    "DI-6",
+    "CR-2",
 )
 
 #: the step kinds whose effect the model follows
@@ -188,6 +193,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
     placement.placement_rule(judge)
     placement.attempts_rule(judge, history)
     wire.wire_rules(judge, history)
+    sessions.shadow_session_rule(judge, history)
     for m in obs.sent.values():
         reply_rule(judge, m)
         fates.copy_rule(judge, m)
@@ -205,6 +211,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
         broadcast.broadcast_rule(judge, m)
         expiry.unacknowledged_expiry_rule(judge, m)
         categorisation.categorised_afresh_rule(judge, m)
+        discard_expiry.discard_expiry_rule(judge, m)
     missing = unmodelled(scenario)
     touched = touched_by(missing)
     found = sorted((d for d in judge.divergences if d.behaviour not in touched), key=lambda d: d.t)
