@@ -110,14 +110,14 @@ def _diverged(
         expected = (
             f"{m.via} keeps the discard event of {m.ref} (delivered; {shadow}, out of "
             f"service, never asked for it) until {name} has passed; at most "
-            f"{seconds(passed)} had"
+            f"{seconds(round(passed, 1))} had"
         )
         observed = f"the discard events of {m.via} did not list {m.ref} at {when}"
     else:
         expected = (
             f"{m.via} deletes the discard event of {m.ref} that {shadow} (out of service) "
             f"never asked for once {name} has passed, within {seconds(sweep(interval))} more "
-            f"of its clock; at least {seconds(passed)} had"
+            f"of its clock; at least {seconds(round(passed, 1))} had"
         )
         observed = f"the discard events of {m.via} still listed {m.ref} at {when}"
     j.diverged("DI-6", expected, observed, snap.t)

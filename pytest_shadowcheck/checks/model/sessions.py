@@ -172,9 +172,10 @@ def _may_have_ended(j: Judge, via: str, shadow: str, c1: _Conn, at: float) -> bo
         or tl.link_states(c1.link, a, at) != {"ok"}
     ):
         return True
-    if c1.closed is not None and c1.closed <= at and c1.reason != "client closed":
-        return True  # the shadow ended it, or the link did
     said = [e for e in c1.events if e[0] <= at]
+    quit_ = any(d == "c2s" and text.upper().startswith("QUIT") for _t, _k, d, text in said)
+    if c1.closed is not None and c1.closed <= at and not quit_ and c1.reason != "client closed":
+        return True  # the shadow ended it, or the link did, not the primary
     if any(d == "s2c" and text[:1] in ("4", "5") for _t, _k, d, text in said):
         return True
     last = max([a, *(e[0] for e in said)])

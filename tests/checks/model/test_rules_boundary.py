@@ -65,7 +65,10 @@ def test_cr2_messages_of_one_sender_session_share_its_shadow_session(tmp_path: P
     assert outcome.divergence is None and outcome.exercised["CR-2"] >= 2
     # a second session for the second message, the first closed by the primary meanwhile
     split = Built(tmp_path, SESSION)
-    split.at(1.45, "close", "mbx1->mbx2", conn=1, reason="client closed")
+    # the primary says QUIT; the shadow, answering 221, is the one the proxy sees closing
+    split.line(1.44, "mbx1->mbx2", "c2s", "QUIT")
+    split.line(1.445, "mbx1->mbx2", "s2c", "221 Bye")
+    split.at(1.45, "close", "mbx1->mbx2", conn=1, reason="server closed")
     sender_session(split, copies=[(1, 1.15), (2, 1.48)])
     split.at(9.0, "note", text="end")
     found = split.explain().divergence
