@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS
 
 from .built import Built, sentence
+from .test_model_runs import run
 
 
 def test_the_boundary_behaviours_are_modelled() -> None:
@@ -166,3 +169,77 @@ def test_di6_a_shadow_that_may_have_asked_is_not_judged(tmp_path: Path) -> None:
     expiry_run(asked, kept=(False, False, True), delivered=0.85)
     outcome = asked.explain()
     assert outcome.divergence is None and "DI-6" not in outcome.exercised
+
+
+# -- on a real cluster ----------------------------------------------------------------
+
+REAL = """defaults:
+  topology: two-node-dag
+  settings:
+    ShadowHeartbeatFrequency: 0.5s
+    ShadowResubmitTimeSpan: 3s
+    TransientFailureRetryInterval: 0.5s
+    SendConnectionInactivityTimeout: 1s
+  timeout: 60s
+  settle: 3s
+scenarios:
+  - name: model_one_shadow_session_per_sender_session
+    title: three messages back to back in one sender session, as exploration sends them
+    behaviours: [CR-2]
+    steps:
+      - session:
+          via: mbx1
+          say: [EHLO s.example, "MAIL FROM:<s@ext.test>", "RCPT TO:<alice@corp.test>", DATA,
+                {message: s1}, "MAIL FROM:<s@ext.test>", "RCPT TO:<bob@corp.test>", DATA,
+                {message: s2}, "MAIL FROM:<s@ext.test>", "RCPT TO:<alice@corp.test>", DATA,
+                {message: s3}, QUIT]
+      - wait: 2s
+    expect:
+      - model: {}
+
+  - name: model_unasked_discard_event_expires
+    title: the discard expiry drill of exploration, on a real clock
+    behaviours: [DI-6]
+    settings: {ShadowMessageAutoDiscardInterval: 6s}
+    steps:
+      - sink: {name: mailbox, reply: "451 4.3.0 mailbox busy, try later"}
+      - send: {id: e1, via: mbx1, to: [alice@corp.test]}
+      - kill: mbx2
+      - sink: {name: mailbox, reply: accept}
+      - wait: 3.5s
+      - snapshot: {node: mbx1, queue: discard_events}
+      - wait: 14s
+      - snapshot: {node: mbx1, queue: discard_events}
+      - restart: mbx2
+    expect:
+      - model: {}
+"""
+
+
+@pytest.mark.slow
+def test_cr2_and_di6_on_the_reference_and_on_their_variants(
+    tmp_path: Path,
+) -> None:
+    scenarios = tmp_path / "boundary.yaml"
+    scenarios.write_text(REAL, encoding="utf-8")
+    name = "model_one_shadow_session_per_sender_session"
+    for where in ("reference", "broken", "expiry"):
+        (tmp_path / where).mkdir()
+    reference = run(tmp_path / "reference", "reference", scenarios=scenarios)
+    expiry = "model_unasked_discard_event_expires"
+    assert reference == {name: ("passed", ""), expiry: ("passed", "")}, reference
+    # the drill's two looks were judged (kept, then gone), not merely left alone
+    rules = (tmp_path / "reference" / "report" / "certification.json").read_text("utf-8")
+    assert "DI-6 x2" in rules
+    never = run(
+        tmp_path / "expiry", "broken:discard-events-never-expire", expiry, scenarios=scenarios
+    )
+    outcome, text = never[expiry]
+    assert outcome == "failed" and "DI-6: FAIL" in text, text
+    assert "the discard events of mbx1 still listed e1" in text
+    broken = run(
+        tmp_path / "broken", "broken:shadow-session-per-message", name, scenarios=scenarios
+    )
+    outcome, text = broken[name]
+    assert outcome == "failed" and "CR-2: FAIL" in text, text
+    assert "copied s2, of the same sender session, over another session to mbx2" in text
