@@ -48,6 +48,7 @@ import yaml
 
 from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS
 from pytest_shadowcheck.engine import (
+    generator_boundary,
     generator_durability,
     generator_groups,
     generator_placement,
@@ -152,6 +153,10 @@ _NEEDS: dict[str, tuple[tuple[tuple[str, ...], ...], str]] = {
     "SN-6": (
         (("set_settings", "control_api"),),
         "sets ReplayLagTime while the cluster runs and reads the configuration warnings",
+    ),
+    "DI-6": (
+        (tuple(sorted(generator_boundary.EXPIRY_CAPABILITIES)),),
+        "kills a shadow and moves the clock past ShadowMessageAutoDiscardInterval",
     ),
 }
 #: behaviours exploration never exercises, on any target, and why
@@ -646,9 +651,19 @@ def plan(
     lagged = generator_replay_lag.ReplayLagDrawer(lag_rng, drawer.nodes, drawer.can)
     group_rng = random.Random(f"shadowcheck-explore-groups:{seed}:{index}")
     grouped = generator_groups.GroupDrawer(group_rng, _topology(topology), drawer.can)
+    boundary = generator_boundary.BoundaryDrawer(
+        random.Random(f"shadowcheck-explore-boundary:{seed}:{index}"), drawer.nodes,
+        drawer.recipients, generator_boundary.sinks_of(_topology(topology)), capabilities,
+        virtual=drawer.virtual, length=length,
+    )  # fmt: skip
     ops: list[Operation] = []
     temp = ExplorationPlan(seed, index, topology, settings, ops, capabilities)
-    while len(ops) - wire.drawn - durable.drawn - lagged.drawn - grouped.drawn < length:
+    ops += [Operation(*added) for added in boundary.first(temp.recovery(ops))]
+
+    def drawn_apart() -> int:  # what the drills of their own streams added
+        return wire.drawn + durable.drawn + lagged.drawn + grouped.drawn + boundary.drawn
+
+    while len(ops) - drawn_apart() < length:
         drawer.recovery = temp.recovery(ops)
         quiet = drawer.state.quiet()
         weights: list[tuple[str, int]] = [("send", 5), ("wait", 1)]
@@ -779,7 +794,13 @@ def plan(
         )
         if regrouped:
             ops.append(Operation(regrouped[0], regrouped[1], behaviours=regrouped[2]))
+        state = drawer.state
+        quiet, copies = state.quiet(), drawer.redundancy
+        for added in boundary.after(state.answering(), quiet, drawer.recovery, copies=copies):
+            state.apply(added.effect)
+            ops.append(Operation(*added))
     settings.update(generator_wire.settings_for([op.label for op in ops]))
+    settings.update(boundary.settings())
     return temp
 
 

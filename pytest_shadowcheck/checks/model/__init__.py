@@ -19,6 +19,7 @@ from pytest_shadowcheck.checks.model import (
     broadcast,
     categorisation,
     config_warnings,
+    discard_expiry,
     expiry,
     fates,
     groups,
@@ -28,6 +29,7 @@ from pytest_shadowcheck.checks.model import (
     refusals,
     resubmission,
     routes,
+    sessions,
     wire,
 )
 from pytest_shadowcheck.checks.model.replay import observe
@@ -78,6 +80,9 @@ MODEL_BEHAVIOURS: tuple[str, ...] = (
     # config_warnings.py, groups.py
     "SN-6",
     "SN-10",
+    # discard_expiry.py, sessions.py
+    "DI-6",
+    "CR-2",
 )
 
 #: the step kinds whose effect the model follows
@@ -196,6 +201,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
     placement.attempts_rule(judge, history)
     wire.wire_rules(judge, history)
     config_warnings.replay_lag_rule(judge, history)
+    sessions.shadow_session_rule(judge, history)
     for m in obs.sent.values():
         reply_rule(judge, m)
         fates.copy_rule(judge, m)
@@ -214,6 +220,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
         expiry.unacknowledged_expiry_rule(judge, m)
         categorisation.categorised_afresh_rule(judge, m)
         groups.group_expansion_rule(judge, m)
+        discard_expiry.discard_expiry_rule(judge, m)
     missing = unmodelled(scenario)
     touched = touched_by(missing)
     found = sorted((d for d in judge.divergences if d.behaviour not in touched), key=lambda d: d.t)
