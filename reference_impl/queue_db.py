@@ -424,8 +424,10 @@ class QueueDB:
         rows = self.conn.execute("SELECT DISTINCT primary_node FROM shadows").fetchall()
         return [str(r[0]) for r in rows]
 
-    def remove_shadow(self, shadow_id: str) -> None:
-        self._bookkeeping("DELETE FROM shadows WHERE id = ?", (shadow_id,))
+    def remove_shadow(self, shadow_id: str) -> bool:
+        """Whether this call removed it (another session or SMTP-in worker of the node
+        may have removed it first)."""
+        return self._bookkeeping("DELETE FROM shadows WHERE id = ?", (shadow_id,)) > 0
 
     def set_shadow_state(self, shadow_id: str, state: str) -> None:
         self._bookkeeping("UPDATE shadows SET state = ? WHERE id = ?", (state, shadow_id))

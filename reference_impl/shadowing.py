@@ -389,8 +389,13 @@ class Shadowing:
                 received_at=node.clock.now(),
                 origin="promoted",
             )
-            node.enqueue(message, plan)
-            node.db.remove_shadow(shadow["id"])
+            # the copy is claimed and queued in one transaction: another session, or
+            # another SMTP-in worker of this node, may be promoting the same stale copies
+            # now (two discard answers naming a new database), and only one may queue it
+            with node.db.transaction(durable=True):
+                if not node.db.remove_shadow(shadow["id"]):
+                    continue
+                node.enqueue(message, plan)
             promoted += 1
         if promoted:
             log.warning("promoted %d shadow messages of %s: %s", promoted, primary, reason)
