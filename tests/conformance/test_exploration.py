@@ -85,8 +85,8 @@ def test_operations_a_black_box_cannot_perform_are_not_generated(tmp_path: Path)
 
 def _holds_sends_and_wipes(seed: int, capabilities: frozenset[str]) -> bool:
     """Whether the slice's first scenario of ``seed`` cuts a node's link to its next hop
-    (whole or at a protocol point), then sends through that node, then wipes it or cuts
-    its power, with the link still cut."""
+    (whole or at a protocol point), then sends through that node, then wipes it, with
+    the link still cut."""
     explored = plan(seed, 0, capabilities=capabilities, length=SLICE_OPERATIONS)
     if explored.topology not in ("two-node-dag", "outages-three-node"):
         return False
@@ -102,7 +102,9 @@ def _holds_sends_and_wipes(seed: int, capabilities: frozenset[str]) -> bool:
             elif kind == "send" and holding is not None and arg["via"] == holding:
                 sent = True
             elif kind in ("wipe", "kill", "power_cut", "pause", "restart"):
-                if kind in ("wipe", "power_cut") and arg == holding and sent:
+                # a wipe: a power cut leaves a correct primary its synced queue, so
+                # the shadow's dropped copy would not be missed
+                if kind == "wipe" and arg == holding and sent:
                     return True
                 holding = None if arg == holding else holding
     return False
