@@ -34,8 +34,8 @@ __all__ = [
     "register",
 ]
 
-#: measured on 2 cores (docs/throughput.md, "Concurrency"): the suite's wall time falls up
-#: to about 4 workers per core, then rises as the scenarios start to wait for the CPU
+#: measured on 2 cores (docs/suite-speed.md): the suite's wall time falls up to about
+#: 4 workers per core; more gain nothing (the longest scenario and the workers' start set it)
 WORKERS_PER_CORE = 4
 _CACHE_KEY = "shadowcheck/durations"
 _WORKERINPUT_KEY = "shadowcheck_durations"
