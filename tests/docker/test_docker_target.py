@@ -215,6 +215,10 @@ def test_bundled_scenarios_pass_on_the_reference_image(
         "--shadowcheck-scenarios", "bundled",
         # a kill, a restart, a wipe, a pause and a virtual clock between them
         "-m", "PR-2 or PR-3 or DI-5 or SN-1",
+        # one scenario at a time: with eight at once beside CI's other tests, the power
+        # cut's container once saw its queue directory without the lazy filesystem
+        # (INCONCLUSIVE, named as such; cause not found yet, docs/suite-speed.md)
+        "--shadowcheck-concurrency", "1",
         "-p", "no:cacheprovider", "-p", "no:randomly",
         timeout=280,
     )  # fmt: skip
