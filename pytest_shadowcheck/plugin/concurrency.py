@@ -139,7 +139,9 @@ def _scenario_count(config: pytest.Config) -> int:
 
 def _scenarios_in(path: Path) -> list[tuple[list[str], list[str]]]:
     """(name, behaviour IDs) of each scenario in a file or under a directory, read as
-    plain YAML; a file that does not load counts once (its error is one item)."""
+    plain YAML: the loader (validation, topologies) would cost the controller a second
+    before any worker starts. A file that does not load counts once (its error is one
+    item)."""
     import yaml
 
     from pytest_shadowcheck.report.certification import is_scenario_file
@@ -158,9 +160,11 @@ def _scenarios_in(path: Path) -> list[tuple[list[str], list[str]]]:
         if not isinstance(scenarios, list):
             found.append(([file.name], []))
             continue
+        defaults = doc.get("defaults")
+        shared = defaults.get("behaviours") if isinstance(defaults, dict) else None
         for scenario in scenarios:
             entry = scenario if isinstance(scenario, dict) else {}
-            behaviours = entry.get("behaviours")
+            behaviours = entry.get("behaviours", shared)  # the loader's merge of defaults
             found.append(
                 (
                     [file.name, str(entry.get("name", ""))],

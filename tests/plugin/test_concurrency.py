@@ -15,7 +15,11 @@ from typing import Any
 import pytest
 from harnesskit import ThreadedSink
 
-from pytest_shadowcheck.plugin.concurrency import default_workers, estimated_seconds
+from pytest_shadowcheck.plugin.concurrency import (
+    _scenario_count,
+    default_workers,
+    estimated_seconds,
+)
 from pytest_shadowcheck.plugin.scheduling import LongestFirstScheduling
 from pytest_shadowcheck.scenario.loader import load_scenario_file
 
@@ -105,6 +109,35 @@ def test_concurrency_named_twice_or_without_xdist_is_a_usage_error(
     _run(pytester, plain_smtp, "-p", "no:xdist").assert_outcomes(passed=3)
     zero = _run(pytester, plain_smtp, "--shadowcheck-concurrency", "0")
     assert zero.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_workers_are_counted_over_what_k_and_m_select(pytester: pytest.Pytester) -> None:
+    library = _library(pytester)
+    shared = library.with_name("shared.yaml")
+    # behaviour IDs given once for the file, as the loader merges them
+    shared.write_text(
+        THREE.replace("defaults:\n", "defaults:\n  behaviours: [PR-2]\n").replace(
+            "    behaviours: [CR-5]\n", ""
+        ),
+        encoding="utf-8",
+    )
+    counted = {
+        args: _scenario_count(pytester.parseconfig("--shadowcheck", *args, "library"))
+        for args in [
+            (),
+            ("-m", "PR-2"),
+            ("-k", "quick"),
+            ("-k", "waits and three"),
+            ("-m", "CR-5 and not PR-2"),
+        ]
+    }
+    assert counted == {
+        (): 6,
+        ("-m", "PR-2"): 3,
+        ("-k", "quick"): 4,
+        ("-k", "waits and three"): 1,
+        ("-m", "CR-5 and not PR-2"): 3,
+    }
 
 
 def test_an_estimate_counts_the_waits_before_a_scenario_ever_ran(tmp_path: Path) -> None:
