@@ -15,9 +15,8 @@ pointing at the file and line where it is. The model the loader builds is in
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -89,7 +88,7 @@ def _topology_dirs(path: Path) -> list[Path]:
     return seen
 
 
-@functools.lru_cache(maxsize=64)
+@lru_cache(maxsize=64)
 def _topology_file(path: Path, mtime_ns: int, size: int) -> Any:
     """A topology file, parsed and validated once per version of it: most scenarios of a
     library name one of a few topologies (only read, never changed, by the builder)."""
