@@ -421,6 +421,8 @@ def step_words(step: Step) -> str:
     if isinstance(arg, SettingsSpec):
         on = f" on {plain(list(arg.nodes))}" if arg.nodes else ""
         return f"the harness set {settings_text(arg.values)}{on}"
+    if isinstance(arg, WaitSpec) and arg.until == "quiet":
+        return f"the harness waited, {plain(arg.timeout)} at most, for the cluster to hold nothing"
     if isinstance(arg, WaitSpec) and arg.delivered is None and arg.reply is None:
         return f"the harness waited {plain(arg.timeout)}"
     if isinstance(arg, AdvanceSpec):

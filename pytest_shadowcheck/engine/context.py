@@ -46,6 +46,8 @@ class StepContext(RunView, Protocol):
     #: configuration changed during the run, with the nodes it was for (None: all): a
     #: node that comes back gets it again
     changes: list[tuple[list[str] | None, tuple[Any, ...]]]
+    #: a Safety Net resubmission was asked for (until_quiet then reads the requests)
+    resubmitted: bool
 
     @property
     def peer_secret(self) -> str: ...
@@ -66,6 +68,10 @@ class StepContext(RunView, Protocol):
 
     async def do(self, step: Step, verdict: Verdict) -> None:
         """Carry out one step, as the scenario would (the nemesis plays through it)."""
+
+    async def until_quiet(self, timeout: float) -> float | None:
+        """Wait until the cluster holds nothing, ``timeout`` at most: the seconds it took,
+        None if it never did (or could not be seen)."""
 
     def running(self, nodes: Sequence[str] = ()) -> list[str]:
         """The nodes (none named: every node) neither down nor frozen."""

@@ -251,6 +251,13 @@ def _topology(name: str) -> dict[str, Any]:
     return data
 
 
+def _settle(seconds: float) -> dict[str, Any]:
+    """A wait after a fault ended: until the cluster holds nothing (promoted, delivered,
+    discarded), ``seconds`` at most - the time all of that may take. A cluster that is
+    done sooner changes no more, so what the model judges after it is the same."""
+    return {"wait": {"until": "quiet", "timeout": _seconds(seconds)}}
+
+
 def _seconds(value: float) -> str:
     return f"{value:g}s"
 
@@ -317,7 +324,8 @@ class ExplorationPlan:
                 ):
                     continue  # a kept subset may have the drill's node down
                 if "wait" in step:
-                    waited += _parse(step["wait"])
+                    wait = step["wait"]
+                    waited += _parse(wait["timeout"] if isinstance(wait, dict) else wait)
                 steps.append(step)
             state.apply(op.effect)
             look()
@@ -333,7 +341,7 @@ class ExplorationPlan:
             # (not past ShadowResubmitTimeSpan), twice, or a refused delivery waits forever
             ending += [{"advance": "1s"}, {"wait": "1s"}, {"advance": "1s"}]
         final = self.recovery(kept) + 2.0
-        ending.append({"wait": _seconds(final)})
+        ending.append(_settle(final))
         steps += ending
         state = _State(state.nodes)
         look()
@@ -528,7 +536,7 @@ class _Drawer:
             return Operation(f"pause {node}", ({"pause": node},), ("pause", node), ("PR-1", "CR-4"))
         if kind in ("restart", "wipe"):
             behaviours = ("PR-3",) if kind == "restart" else ("PR-2",)
-            steps = ({kind: node}, {"wait": _seconds(self.recovery)})
+            steps = ({kind: node}, _settle(self.recovery))
             return Operation(f"{kind} {node}", steps, ("up", node), behaviours)
         link = f"{node}->{other}"
         if kind == "cut_node":
@@ -566,7 +574,7 @@ class _Drawer:
 
     def end_fault(self, category: str) -> Operation:
         state = self.state
-        wait = {"wait": _seconds(self.recovery)}
+        wait = _settle(self.recovery)
         if category == "node" and state.down:
             node = sorted(state.down)[0]
             wipe = self.can("wipe") and not self.single_holder and self.rng.random() < 0.3

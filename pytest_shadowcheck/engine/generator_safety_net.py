@@ -80,7 +80,8 @@ def safety_net_drill(
     shadow = rng.choice([n for n in nodes if n != primary])
     rcpt = rng.choice(sorted(databases))
     database = databases[rcpt]
-    wait = {"wait": _seconds(recovery)}
+    # after a node's return: until the cluster holds nothing, the recovery at most
+    wait = {"wait": {"until": "quiet", "timeout": _seconds(recovery)}}
     day = {"set_settings": {"values": {"SafetyNetHoldTime": "1d"}}}
     # a minute on, so that the window's end (now, excluded) is past the entries' stamps
     request = {"resubmit": {"node": shadow, "database": database, "start": "-1h", "end": "now"}}

@@ -94,6 +94,9 @@ class Run:
     timeline_writer: TimelineWriter | None = None
     #: changes a target without reload applied by restarting a node (Verdict.caveats)
     caveats: list[str] = field(default_factory=list)
+    #: a Safety Net resubmission was asked for: a request may wait for a primary (SN-7)
+    #: in no queue, so until_quiet also reads the requests
+    resubmitted: bool = False
 
     # -- helpers the checks use ------------------------------------------------
 
@@ -149,6 +152,57 @@ class Run:
                 if any(msg.carried_in(e) for e in queue_entries(answer)):
                     return f"{node} ({queue} queue)"
         return None
+
+    async def until_quiet(self, timeout: float) -> float | None:
+        """Wait, ``timeout`` at most, until the cluster holds nothing: every node up, no
+        send waiting for its reply, and every node's active and shadow queues empty, seen
+        so twice a heartbeat apart. Returns the seconds it took, None if never quiet.
+
+        A settled cluster changes no more by itself (Safety Net aside, which only a
+        resubmission empties into a queue), so what a fixed wait would see after this it
+        sees now; a cluster that is not settled gets the whole ``timeout``, as a fixed
+        wait. After a resubmission was asked for, a request still running counts as held
+        (it waits for a primary in no queue). A target whose queues (or requests) cannot
+        be read, or a node down or frozen (its queue unseen), gets the whole ``timeout``."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        deadline = start + timeout
+        readable = all(self.target.can(*_queue_call(q)) for q in ("active", "shadow"))
+        if self.resubmitted:
+            readable = readable and self.target.can("control_api", _REQUESTS)
+        unseen = len(self.running()) < len(self.scenario.topology.nodes)
+        if not readable or unseen:
+            await asyncio.sleep(timeout)
+            return None
+        beats = self.scenario.setting_values("ShadowHeartbeatFrequency")
+        hold = max([0.5, *(float(b) for b in beats if isinstance(b, int | float))])
+        quiet_since: float | None = None
+        while loop.time() < deadline:
+            if await self._holds_nothing():
+                quiet_since = loop.time() if quiet_since is None else quiet_since
+                if loop.time() - quiet_since >= hold:
+                    return loop.time() - start
+            else:
+                quiet_since = None
+            await asyncio.sleep(min(0.25, max(0.0, deadline - loop.time())))
+        return None
+
+    async def _holds_nothing(self) -> bool:
+        if any(m.task is not None and not m.task.done() for m in self.messages.values()):
+            return False
+        paths = [QUEUE_PATHS["active"], QUEUE_PATHS["shadow"]]
+        for node in self.scenario.topology.nodes:
+            for path in paths + ([_REQUESTS[1]] if self.resubmitted else []):
+                try:
+                    entries = queue_entries(await self.target.control(node, "GET", path))
+                except TargetError:
+                    return False
+                if path == _REQUESTS[1]:
+                    # a request still running may resubmit later (SN-5, SN-7)
+                    entries = [e for e in entries if e.get("state") == "running"]
+                if entries:
+                    return False
+        return True
 
     def copy_holders(self, ref: str) -> list[str]:
         """Nodes that held a copy: the primary, and every node the content was relayed to."""
@@ -414,6 +468,10 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
             uvloop.run(main)
             return
     asyncio.run(main)
+
+
+#: the Safety Net resubmission requests a node coordinates, each with its "state"
+_REQUESTS = ("GET", "/safetynet/requests")
 
 
 def _queue_call(queue: str) -> tuple[str, tuple[str, str]]:

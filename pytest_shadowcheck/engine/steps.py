@@ -160,6 +160,12 @@ async def wait(run: Run, spec: WaitSpec, step: Step, verdict: Verdict) -> None:
     if spec.reply is not None:
         await run.settled_message(spec.reply, timeout)
         return
+    if spec.until == "quiet":
+        run.progress.waiting(timeout, "for the cluster to hold nothing")
+        took = await run.until_quiet(timeout)
+        if took is not None:
+            run.history.record("note", text=f"wait: the cluster held nothing after {took:.1f}s")
+        return
     if spec.delivered is None:
         run.progress.waiting(timeout, "(wait step)")
         await asyncio.sleep(timeout)
@@ -214,6 +220,7 @@ async def set_settings(run: Run, spec: SettingsSpec, step: Step, verdict: Verdic
 
 
 async def resubmit(run: Run, spec: ResubmitSpec, step: Step, verdict: Verdict) -> None:
+    run.resubmitted = True
     node = spec.node
     clock = await run.target.control(node, "GET", "/clock")
     now = float(clock["now"])

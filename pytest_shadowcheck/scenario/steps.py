@@ -248,15 +248,18 @@ class DiskFullSpec:
 @dataclass(frozen=True, kw_only=True)
 class WaitSpec:
     """``wait``: ``timeout`` seconds; or, with ``delivered`` or ``reply``, until that
-    message is delivered (to the sink ``to``, or any) or answered, ``timeout`` at most."""
+    message is delivered (to the sink ``to``, or any) or answered; or, with
+    ``until: quiet``, until the cluster holds nothing any more; ``timeout`` at most."""
 
     delivered: str | None = None
     reply: str | None = None
     to: str | None = None
+    #: "quiet": every node up with empty active and shadow queues, no sender waiting
+    until: str | None = None
     timeout: float
 
     def describe(self) -> str:
-        if self.delivered is None and self.reply is None:
+        if self.delivered is None and self.reply is None and self.until is None:
             return str(self.timeout)
         return _keyed(self)
 

@@ -210,13 +210,17 @@ class StepChecker:
                 self.message(arg[ref], [*p, ref])
         if "to" in arg:
             self.sink(arg["to"], [*p, "to"])
-        if "delivered" not in arg and "reply" not in arg:
+        waits_for = [key for key in ("delivered", "reply", "until") if key in arg]
+        if len(waits_for) != 1:
             raise ScenarioError(
-                "a wait with a timeout waits for a message: it needs delivered or reply",
+                "a wait with a timeout waits for one thing: a message delivered, a reply,"
+                " or the cluster to be quiet"
+                + (f" (this one names {' and '.join(waits_for)})" if waits_for else ""),
                 self.at(p),
-                "{delivered: M, timeout: 10s}, {reply: M, timeout: 10s}, or wait: 10s",
+                "{delivered: M, timeout: 10s}, {reply: M, timeout: 10s},"
+                " {until: quiet, timeout: 10s}, or wait: 10s",
             )
-        refs = {key: arg.get(key) for key in ("delivered", "reply", "to")}
+        refs = {key: arg.get(key) for key in ("delivered", "reply", "to", "until")}
         return WaitSpec(**refs, timeout=timeout)
 
     def set_settings(self, arg: dict[str, Any], p: list[Any]) -> SettingsSpec:

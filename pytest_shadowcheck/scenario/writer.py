@@ -104,9 +104,10 @@ def _fault(spec: FaultSpec) -> dict[str, Any]:
 
 
 def _wait(spec: WaitSpec) -> Any:
-    if spec.delivered is None and spec.reply is None:
+    if spec.delivered is None and spec.reply is None and spec.until is None:
         return _duration(spec.timeout)
-    out = {k: v for k in ("delivered", "reply", "to") if (v := getattr(spec, k)) is not None}
+    keys = ("delivered", "reply", "to", "until")
+    out = {k: v for k in keys if (v := getattr(spec, k)) is not None}
     return {**out, "timeout": _duration(spec.timeout)}
 
 

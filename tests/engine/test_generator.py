@@ -206,7 +206,9 @@ def test_a_killed_node_is_back_at_once_or_kept_down_past_the_promotion_window() 
                 if kind in ("kill", "power_cut", "pause"):
                     down[arg] = 0.0
                 elif kind == "wait":
-                    down = {n: t + float(arg.rstrip("s")) for n, t in down.items()}
+                    # a wait until quiet with a node down lasts its whole timeout
+                    seconds = arg["timeout"] if isinstance(arg, dict) else arg
+                    down = {n: t + float(seconds.rstrip("s")) for n, t in down.items()}
                 elif kind in ("restart", "wipe", "resume"):
                     back.append(down.pop(arg, 0.0))  # one that was up: killed, back at once
         back += down.values()  # the ending brings them back

@@ -341,7 +341,7 @@ def test_settings_are_shown_by_name_never_as_a_python_dict(
             "bad time 'later'",
         ),
         ("wait: {delivered: m9, timeout: 1s}", 0, "unknown message 'm9'"),
-        ("wait: {timeout: 1s}", 0, "a wait with a timeout waits for a message"),
+        ("wait: {timeout: 1s}", 0, "a wait with a timeout waits for one thing"),
         ("advance: NoSuchTimer", 0, "bad duration 'NoSuchTimer'"),
         ("sink: {name: nosink, reply: accept}", 0, "unknown sink 'nosink'"),
         ("route: {domain: d.test, sink: mailbox, kind: boundary, nodes: [mbx3]}", 0,
