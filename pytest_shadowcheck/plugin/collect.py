@@ -73,11 +73,19 @@ class ScenarioItem(pytest.Item):
         self.verdict: Verdict | None = None
 
     def setup(self) -> None:
+        from pytest_shadowcheck.plugin.lanes import lanes_of
         from pytest_shadowcheck.plugin.runner import run_item
         from pytest_shadowcheck.plugin.state import get_state
 
         state = get_state(self.config)
-        verdict = self.verdict = run_item(state, self.scenario, self.nodeid, self.location_arg())
+        lanes = lanes_of(self.config)
+        if lanes is not None:
+            # run in a lane meanwhile
+            verdict = self.verdict = lanes.verdict(self.scenario, self.nodeid, self.location_arg())
+        else:
+            verdict = self.verdict = run_item(
+                state, self.scenario, self.nodeid, self.location_arg()
+            )
         if state.junit_properties_per_case:
             self.user_properties.append(("shadowcheck.behaviours", ",".join(verdict.behaviours)))
             self.user_properties.append(("shadowcheck.verdict", str(verdict.status)))

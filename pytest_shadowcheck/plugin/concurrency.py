@@ -1,11 +1,13 @@
 """How many scenarios run at once, and in which order.
 
-A scenario mostly waits: on timers, on next hops, on a node coming back. One xdist
-worker per core leaves the machine idle most of the time, so ``pytest --shadowcheck``
-with no ``-n`` of its own runs :data:`WORKERS_PER_CORE` workers per core (never more
-than there are scenarios). ``--shadowcheck-concurrency N`` or pytest-xdist's own ``-n``,
-``--dist`` or ``--tx`` choose otherwise; ``--shadowcheck-concurrency 1`` and
-``-p no:xdist`` run serially.
+A scenario mostly waits: on timers, on next hops, on a node coming back. One scenario
+per core leaves the machine idle most of the time, so ``pytest --shadowcheck`` with no
+``-n`` of its own runs several at once (never more than there are scenarios): in
+:data:`LANES_PER_CORE` lanes per core of its own process (plugin/lanes.py) when the
+target can run clusters side by side in one process (``Target.lanes``), else in
+:data:`WORKERS_PER_CORE` pytest-xdist workers per core. ``--shadowcheck-concurrency N``
+(lanes or workers, as the target allows) or pytest-xdist's own ``-n``, ``--dist`` or
+``--tx`` choose otherwise; ``--shadowcheck-concurrency 1`` and ``-n 0`` run serially.
 
 With several workers the run lasts at least as long as its longest scenario, so the
 longest ones must start first: the workers sort their collection by how long each
@@ -24,7 +26,10 @@ from typing import Any
 
 import pytest
 
+from pytest_shadowcheck.plugin.state import LANES_KEY
+
 __all__ = [
+    "LANES_PER_CORE",
     "WORKERS_PER_CORE",
     "DurationOrder",
     "LongestFirst",
@@ -37,6 +42,8 @@ __all__ = [
 #: measured on 2 cores (docs/suite-speed.md): the suite's wall time falls up to about
 #: 4 workers per core; more gain nothing (the longest scenario and the workers' start set it)
 WORKERS_PER_CORE = 4
+#: a lane costs no interpreter of its own, so more of them fit (docs/suite-speed.md)
+LANES_PER_CORE = 4
 _CACHE_KEY = "shadowcheck/durations"
 _WORKERINPUT_KEY = "shadowcheck_durations"
 #: rate assumed for a workload that sends as fast as the target takes it
@@ -59,13 +66,24 @@ def default_workers(cores: int, scenarios: int) -> int:
 
 
 def choose_workers(config: pytest.Config) -> None:
-    """Set pytest-xdist's ``numprocesses`` before xdist reads it (``pytest_cmdline_main``
-    runs before any ``pytest_configure``), unless the user chose a distribution or asked
-    for something a distributed run cannot give (``--pdb``, ``-s``, collection only)."""
+    """Choose the lanes (``config.stash[LANES_KEY]``) or set pytest-xdist's
+    ``numprocesses`` before xdist reads it (``pytest_cmdline_main`` runs before any
+    ``pytest_configure``), unless the user chose a distribution or asked for something a
+    concurrent run cannot give (``--pdb``, ``-s``, collection only)."""
     if hasattr(config, "workerinput"):
         return  # an xdist worker runs its scenarios itself
     asked = config.getoption("shadowcheck_concurrency", None)
     has_xdist = config.pluginmanager.hasplugin("xdist")
+    chosen = has_xdist and (
+        config.option.numprocesses is not None
+        or bool(config.option.tx)
+        or config.option.dist != "no"
+    )
+    if not chosen and _lanes_fit(config):
+        lanes = _lanes(config, asked)
+        if lanes > 1:
+            config.stash[LANES_KEY] = lanes
+        return
     if not has_xdist:
         if asked is not None and asked > 1:
             raise pytest.UsageError(
@@ -74,11 +92,6 @@ def choose_workers(config: pytest.Config) -> None:
                 "install it (pip install pytest-xdist) or leave the option out"
             )
         return
-    chosen = (
-        config.option.numprocesses is not None
-        or bool(config.option.tx)
-        or config.option.dist != "no"
-    )
     if chosen:
         if asked is not None:
             raise pytest.UsageError(
@@ -87,25 +100,59 @@ def choose_workers(config: pytest.Config) -> None:
             )
         return
     if asked is None:
-        quiet_only = (
-            config.option.usepdb
-            or config.option.capture == "no"
-            or config.option.collectonly
-            or config.getoption("shadowcheck_target", None) == "help"
-            # a deep exploration sizes itself to its duration (plugin/exploration.py)
-            or config.getoption("shadowcheck_explore", None) is not None
-        )
-        if quiet_only:
+        if _serial_only(config):
             return
         workers = default_workers(cores(), _scenario_count(config))
     else:
-        if asked < 1:
-            raise pytest.UsageError(
-                f"--shadowcheck-concurrency {asked}: give how many scenarios may run at once "
-                "(1 runs them one after another)"
-            )
-        workers = asked if asked > 1 else 0
+        workers = _asked(asked)
     config.option.numprocesses = workers
+
+
+def _serial_only(config: pytest.Config) -> bool:
+    """Asked for what runs best one scenario at a time, when nobody said otherwise."""
+    return bool(
+        config.option.usepdb
+        or config.option.capture == "no"
+        or config.option.collectonly
+        or config.getoption("shadowcheck_target", None) == "help"
+        # a deep exploration sizes itself to its duration (plugin/exploration.py)
+        or config.getoption("shadowcheck_explore", None) is not None
+    )
+
+
+def _asked(asked: int) -> int:
+    if asked < 1:
+        raise pytest.UsageError(
+            f"--shadowcheck-concurrency {asked}: give how many scenarios may run at once "
+            "(1 runs them one after another)"
+        )
+    return asked if asked > 1 else 0
+
+
+def _lanes(config: pytest.Config, asked: int | None) -> int:
+    if asked is not None:
+        return _asked(asked)
+    if _serial_only(config):
+        return 0
+    scenarios = _scenario_count(config)
+    return 0 if scenarios <= 1 else min(LANES_PER_CORE * cores(), scenarios)
+
+
+def _lanes_fit(config: pytest.Config) -> bool:
+    """Whether the session's target runs clusters side by side in one process (a
+    throwaway instance is asked; a target that cannot be made is the session's to
+    report, so it gets no lanes here)."""
+    from pytest_shadowcheck.errors import TargetError
+    from pytest_shadowcheck.plugin.state import target_manager, target_spec
+    from pytest_shadowcheck.targets.registry import make_target
+
+    spec = target_spec(config)
+    if spec == "help":
+        return False
+    try:
+        return bool(make_target(target_manager(config), spec, "lanes-probe").lanes)
+    except (TargetError, pytest.UsageError):
+        return False
 
 
 def _scenario_count(config: pytest.Config) -> int:
@@ -239,7 +286,7 @@ class DurationOrder:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        if self.workerinput is None:
+        if self.workerinput is None and self.config.stash.get(LANES_KEY, 0) <= 1:
             return  # serially, the file order reads best
         known = self.known()
 

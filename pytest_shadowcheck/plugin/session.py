@@ -24,6 +24,7 @@ from pytest_shadowcheck.plugin.exploration import (
     setup_exploration,
 )
 from pytest_shadowcheck.plugin.junit import JUnitProperties
+from pytest_shadowcheck.plugin.lanes import register_lanes
 from pytest_shadowcheck.plugin.library import library_paths, scenario_paths
 from pytest_shadowcheck.plugin.state import (
     BASETEMP,
@@ -31,6 +32,8 @@ from pytest_shadowcheck.plugin.state import (
     ShadowcheckState,
     get_state,
     run_basetemp,
+    target_manager,
+    target_spec,
 )
 from pytest_shadowcheck.report.certification import is_scenario_file
 from pytest_shadowcheck.report.rules import rule_sentences
@@ -43,16 +46,6 @@ from pytest_shadowcheck.verdict import Verdict
 from pytest_shadowcheck.version import __version__
 
 __all__ = ["SessionHooks", "configure", "list_targets"]
-
-
-def target_manager(config: pytest.Config) -> Any:
-    """The target plugin manager, with the modules the options and the ini name."""
-    modules = list(config.getini("shadowcheck_target_plugins"))
-    modules += config.getoption("shadowcheck_target_plugin") or []
-    try:
-        return registry.target_manager(modules)
-    except TargetError as exc:
-        raise pytest.UsageError(str(exc)) from None
 
 
 def _check_behaviour_markers(config: pytest.Config, catalogue: dict[str, Any]) -> None:
@@ -85,7 +78,7 @@ def configure(config: pytest.Config) -> None:
     if workerinput is not None and workerinput.get("shadowcheck_run_id"):
         run_id = workerinput["shadowcheck_run_id"]
     run_id = run_id or str(uuid.uuid4())
-    spec = _target_spec(config)
+    spec = target_spec(config)
     report = config.getoption("shadowcheck_report") or config.getini("shadowcheck_report")
     history = config.getoption("shadowcheck_history")
     manager = target_manager(config)
@@ -134,6 +127,7 @@ def configure(config: pytest.Config) -> None:
         config.pluginmanager.register(CertificationRecorder(state), "shadowcheck-certification")
     config.pluginmanager.register(SessionHooks(), "shadowcheck-session")
     register_concurrency(config)
+    register_lanes(config)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistRunId(run_id), "shadowcheck-xdist")
 
@@ -141,16 +135,12 @@ def configure(config: pytest.Config) -> None:
 def list_targets(config: pytest.Config) -> int | None:
     """``--shadowcheck-target help``: list the targets (like ``--markers``), exit 0;
     None for any other target."""
-    if _target_spec(config) != "help":
+    if target_spec(config) != "help":
         return None
     print("shadowcheck targets (--shadowcheck-target NAME[:ARG]):")
     for name, description in registry.known_targets(target_manager(config)):
         print(f"  {name:<10} {description}")
     return 0
-
-
-def _target_spec(config: pytest.Config) -> str:
-    return str(config.getoption("shadowcheck_target") or config.getini("shadowcheck_target"))
 
 
 class _XdistRunId:

@@ -8,6 +8,7 @@ creates it.
 from __future__ import annotations
 
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,19 +17,29 @@ import pytest
 
 from pytest_shadowcheck.errors import TargetError
 from pytest_shadowcheck.scenario.replay import Selection
+from pytest_shadowcheck.targets import registry
 from pytest_shadowcheck.targets.base import Target
 from pytest_shadowcheck.targets.registry import make_target
 
 __all__ = [
     "BASETEMP",
+    "LANES_KEY",
     "STATE_KEY",
     "ShadowcheckState",
     "get_state",
     "run_basetemp",
     "shown_workdir",
+    "target_manager",
+    "target_spec",
 ]
 
 STATE_KEY = pytest.StashKey["ShadowcheckState"]()
+#: how many lanes the session runs (chosen by plugin/concurrency.py, run by
+#: plugin/lanes.py); absent: none
+LANES_KEY = pytest.StashKey[int]()
+#: a lane's own target (plugin/lanes.py), seen by whatever the lane's thread runs
+_LANE = threading.local()
+_WORKDIRS = threading.Lock()
 #: how a kept workdir's place is named in verdicts: the report header says where it is
 BASETEMP = "<basetemp>"
 
@@ -62,6 +73,20 @@ def shown_workdir(config: pytest.Config, workdir: Path) -> str:
     return str(workdir)
 
 
+def target_manager(config: pytest.Config) -> pluggy.PluginManager:
+    """The target plugin manager, with the modules the options and the ini name."""
+    modules = list(config.getini("shadowcheck_target_plugins"))
+    modules += config.getoption("shadowcheck_target_plugin") or []
+    try:
+        return registry.target_manager(modules)
+    except TargetError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def target_spec(config: pytest.Config) -> str:
+    return str(config.getoption("shadowcheck_target") or config.getini("shadowcheck_target"))
+
+
 def get_state(config: pytest.Config) -> ShadowcheckState:
     return config.stash[STATE_KEY]
 
@@ -86,6 +111,10 @@ class ShadowcheckState:
 
     @property
     def target(self) -> Target:
+        """The session's target; in a lane's thread, that lane's own instance."""
+        lane: Target | None = getattr(_LANE, "target", None)
+        if lane is not None:
+            return lane
         if self._target is None:
             try:
                 self._target = make_target(self.manager, self.target_spec, self.run_id)
@@ -93,10 +122,17 @@ class ShadowcheckState:
                 raise pytest.UsageError(str(exc)) from None
         return self._target
 
+    def enter_lane(self) -> None:
+        """Give the calling thread a target of its own (a lane of plugin/lanes.py): the
+        runs, shrinks and checks that thread makes use it through :attr:`target`."""
+        _LANE.target = make_target(self.manager, self.target_spec, self.run_id)
+
     def workdir(self, name: str) -> Path:
         """A fresh directory for one scenario run under pytest's basetemp, or a plain
         temporary one without it."""
         factory = _tmp_path_factory(self.config)
         if factory is not None:
-            return factory.mktemp(f"shadowcheck-{name[:40]}", numbered=True)
+            # pytest's factory makes its base directory on first use: not from two lanes
+            with _WORKDIRS:
+                return factory.mktemp(f"shadowcheck-{name[:40]}", numbered=True)
         return Path(tempfile.mkdtemp(prefix=f"shadowcheck-{name[:40]}-"))

@@ -12,8 +12,11 @@ __all__ = ["note_writer"]
 def note_writer(config: pytest.Config) -> Callable[[str], None] | None:
     """A writer for :class:`~pytest_shadowcheck.progress.Progress` lines, through the
     terminal reporter with capturing suspended (as pytest's live logging does); None
-    under a pytest-xdist worker, which has no terminal."""
-    if hasattr(config, "workerinput"):
+    under a pytest-xdist worker, which has no terminal, and with lanes, whose notes of
+    several scenarios at once would interleave."""
+    from pytest_shadowcheck.plugin.state import LANES_KEY
+
+    if hasattr(config, "workerinput") or config.stash.get(LANES_KEY, 0) > 1:
         return None
 
     def write(line: str) -> None:

@@ -33,7 +33,12 @@ def _mark(node: yaml.Node) -> tuple[int, int]:
     return (node.start_mark.line + 1, node.start_mark.column + 1)
 
 
-class _LineLoader(yaml.SafeLoader):
+# libyaml's parser where PyYAML was built with it: the pure-Python one was half the
+# CPU of collecting the library, paid again by every xdist worker
+_Base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _LineLoader(_Base):
     """SafeLoader keeping 1-based (line, column) of every key, value and item."""
 
     path: Path = Path("?")

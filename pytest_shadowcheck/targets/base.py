@@ -118,6 +118,10 @@ class Target(abc.ABC):
     #: sends through also listens on port 25 of a loopback address of its own
     #: (ClusterPlan.mx_addresses), which the target's DNS answers with
     mx_routing: bool = False
+    #: several instances of this target may run clusters at once in one process, each
+    #: in a thread of its own (the harness's lanes): no state shared between instances,
+    #: nothing that needs the main thread
+    lanes: bool = False
 
     def can(self, capability: str, call: tuple[str, str] | None = None) -> bool:
         """Whether the target has ``capability``, or - for control_api - answers the one

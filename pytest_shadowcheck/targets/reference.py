@@ -96,6 +96,8 @@ class ReferenceTarget(Target):
     per_node_settings = True
     # each categorisation stamps the message (docs/protocol.md; SN-11 reads it)
     added_headers = frozenset({"X-Categorized-By"})
+    # an instance holds one cluster's processes and files; nodes are processes
+    lanes = True
 
     def __init__(self, python: str | None = None, launcher: list[str] | None = None) -> None:
         self.python = python or sys.executable

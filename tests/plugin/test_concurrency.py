@@ -185,3 +185,69 @@ def test_each_worker_starts_with_one_of_the_longest_and_takes_the_next_as_it_fin
     assert workers[1].sent == [1, 4, 6, 7]
     scheduler.mark_test_complete(workers[0], 0)  # type: ignore[arg-type]
     assert workers[0].shutting_down and workers[0].sent == [0, 3]
+
+
+LANES = THREE.replace(
+    "  topology:\n    nodes: {mbx1: {}}\n",
+    "  topology: single-node\n  settings: {RejectMessageOnShadowFailure: false}\n",
+)
+
+
+def _spans(history: Path) -> dict[str, tuple[float, float]]:
+    """Scenario name -> (first, last) wall-clock moment of its history."""
+    spans = {}
+    for file in history.glob("*.json"):
+        data = json.loads(file.read_text())
+        start = float(data["started_at"])
+        times = [start + float(e["t"]) for e in data["events"]]
+        spans[file.stem.rsplit("__", 1)[-1].split("[")[0]] = (min(times), max(times))
+    return spans
+
+
+@pytest.mark.slow
+def test_with_the_reference_scenarios_run_at_once_in_lanes_of_one_process(
+    pytester: pytest.Pytester,
+) -> None:
+    library = _library(pytester)
+    library.write_text(LANES, encoding="utf-8")
+    history = pytester.path / "history"
+    result = pytester.runpytest_subprocess(
+        "--shadowcheck", "--shadowcheck-history", str(history), "-v", "library"
+    )
+    result.assert_outcomes(passed=3)
+    out = result.stdout.str()
+    assert "up to 3 scenarios at once, in lanes of this process" in out
+    assert "[gw" not in out  # no xdist worker
+    spans = _spans(history)
+    assert set(spans) == {"quick_one", "quick_two", "waits_a_while"}
+    # each began before any other ended: they ran side by side
+    latest_start = max(first for first, _ in spans.values())
+    earliest_end = min(last for _, last in spans.values())
+    assert latest_start < earliest_end, spans
+    # the cache keeps how long a scenario ran, not how long pytest waited for it
+    known = json.loads((pytester.path / ".pytest_cache/v/shadowcheck/durations").read_text())
+    assert known["library/three.yaml::waits_a_while"] >= 1.5
+    # lanes need no xdist; --shadowcheck-concurrency 1 runs one after another
+    pytester.runpytest_subprocess(
+        "--shadowcheck", "-p", "no:xdist", "--shadowcheck-concurrency", "2", "library"
+    ).assert_outcomes(passed=3)
+    serial = pytester.runpytest_subprocess(
+        "--shadowcheck", "--shadowcheck-concurrency", "1", "library"
+    )
+    serial.assert_outcomes(passed=3)
+    assert "in lanes" not in serial.stdout.str()
+
+
+@pytest.mark.slow
+def test_with_x_nothing_after_the_first_failure_is_reported(pytester: pytest.Pytester) -> None:
+    library = _library(pytester)
+    # the longest runs first, fails, and -x leaves the other two unreported
+    library.write_text(
+        LANES.replace(
+            "      - wait: 1.5s\n    expect:\n      - reply: {message: m1, code: 250}",
+            "      - wait: 1.5s\n    expect:\n      - reply: {message: m1, code: 550}",
+        ),
+        encoding="utf-8",
+    )
+    result = pytester.runpytest_subprocess("--shadowcheck", "-x", "library")
+    result.assert_outcomes(failed=1)
