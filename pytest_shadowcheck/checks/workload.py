@@ -9,7 +9,8 @@ the last queue snapshots - in one pass, and says for every message:
   shows it (a promotion after a fault of the primary, a redelivery by the same node after
   it was restarted or its next-hop link broke); an unexplained duplicate is a FAIL;
 * ``lost``: acknowledged and some recipient never delivered nor still queued: FAIL, or
-  OUTSIDE-GUARANTEE (PR-4) when two nodes were down together during its life;
+  OUTSIDE-GUARANTEE (PR-4) when two nodes were down together during its life, or when
+  every node that held a copy was wiped after it got it (one failure after the other);
 * ``queued``: acknowledged, not delivered, still in a live node's queue after the settle;
 * ``unacked-delivered``: never acknowledged yet delivered (allowed, counted);
 * ``unacked``: never acknowledged, never delivered.
@@ -62,6 +63,8 @@ class Fate:
     cause: str = ""
     #: nodes the content was relayed to (shadow copies), from the node-to-node links
     copied_to: set[str] = field(default_factory=set)
+    #: node -> when it last received the content (a copy made after a wipe survives it)
+    copied_at: dict[str, float] = field(default_factory=dict)
     #: the harness's identity of the message (its trace header)
     trace: str = ""
     #: the recipients never delivered (accounting is per message and recipient)
@@ -248,7 +251,9 @@ def check_workload(
     for event in copies:
         found = identify(event.data)
         if found is not None and event.link and not event.link.startswith("client->"):
-            found.copied_to.add(event.link.partition("->")[2])
+            node = event.link.partition("->")[2]
+            found.copied_to.add(node)
+            found.copied_at[node] = max(event.t, found.copied_at.get(node, event.t))
     faults = sorted(windows.values(), key=lambda w: w.start)
     causes: Counter[str] = Counter()
     down = {n for w in faults if w.end is None and w.kind in NODE_FAULTS for n in w.nodes}
@@ -352,7 +357,7 @@ def _judge(fate: Fate, rcpts: list[str], faults: list[Window], held: set[str]) -
     elif missing:
         if fate.ref in held:
             fate.fate = "queued"
-        elif _overlapped(fate, faults):
+        elif _overlapped(fate, faults) or _every_copy_wiped(fate, faults):
             fate.fate = "lost-outside"
         else:
             fate.fate = "lost"
@@ -376,6 +381,20 @@ def _overlapped(fate: Fate, faults: list[Window]) -> bool:
             if a is not b and fate.via in a.nodes and others and b.meets(a.start, a_end):
                 return True
     return False
+
+
+def _every_copy_wiped(fate: Fate, faults: list[Window]) -> bool:
+    """The primary and every node the message was copied to lost their queue database
+    after they got it: both copies are gone, one failure after the other. No rule of the
+    catalogue has a primary make a new copy when its shadow loses one, so this is the
+    primary and its shadow failing (PR-4), however far apart; a copy made again after a
+    wipe is one the wipe did not take."""
+    if not fate.copied_to:
+        return False  # a single copy lost to one failure is the MTA's fault
+    made = {node: fate.copied_at.get(node, fate.sent) for node in fate.copied_to}
+    made[fate.via] = fate.sent
+    wipes = [w for w in faults if w.kind == "wipe"]
+    return all(any(node in w.nodes and w.start >= t for w in wipes) for node, t in made.items())
 
 
 def _cause(fate: Fate, faults: list[Window]) -> str:
@@ -659,8 +678,9 @@ def _results(
         loss = CheckResult(
             name, Status.OUTSIDE_GUARANTEE, expected,
             f"0 of {acked} acknowledged messages lost within the guarantee; "
-            f"{len(outside_lost)} lost while two nodes were down together (outside the "
-            f"guarantee): {_listed(outside_lost)}. Figures: {figures}",
+            f"{len(outside_lost)} lost after the primary and the node holding its copy "
+            "both failed (down together, or each wiped in turn: outside the guarantee): "
+            f"{_listed(outside_lost)}. Figures: {figures}",
             where=where, excerpt=excerpt, behaviours=[outside] if outside else behaviours,
         )  # fmt: skip
     else:

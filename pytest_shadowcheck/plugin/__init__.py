@@ -150,7 +150,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="N",
         type=int,
         default=None,
-        help="run N scenarios at once in pytest-xdist workers (1: one after another); "
+        help="run N scenarios at once (1: one after another): in lanes of this process "
+        "where the target allows it (the reference), else in pytest-xdist workers; "
         "default: 4 per core, at most one per scenario, unless -n/--dist/--tx is given",
     )
     parser.addini(

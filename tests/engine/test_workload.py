@@ -140,8 +140,11 @@ def test_workload_attempts_carry_the_proxys_connection_numbers() -> None:
     assert len(attempts) == 24
     assert {e.conn for e in attempts} <= set(peers) - {1}
     # the sessions' EOD replies on the proxy are under the same numbers as the attempts
-    replies = {e.conn for e in history.events(kind="line", link="client->mbx1")
-               if e.direction == "s2c" and str(e.data.get("text", "")).startswith("250 ")}
+    replies = {
+        e.conn
+        for e in history.events(kind="line", link="client->mbx1")
+        if e.direction == "s2c" and str(e.data.get("text", "")).startswith("250 ")
+    }
     assert {e.conn for e in attempts} <= replies
 
 
@@ -264,6 +267,43 @@ def test_a_loss_while_two_nodes_were_down_together_is_outside_the_guarantee() ->
     loss, dup, settled = results(report, ["PR-1", "PR-4"], "x.yaml:1", outside="PR-4")
     assert loss.status == Status.OUTSIDE_GUARANTEE and loss.behaviours == ["PR-4"]
     assert dup.status == Status.PASS and settled.status == Status.PASS
+
+
+def _copied(h: History, ref: str, link: str) -> None:
+    h.record("data", link, 2, "c2s", message_id=f"<{ref}@x>")
+
+
+def test_a_loss_after_the_copy_and_then_the_primary_were_wiped_is_outside_the_guarantee() -> None:
+    # the shadow's copy goes with its wipe; the primary's wipe later takes the last one
+    h = History()
+    _attempt(h, "m", "mbx1", 250, ["a@corp.test"])
+    _copied(h, "m", "mbx1->mbx2")
+    _fault(h, 0, "wipe", ["mbx2"], "start")
+    _fault(h, 0, "wipe", ["mbx2"], "end")
+    _fault(h, 1, "wipe", ["mbx1"], "start")
+    _fault(h, 1, "wipe", ["mbx1"], "end")
+    assert check_workload(h, "w", 1, nodes=frozenset({"mbx1", "mbx2"})).fates["m"].fate == (
+        "lost-outside"
+    )
+    # a copy made again after the shadow's wipe survived it: losing m is the MTA's fault
+    h = History()
+    _attempt(h, "m", "mbx1", 250, ["a@corp.test"])
+    _copied(h, "m", "mbx1->mbx2")
+    _fault(h, 0, "wipe", ["mbx2"], "start")
+    _fault(h, 0, "wipe", ["mbx2"], "end")
+    _copied(h, "m", "mbx1->mbx2")
+    _fault(h, 1, "wipe", ["mbx1"], "start")
+    _fault(h, 1, "wipe", ["mbx1"], "end")
+    assert check_workload(h, "w", 1, nodes=frozenset({"mbx1", "mbx2"})).fates["m"].fate == "lost"
+    # a shadow killed and restarted keeps its copy: no excuse either
+    h = History()
+    _attempt(h, "m", "mbx1", 250, ["a@corp.test"])
+    _copied(h, "m", "mbx1->mbx2")
+    _fault(h, 0, "kill", ["mbx2"], "start")
+    _fault(h, 0, "kill", ["mbx2"], "end")
+    _fault(h, 1, "wipe", ["mbx1"], "start")
+    _fault(h, 1, "wipe", ["mbx1"], "end")
+    assert check_workload(h, "w", 1, nodes=frozenset({"mbx1", "mbx2"})).fates["m"].fate == "lost"
 
 
 def test_one_node_down_is_no_excuse() -> None:
