@@ -269,41 +269,30 @@ def test_a_loss_while_two_nodes_were_down_together_is_outside_the_guarantee() ->
     assert dup.status == Status.PASS and settled.status == Status.PASS
 
 
-def _copied(h: History, ref: str, link: str) -> None:
-    h.record("data", link, 2, "c2s", message_id=f"<{ref}@x>")
-
-
-def test_a_loss_after_the_copy_and_then_the_primary_were_wiped_is_outside_the_guarantee() -> None:
-    # the shadow's copy goes with its wipe; the primary's wipe later takes the last one
+@pytest.mark.parametrize(
+    ("events", "fate"),
+    [
+        # the shadow's copy goes with its wipe; the primary's wipe later takes the last one
+        (["copy", "wipe mbx2", "wipe mbx1"], "lost-outside"),
+        # a copy made again after the shadow's wipe survived it: the MTA lost m
+        (["copy", "wipe mbx2", "copy", "wipe mbx1"], "lost"),
+        # a shadow killed and restarted keeps its copy: no excuse either
+        (["copy", "kill mbx2", "wipe mbx1"], "lost"),
+    ],
+)
+def test_a_loss_after_each_holder_of_a_copy_was_wiped_is_outside_the_guarantee(
+    events: list[str], fate: str
+) -> None:
     h = History()
     _attempt(h, "m", "mbx1", 250, ["a@corp.test"])
-    _copied(h, "m", "mbx1->mbx2")
-    _fault(h, 0, "wipe", ["mbx2"], "start")
-    _fault(h, 0, "wipe", ["mbx2"], "end")
-    _fault(h, 1, "wipe", ["mbx1"], "start")
-    _fault(h, 1, "wipe", ["mbx1"], "end")
-    assert check_workload(h, "w", 1, nodes=frozenset({"mbx1", "mbx2"})).fates["m"].fate == (
-        "lost-outside"
-    )
-    # a copy made again after the shadow's wipe survived it: losing m is the MTA's fault
-    h = History()
-    _attempt(h, "m", "mbx1", 250, ["a@corp.test"])
-    _copied(h, "m", "mbx1->mbx2")
-    _fault(h, 0, "wipe", ["mbx2"], "start")
-    _fault(h, 0, "wipe", ["mbx2"], "end")
-    _copied(h, "m", "mbx1->mbx2")
-    _fault(h, 1, "wipe", ["mbx1"], "start")
-    _fault(h, 1, "wipe", ["mbx1"], "end")
-    assert check_workload(h, "w", 1, nodes=frozenset({"mbx1", "mbx2"})).fates["m"].fate == "lost"
-    # a shadow killed and restarted keeps its copy: no excuse either
-    h = History()
-    _attempt(h, "m", "mbx1", 250, ["a@corp.test"])
-    _copied(h, "m", "mbx1->mbx2")
-    _fault(h, 0, "kill", ["mbx2"], "start")
-    _fault(h, 0, "kill", ["mbx2"], "end")
-    _fault(h, 1, "wipe", ["mbx1"], "start")
-    _fault(h, 1, "wipe", ["mbx1"], "end")
-    assert check_workload(h, "w", 1, nodes=frozenset({"mbx1", "mbx2"})).fates["m"].fate == "lost"
+    for index, event in enumerate(events):
+        if event == "copy":
+            h.record("data", "mbx1->mbx2", 2, "c2s", message_id="<m@x>")
+            continue
+        kind, node = event.split()
+        _fault(h, index, kind, [node], "start")
+        _fault(h, index, kind, [node], "end")
+    assert check_workload(h, "w", 1, nodes=frozenset({"mbx1", "mbx2"})).fates["m"].fate == fate
 
 
 def test_one_node_down_is_no_excuse() -> None:
