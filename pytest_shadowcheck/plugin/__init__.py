@@ -152,7 +152,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="run N scenarios at once (1: one after another): in lanes of this process "
         "where the target allows it (the reference), else in pytest-xdist workers; "
-        "default: 4 per core, at most one per scenario, unless -n/--dist/--tx is given",
+        "default: 6 lanes or 4 workers per core, at most one per scenario, unless "
+        "-n/--dist/--tx is given",
     )
     parser.addini(
         "shadowcheck", "enable shadowcheck (like --shadowcheck)", type="bool", default=False
