@@ -86,6 +86,8 @@ class State:
     names: DataFrame
     flaky_state: DataFrame
     scenario_history: DataFrame
+    # Small answers several metrics need (reports.metrics): collected once per build.
+    collected: dict[str, list] = field(default_factory=dict)
 
     def months(self, name: str, months: dict[str, set[str]]) -> DataFrame:
         """Some (target, month) partitions of ``behaviour_runs`` or ``durations``."""
@@ -387,7 +389,10 @@ def update(
     """
     progress = progress or Progress(enabled=False)
     store.recover(spark, out)
-    old = {name: store.read(spark, out, name) for name in _WHOLE}
+    # Each read infers its schema from a Parquet footer, a Spark job: run together.
+    with ThreadPoolExecutor(max_workers=len(_WHOLE)) as pool:
+        old = dict(zip(_WHOLE, pool.map(lambda name: store.read(spark, out, name), _WHOLE),
+                       strict=True))
     # Partitioned tables are never read whole: only whether they are in this layout.
     current = {name: store.is_partitioned(spark, out, name) for name in store.PARTITIONED}
     outdated = any(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,9 +15,21 @@ from reports import aggregates, metrics
 from reports.dashboard import TOP_DURATIONS, DashboardData, render
 from reports.outputs import csv_text, write_csv_frame, write_text
 from reports.progress import Progress
+from reports.spark import configured_settings
 from reports.table import Ingest, ingest, rejected_files
 
-__all__ = ["OUTPUT_COLUMNS", "BuildResult", "build"]
+__all__ = ["OUTPUT_COLUMNS", "SMALL_TABLE_CASES", "BuildResult", "build"]
+
+# Up to this many cases in cases/, every shuffle of the fold and the metrics holds a
+# few thousand rows: one partition and no adaptive re-planning per query stage. On
+# the README's report step (98 scenarios a run) that is ~35 fewer Spark jobs and
+# 2 to 2.5 s of 15; larger tables keep the session's settings (eight partitions,
+# AQE: what the million-case builds were measured with).
+SMALL_TABLE_CASES = 100_000
+_SMALL_TABLE_SETTINGS = {
+    "spark.sql.shuffle.partitions": "1",
+    "spark.sql.adaptive.enabled": "false",
+}
 
 # Column order of every CSV output; the first columns are the documented contract.
 OUTPUT_COLUMNS: dict[str, list[str]] = {
@@ -48,6 +62,80 @@ def _records(frame: DataFrame) -> list[dict[str, Any]]:
     return [row.asDict(recursive=True) for row in frame.collect()]
 
 
+@contextmanager
+def _session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """SQL settings for the duration of one build, the session's own restored after
+    (tests and the benchmark's warm build share one session between builds)."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in before.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
+
+
+def _small_table_settings(cases: int) -> dict[str, str]:
+    """The settings for a table of ``cases`` rows; none a user chose are overridden."""
+    if cases > SMALL_TABLE_CASES:
+        return {}
+    chosen = set(configured_settings())
+    if "SHADOWCHECK_SHUFFLE" in os.environ:
+        chosen.add("spark.sql.shuffle.partitions")
+    return {k: v for k, v in _SMALL_TABLE_SETTINGS.items() if k not in chosen}
+
+
+def _fold_and_compute(
+    spark: SparkSession, out: str, result: BuildResult, progress: Progress, small: bool
+) -> None:
+    """Fold the new runs into aggregates/, then compute every table from them.
+
+    ``small``: a table of at most SMALL_TABLE_CASES; durations.csv is then collected
+    like the others instead of written by Spark's CSV writer (one job fewer).
+    """
+    done = result.ingest
+    written = aggregates.update(spark, out, done.runs, progress, earlier_rows=done.earlier_rows)
+    state = aggregates.load(spark, out, written)
+    if state is None:
+        result.tables.update(
+            {name: [] for name in [*OUTPUT_COLUMNS, "latest_cases", "history", "durations"]}
+        )
+    else:
+        frames = {
+            "matrix.csv": metrics.pass_matrix(state),
+            "flaky.csv": metrics.flaky(state),
+            "regressions.csv": metrics.regressions(spark, out, state),
+            "latest_matrix.csv": metrics.latest_matrix(state),
+            "trends.csv": metrics.trends(state),
+            # for the dashboard only: the matrix's drill-down, the scenario histories,
+            # the slowest scenarios' durations (durations.csv is written by Spark)
+            "durations": metrics.slowest_durations(state, TOP_DURATIONS),
+            "latest_cases": metrics.latest_cases(spark, out, state),
+            "history": metrics.scenario_history(state),
+        }
+        if small:
+            frames["durations.csv"] = metrics.durations(state)
+        # Independent jobs submitted together: one's planning and code generation
+        # overlaps another's tasks, which on two cores is most of the gain there is.
+        with (
+            progress.watch(spark.sparkContext, "computing metrics"),
+            ThreadPoolExecutor(max_workers=len(frames) + 1) as pool,
+        ):
+            futures = {name: pool.submit(_records, frame) for name, frame in frames.items()}
+            name = "durations.csv"
+            durations = None if small else pool.submit(
+                write_csv_frame, spark, metrics.durations(state), out, name, OUTPUT_COLUMNS[name]
+            )
+            for name, future in futures.items():
+                result.tables[name] = future.result()
+            if durations is not None:
+                result.files["durations.csv"] = durations.result()
+
+
 def build(
     spark: SparkSession,
     inputs: Sequence[str],
@@ -76,39 +164,9 @@ def build(
         f"{len(done.rejected)} rejected, {done.duplicates} duplicate content, "
         f"{len(done.rejected_cases)} test cases rejected"
     )
-    written = aggregates.update(spark, out, done.runs, progress, earlier_rows=done.earlier_rows)
-    state = aggregates.load(spark, out, written)
-    if state is None:
-        result.tables.update(
-            {name: [] for name in [*OUTPUT_COLUMNS, "latest_cases", "history", "durations"]}
-        )
-    else:
-        frames = {
-            "matrix.csv": metrics.pass_matrix(state),
-            "flaky.csv": metrics.flaky(state),
-            "regressions.csv": metrics.regressions(spark, out, state),
-            "latest_matrix.csv": metrics.latest_matrix(state),
-            "trends.csv": metrics.trends(state),
-            # for the dashboard only: the matrix's drill-down, the scenario histories,
-            # the slowest scenarios' durations (durations.csv is written by Spark)
-            "durations": metrics.slowest_durations(state, TOP_DURATIONS),
-            "latest_cases": metrics.latest_cases(spark, out, state),
-            "history": metrics.scenario_history(state),
-        }
-        # Independent jobs submitted together: one's planning and code generation
-        # overlaps another's tasks, which on two cores is most of the gain there is.
-        with (
-            progress.watch(spark.sparkContext, "computing metrics"),
-            ThreadPoolExecutor(max_workers=len(frames) + 1) as pool,
-        ):
-            futures = {name: pool.submit(_records, frame) for name, frame in frames.items()}
-            name = "durations.csv"
-            durations = pool.submit(
-                write_csv_frame, spark, metrics.durations(state), out, name, OUTPUT_COLUMNS[name]
-            )
-            for name, future in futures.items():
-                result.tables[name] = future.result()
-            result.files["durations.csv"] = durations.result()
+    small = done.earlier_rows + done.rows_added <= SMALL_TABLE_CASES
+    with _session_settings(spark, _small_table_settings(done.earlier_rows + done.rows_added)):
+        _fold_and_compute(spark, out, result, progress, small)
     result.rows = sum(r["passed"] + r["failed"] + r["errors"] + r["skipped"]
                       for r in result.tables["trends.csv"])
     result.runs = len(result.tables["trends.csv"])

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import date, timedelta
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 
 from reports import store
@@ -95,14 +95,23 @@ def flaky(state: State, min_flips: int = MIN_FLIPS) -> DataFrame:
     )
 
 
+def _two_latest(state: State) -> list[Row]:
+    """Each target's two latest runs, one job for the three metrics that need them."""
+    if "latest" not in state.collected:
+        state.collected["latest"] = (
+            ranked_runs(state)
+            .where(F.col("recency") <= 2)
+            .select(*_RUN_KEY, "recency", "started_at", "certification", "first_date",
+                    "last_date")
+            .collect()
+        )
+    return state.collected["latest"]
+
+
 def _latest_runs(spark: SparkSession, out: str, state: State, runs: int) -> tuple:
     """The cases of each target's ``runs`` latest runs, and (target, run_id, recency)."""
-    latest = (
-        ranked_runs(state)
-        .where(F.col("recency") <= runs)
-        .select(*_RUN_KEY, "recency", "first_date", "last_date")
-        .collect()
-    )
+    assert runs <= 2
+    latest = [r for r in _two_latest(state) if r.recency <= runs]
     dates: dict[str, set[date]] = defaultdict(set)
     for run in latest:
         day = run.first_date
@@ -182,7 +191,11 @@ def regressions(spark: SparkSession, out: str, state: State) -> DataFrame:
 
 def _recent_durations(state: State, days: int) -> DataFrame:
     """The duration rows of each target's last ``days`` days (up to its latest run's)."""
-    last = state.runs.groupBy("target").agg(F.max("last_date").alias("last")).collect()
+    if "last_dates" not in state.collected:  # durations.csv and the chart both need it
+        state.collected["last_dates"] = (
+            state.runs.groupBy("target").agg(F.max("last_date").alias("last")).collect()
+        )
+    last = state.collected["last_dates"]
     since = {r.target: r.last - timedelta(days=days - 1) for r in last}
     months: dict[str, set[str]] = defaultdict(set)
     for r in last:
@@ -240,14 +253,14 @@ def trends(state: State) -> DataFrame:
 
 def latest_matrix(state: State) -> DataFrame:
     """The certification matrix: behaviour x target in each target's latest run."""
-    ranked = ranked_runs(state).where(F.col("recency") == 1).select(
-        *_RUN_KEY, "started_at", "certification", "first_date"
-    )
-    rows = ranked.collect()  # one per target; the months of their behaviour rows
-    months: dict[str, set[str]] = defaultdict(set)
+    rows = [r for r in _two_latest(state) if r.recency == 1]  # one per target
+    months: dict[str, set[str]] = defaultdict(set)  # where their behaviour rows are
     for run in rows:
         months[run.target].add(store.month_of(run.first_date))
-    latest = state.spark.createDataFrame(rows, ranked.schema).drop("first_date")
+    latest = state.spark.createDataFrame(
+        [(r.target, r.run_id, r.started_at, r.certification) for r in rows],
+        "target string, run_id string, started_at timestamp, certification string",
+    )
     behaviour_runs = state.months("behaviour_runs", months).drop("month")
     counted = behaviour_runs.join(F.broadcast(latest), _RUN_KEY).withColumn(
         "no_errors", F.lit(0)

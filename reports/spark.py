@@ -15,7 +15,7 @@ from pathlib import Path
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-__all__ = ["JavaMissingError", "check_java", "start_spark", "stop_spark"]
+__all__ = ["JavaMissingError", "check_java", "configured_settings", "start_spark", "stop_spark"]
 
 MIN_JAVA = 17
 
@@ -215,6 +215,14 @@ def start_spark(
     spark.sparkContext.setLogLevel("ERROR")
     _ship_package(spark)
     return spark
+
+
+def configured_settings() -> dict[str, str]:
+    """The settings SHADOWCHECK_SPARK_CONF gives (a build leaves these alone)."""
+    try:
+        return _extra_settings()
+    except SparkSettingsError:
+        return {}
 
 
 def _extra_settings() -> dict[str, str]:

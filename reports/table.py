@@ -299,7 +299,8 @@ def _digest_content(item: tuple[str, bytes]) -> tuple[str, str | None, str | Non
 
 
 def _summarised(
-    documents: Iterator[tuple[FileIdentity, bytes | OSError]], summaries: Accumulator
+    documents: Iterator[tuple[FileIdentity, bytes | OSError]],
+    summaries: Accumulator | _DriverSummaries,
 ) -> Iterator[tuple]:
     """Good rows only; each file's verdict goes to the accumulator instead.
 
@@ -331,10 +332,33 @@ def _summarised(
     summaries.add(verdicts)
 
 
+class _DriverSummaries:
+    """What the accumulator does, for files parsed in the driver itself."""
+
+    def __init__(self) -> None:
+        self.value: dict = {}
+
+    def add(self, verdicts: dict) -> None:
+        _FileSummaries().addInPlace(self.value, verdicts)
+
+
+# Up to this many bytes of new local files, the driver parses them itself.
+DRIVER_PARSE_BYTES = 16 * 1024 * 1024
+
+
 def _parsed_rows(
-    spark: SparkSession, origins: list[FileIdentity], local: bool, summaries: Accumulator
+    spark: SparkSession,
+    origins: list[FileIdentity],
+    local: bool,
+    summaries: Accumulator | _DriverSummaries,
 ) -> DataFrame:
     sc = spark.sparkContext
+    if isinstance(summaries, _DriverSummaries):
+        # A run's JUnit file parses in milliseconds; starting the Python workers for it
+        # took a second of the README's report step. The rows reach the JVM pickled,
+        # unpickled there: no Python worker either way.
+        rows = list(_summarised(((o, _read_local(o.path)) for o in origins), summaries))
+        return spark.createDataFrame(rows, PARSED_SCHEMA, verifySchema=False)
     slices = max(1, min(len(origins), sc.defaultParallelism * 4))
     if local:
         # Workers read local files themselves: no copy of every byte through the JVM.
@@ -471,13 +495,16 @@ def _ingest_batch(
         else:
             known_sha1[sha1] = uri
             accepted.append(by_uri[uri])
-    summaries = spark.sparkContext.accumulator({}, _FileSummaries())
+    in_driver = local and sum(f.size for f in accepted) <= DRIVER_PARSE_BYTES
+    summaries: Accumulator | _DriverSummaries = (
+        _DriverSummaries() if in_driver else spark.sparkContext.accumulator({}, _FileSummaries())
+    )
     if accepted:
         run_id, target, version = flags
         origins = [_identity(f, run_id, target, version) for f in accepted]
         rows = _parsed_rows(spark, origins, local, summaries)
         with progress.watch(spark.sparkContext, f"parsing {len(accepted)} files into cases/"):
-            _append_cases(rows, f"{out}/cases")
+            _append_cases(rows, f"{out}/cases", one_task=in_driver)
     report.parsed += len(batch)
     parsed: dict[str, tuple[str | None, int, dict, list]] = summaries.value
     digest_of = {uri: sha1 for uri, sha1, _ in digests}
@@ -506,12 +533,17 @@ def _ingest_batch(
     return manifest
 
 
-def _append_cases(rows: DataFrame, path: str) -> None:
+def _append_cases(rows: DataFrame, path: str, *, one_task: bool = False) -> None:
     table = (
         rows.withColumn("started_at", F.timestamp_micros("started_at"))
         .withColumn("date", F.to_date("started_at"))
         .select(*TABLE_COLUMNS, *PARTITION_COLUMNS)
     )
+    if one_task:
+        # Rows the driver parsed (at most DRIVER_PARSE_BYTES of JUnit): one task writes
+        # them all, one file per partition directory, with no shuffle before it.
+        table.coalesce(1).write.mode("append").partitionBy(*PARTITION_COLUMNS).parquet(path)
+        return
     # One task per (date, target) so each partition directory gets one file, not one per
     # task; the writer then sorts each task's rows by partition and keeps one file open.
     # An explicit count: AQE would coalesce to 3 tasks on 2 cores, one of them alone.

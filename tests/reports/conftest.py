@@ -39,8 +39,6 @@ def malformed(tmp_path: Path) -> Path:
     return copy
 
 
-
-
 @pytest.fixture(scope="session")
 def history(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Output directory of one build over the history of reports_junit_helpers."""
@@ -52,3 +50,12 @@ def history(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_history(root / "in")
     build(spark, [str(root / "in")], str(root / "out"))
     return root / "out"
+
+
+@pytest.fixture
+def history_copy(history: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """(inputs, out): the shared history's inputs, to be read only, and a private copy
+    of their build for a test to build on: one build fewer than building it again."""
+    out = tmp_path / "out"
+    shutil.copytree(history, out)
+    return history.parent / "in", out

@@ -106,3 +106,19 @@ def test_a_build_of_nothing_but_bad_files_still_writes_every_output(
     assert len(read_csv(out / "rejected.csv")) == len(list(malformed.iterdir()))
     assert read_csv(out / "matrix.csv") == []
     assert "No rejected file." not in (out / "dashboard.html").read_text()
+
+
+def test_small_tables_get_one_shuffle_partition_unless_the_user_chose(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from reports.build import _SMALL_TABLE_SETTINGS, SMALL_TABLE_CASES, _small_table_settings
+
+    monkeypatch.delenv("SHADOWCHECK_SPARK_CONF", raising=False)
+    monkeypatch.delenv("SHADOWCHECK_SHUFFLE", raising=False)
+    assert _small_table_settings(SMALL_TABLE_CASES) == _SMALL_TABLE_SETTINGS
+    assert _SMALL_TABLE_SETTINGS["spark.sql.shuffle.partitions"] == "1"
+    assert _small_table_settings(SMALL_TABLE_CASES + 1) == {}
+    monkeypatch.setenv("SHADOWCHECK_SPARK_CONF", "spark.sql.adaptive.enabled=true")
+    assert set(_small_table_settings(10)) == {"spark.sql.shuffle.partitions"}
+    monkeypatch.setenv("SHADOWCHECK_SHUFFLE", "4")
+    assert _small_table_settings(10) == {}

@@ -45,12 +45,22 @@ def split_history(root: Path, first: list[str]) -> tuple[Path, Path]:
     return a, b
 
 
-def test_builds_in_order_equal_one_build(spark, tmp_path: Path) -> None:
+def test_builds_in_order_equal_one_build(
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reports import build as build_module
+
+    session = {k: spark.conf.get(k) for k in build_module._SMALL_TABLE_SETTINGS}
     early = [f"alpha-{i}.xml" for i in range(3)] + [f"beta-{i}.xml" for i in range(2)]
     a, b = split_history(tmp_path, early)
     build(spark, [str(a)], str(tmp_path / "two"))
     second = build(spark, [str(a), str(b)], str(tmp_path / "two"))
     assert (second.ingest.parsed, second.ingest.skipped_known) == (6, 5)
+    # small-table builds leave the session's settings as they found them
+    assert {k: spark.conf.get(k) for k in session} == session != build_module._SMALL_TABLE_SETTINGS
+    # The one build with the session's own settings (eight shuffle partitions, AQE),
+    # as a table past SMALL_TABLE_CASES gets: the same answers as the small-table ones.
+    monkeypatch.setattr(build_module, "SMALL_TABLE_CASES", 0)
     build(spark, [str(a), str(b)], str(tmp_path / "one"))
     assert results(tmp_path / "two") == results(tmp_path / "one")
     # the history's known answers survive the fold
@@ -99,20 +109,21 @@ def test_one_run_in_two_files_over_two_builds(spark, tmp_path: Path) -> None:
     assert (flaky["test_a"][4], flaky["test_a"][6]) == ("2", "g3")  # P F P, last flip g3
 
 
-def test_reingesting_leaves_the_aggregates_alone(spark, tmp_path: Path) -> None:
-    write_history(tmp_path / "in")
-    out = tmp_path / "out"
-    build(spark, [str(tmp_path / "in")], str(out))
+def test_reingesting_leaves_the_aggregates_alone(
+    spark, history_copy: tuple[Path, Path], tmp_path: Path
+) -> None:
+    inputs, out = history_copy
     before = results(out)
     tables = sorted(p.name for p in (out / "aggregates").iterdir())
     assert tables == ["behaviour_runs", "behaviour_totals", "durations", "flaky_state", "names",
                       "runs", "scenario_history"]
 
-    again = build(spark, [str(tmp_path / "in")], str(out))
+    again = build(spark, [str(inputs)], str(out))
     assert (again.ingest.parsed, again.ingest.rows_added, again.ingest.runs) == (0, 0, {})
-    copy = tmp_path / "in" / "copy-of-alpha-5.xml"
-    copy.write_bytes((tmp_path / "in" / "alpha-5.xml").read_bytes())
-    duplicate = build(spark, [str(tmp_path / "in")], str(out))
+    copy = tmp_path / "more" / "copy-of-alpha-5.xml"
+    copy.parent.mkdir()
+    copy.write_bytes((inputs / "alpha-5.xml").read_bytes())
+    duplicate = build(spark, [str(inputs), str(copy.parent)], str(out))
     assert (duplicate.ingest.duplicates, duplicate.ingest.rows_added) == (1, 0)
     assert results(out) == before
 
@@ -136,22 +147,22 @@ def test_a_later_run_on_the_same_day_appends_and_redoes_that_day(spark, tmp_path
     assert regressions == []  # d3 -> d4: passed twice
 
 
-def test_deleted_aggregates_are_folded_again_from_cases(spark, tmp_path: Path) -> None:
+def test_deleted_aggregates_are_folded_again_from_cases(
+    spark, history_copy: tuple[Path, Path]
+) -> None:
     """Also what an --out written before aggregates/ existed gets on its next build."""
-    write_history(tmp_path / "in")
-    out = tmp_path / "out"
-    build(spark, [str(tmp_path / "in")], str(out))
+    inputs, out = history_copy
     before = results(out)
     shutil.rmtree(out / "aggregates" / "flaky_state")
-    again = build(spark, [str(tmp_path / "in")], str(out))
+    again = build(spark, [str(inputs)], str(out))
     assert again.ingest.parsed == 0
     assert results(out) == before
 
 
-def test_a_swap_cut_short_is_finished_by_the_next_build(spark, tmp_path: Path) -> None:
-    write_history(tmp_path / "in")
-    out = tmp_path / "out"
-    build(spark, [str(tmp_path / "in")], str(out))
+def test_a_swap_cut_short_is_finished_by_the_next_build(
+    spark, history_copy: tuple[Path, Path]
+) -> None:
+    inputs, out = history_copy
     before = results(out)
     folder = out / "aggregates"
     # The state a crash leaves mid-swap: marker written, every table staged, "runs"
@@ -165,7 +176,7 @@ def test_a_swap_cut_short_is_finished_by_the_next_build(spark, tmp_path: Path) -
     (folder / "names.next-lost").mkdir()
     (folder / "names.next-lost" / "garbage.parquet").write_bytes(b"not parquet")
 
-    again = build(spark, [str(tmp_path / "in")], str(out))
+    again = build(spark, [str(inputs)], str(out))
     assert again.ingest.parsed == 0
     tables = sorted(p.name for p in folder.iterdir())
     assert tables == ["behaviour_runs", "behaviour_totals", "durations", "flaky_state", "names",
@@ -173,43 +184,55 @@ def test_a_swap_cut_short_is_finished_by_the_next_build(spark, tmp_path: Path) -
     assert results(out) == before
 
 
-def test_the_manifest_is_compacted_without_losing_a_file(spark, tmp_path: Path) -> None:
-    from reports.table import MANIFEST_COMPACT_AT
+def test_the_manifest_is_compacted_without_losing_a_file(
+    spark, history_copy: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reports import table
 
-    write_history(tmp_path / "in")
-    out = tmp_path / "out"
-    build(spark, [str(tmp_path / "in")], str(out))
+    # Three files are enough to cross the threshold; the real one (8) took 10 builds.
+    compact_at = 3
+    assert compact_at < table.MANIFEST_COMPACT_AT
+    monkeypatch.setattr(table, "MANIFEST_COMPACT_AT", compact_at)
+    inputs, out = history_copy
     before = results(out)
-    for index in range(MANIFEST_COMPACT_AT):
+    assert len(list((out / "manifest").glob("*.parquet"))) == 1
+    for index in range(compact_at):
         extra = tmp_path / "more" / f"bad-{index}.xml"
         extra.parent.mkdir(exist_ok=True)
         extra.write_text("<testsuite><testcase name='cut")  # each build: one rejected file
-        done = build(spark, [str(tmp_path / "in"), str(tmp_path / "more")], str(out))
+        done = build(spark, [str(inputs), str(tmp_path / "more")], str(out))
         assert done.ingest.parsed == 1
-    files = list((out / "manifest").glob("*.parquet"))
-    assert 1 <= len(files) < MANIFEST_COMPACT_AT
+        files = list((out / "manifest").glob("*.parquet"))
+        # one more file per build, until one more would pass the threshold
+        assert len(files) == (index + 2 if index + 2 <= compact_at else 1), index
     rejected = results(out)["rejected.csv"][1:]
-    expected = [f"bad-{index}.xml" for index in range(MANIFEST_COMPACT_AT)]
+    expected = [f"bad-{index}.xml" for index in range(compact_at)]
     assert [Path(r[0]).name for r in rejected] == expected
     assert all(r[1].startswith("malformed XML") for r in rejected)
     unchanged = {k: v for k, v in results(out).items() if k != "rejected.csv"}
     assert unchanged == {k: v for k, v in before.items() if k != "rejected.csv"}
-    again = build(spark, [str(tmp_path / "in"), str(tmp_path / "more")], str(out))
+    again = build(spark, [str(inputs), str(tmp_path / "more")], str(out))
     assert (again.ingest.parsed, again.ingest.rows_added) == (0, 0)
 
 
-@pytest.mark.parametrize("driver_hash_bytes", [0, 512 * 1024 * 1024])
-def test_same_content_is_ingested_once_whoever_hashes_it(
-    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, driver_hash_bytes: int
+@pytest.mark.parametrize("in_driver", [False, True], ids=["workers", "driver"])
+def test_same_content_is_ingested_once_whoever_hashes_and_parses_it(
+    spark, history: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_driver: bool
 ) -> None:
     from reports import table
 
-    monkeypatch.setattr(table, "DRIVER_HASH_BYTES", driver_hash_bytes)  # 0: the workers hash
-    write_history(tmp_path / "in")
-    alone = build(spark, [str(tmp_path / "in")], str(tmp_path / "alone"))
-    copy = tmp_path / "in" / "copy-of-alpha-5.xml"
-    copy.write_bytes((tmp_path / "in" / "alpha-5.xml").read_bytes())
-    both = build(spark, [str(tmp_path / "in")], str(tmp_path / "both"))
+    if not in_driver:  # 0 bytes: the Python workers hash and parse every file
+        monkeypatch.setattr(table, "DRIVER_HASH_BYTES", 0)
+        monkeypatch.setattr(table, "DRIVER_PARSE_BYTES", 0)
+    inputs = history.parent / "in"
+    if in_driver:
+        assert sum(p.stat().st_size for p in inputs.iterdir()) < table.DRIVER_PARSE_BYTES
+    alone = build(spark, [str(inputs)], str(tmp_path / "alone"))
+    assert results(tmp_path / "alone") == results(history)  # the shared build: in the driver
+    copy = tmp_path / "more" / "copy-of-alpha-5.xml"
+    copy.parent.mkdir()
+    copy.write_bytes((inputs / "alpha-5.xml").read_bytes())
+    both = build(spark, [str(inputs), str(copy.parent)], str(tmp_path / "both"))
     assert (both.ingest.duplicates, both.ingest.rows_added) == (1, alone.ingest.rows_added)
     assert results(tmp_path / "both") == results(tmp_path / "alone")
 

@@ -79,17 +79,36 @@ def table_rows(spark, out: Path) -> dict[str, list[tuple]]:
     return found
 
 
-def test_an_increment_rewrites_only_its_month(spark, tmp_path: Path) -> None:
-    history(tmp_path / "history")
-    out = tmp_path / "two"
-    build(spark, [str(tmp_path / "history")], str(out))
+@pytest.fixture(scope="module")
+def built_history(spark, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("partitioned")
+    history(root / "history")
+    build(spark, [str(root / "history")], str(root / "out"))
+    return root / "history", root / "out"
+
+
+@pytest.fixture
+def history_build(built_history: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
+    """(inputs, out): history()'s files, to be read only, and a private copy of their
+    build (built once per module)."""
+    inputs, out = built_history
+    shutil.copytree(out, tmp_path / "two")
+    return inputs, tmp_path / "two"
+
+
+def test_an_increment_rewrites_only_its_month(
+    spark, history_build: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reports import build as build_module
+
+    inputs, out = history_build
     before = partitions(out)
     assert sorted(before["durations"]) == [
         f"target={t}/month=2025-0{m}" for t in ("alpha", "beta") for m in (1, 2, 3)
     ]
     # The next alpha run: ten days after the last one, still in March.
     run(tmp_path / "new", "alpha-8", "alpha", JAN + timedelta(days=80), 8)
-    build(spark, [str(tmp_path / "history"), str(tmp_path / "new")], str(out))
+    build(spark, [str(inputs), str(tmp_path / "new")], str(out))
     after = partitions(out)
     for name in PARTITIONED:
         changed = sorted(p for p in after[name] if after[name][p] != before[name].get(p))
@@ -98,20 +117,20 @@ def test_an_increment_rewrites_only_its_month(spark, tmp_path: Path) -> None:
     assert not list((out / "aggregates").glob("_swapping-*"))
 
     cold = tmp_path / "one"
-    build(spark, [str(tmp_path / "history"), str(tmp_path / "new")], str(cold))
+    # with the session's own settings, as past SMALL_TABLE_CASES: the same tables
+    monkeypatch.setattr(build_module, "SMALL_TABLE_CASES", 0)
+    build(spark, [str(inputs), str(tmp_path / "new")], str(cold))
     assert results(out) == results(cold)
     assert table_rows(spark, out) == table_rows(spark, cold)
 
 
 def test_a_new_month_adds_a_partition_and_a_late_run_rebuilds_one_target(
-    spark, tmp_path: Path
+    spark, history_build: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    history(tmp_path / "history")
-    out = tmp_path / "two"
-    build(spark, [str(tmp_path / "history")], str(out))
+    inputs, out = history_build
     first = partitions(out)
     run(tmp_path / "april", "beta-9", "beta", JAN + timedelta(days=85), 9)  # April
-    build(spark, [str(tmp_path / "history"), str(tmp_path / "april")], str(out))
+    build(spark, [str(inputs), str(tmp_path / "april")], str(out))
     second = partitions(out)
     for name in PARTITIONED:
         assert set(second[name]) - set(first[name]) == {"target=beta/month=2025-04"}
@@ -119,8 +138,8 @@ def test_a_new_month_adds_a_partition_and_a_late_run_rebuilds_one_target(
 
     # A run older than alpha's latest: alpha is rebuilt (all its months), beta untouched.
     run(tmp_path / "late", "alpha-late", "alpha", JAN + timedelta(days=25), 5)
-    inputs = [str(tmp_path / d) for d in ("history", "april", "late")]
-    build(spark, inputs, str(out))
+    every = [str(inputs), str(tmp_path / "april"), str(tmp_path / "late")]
+    build(spark, every, str(out))
     third = partitions(out)
     for name in PARTITIONED:
         for part, files in third[name].items():
@@ -130,17 +149,15 @@ def test_a_new_month_adds_a_partition_and_a_late_run_rebuilds_one_target(
                 assert files != second[name].get(part), (name, part)
 
     cold = tmp_path / "one"
-    build(spark, inputs, str(cold))
+    build(spark, every, str(cold))
     assert results(out) == results(cold)
     assert table_rows(spark, out) == table_rows(spark, cold)
 
 
 def test_a_partition_swap_cut_short_is_finished_by_the_next_build(
-    spark, tmp_path: Path
+    spark, history_build: tuple[Path, Path]
 ) -> None:
-    history(tmp_path / "history")
-    out = tmp_path / "out"
-    build(spark, [str(tmp_path / "history")], str(out))
+    inputs, out = history_build
     before, rows = results(out), table_rows(spark, out)
     folder = out / "aggregates"
     # The state a crash leaves mid-swap: marker written, durations of alpha's March
@@ -157,7 +174,7 @@ def test_a_partition_swap_cut_short_is_finished_by_the_next_build(
     lost.mkdir(parents=True)
     (lost / "garbage.parquet").write_bytes(b"not parquet")
 
-    again = build(spark, [str(tmp_path / "history")], str(out))
+    again = build(spark, [str(inputs)], str(out))
     assert again.ingest.parsed == 0
     assert sorted(p.name for p in folder.iterdir()) == [
         "behaviour_runs", "behaviour_totals", "durations", "flaky_state", "names", "runs",
