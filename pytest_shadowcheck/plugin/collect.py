@@ -128,6 +128,9 @@ class ScenarioItem(pytest.Item):
                     *explored_text(verdict.explored),
                 ]
             )
+        if isinstance(excinfo.value, (pytest.xfail.Exception, pytest.skip.Exception)):
+            # its message is the whole story; no traceback to format (and parse) for it
+            return str(excinfo.value)
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:

@@ -17,9 +17,13 @@ Used only with a target that says it can (``Target.lanes``); others get xdist wo
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import pkgutil
 import time
 from collections.abc import Generator
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -61,6 +65,7 @@ class Lanes:
         self.session = session
         if session.config.option.collectonly:
             return
+        _import_the_harness()
         for item in session.items:
             scenario = getattr(item, "scenario", None)  # a ScenarioItem (plugin/collect.py)
             if scenario is not None:
@@ -108,6 +113,20 @@ class Lanes:
         for future in self.futures.values():
             future.cancel()
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _import_the_harness() -> None:
+    """Import every module of the harness here, in the main thread, before a lane runs.
+    pytest rewrites the asserts of a plugin's modules with ``ast.parse`` as they are
+    imported, and CPython 3.11's AST constructor is not safe in two threads at once
+    ("SystemError: AST constructor recursion depth mismatch", seen when a lane imported
+    a module while pytest formatted a report): after this, lanes import nothing new."""
+    harness = Path(__file__).resolve().parents[1]  # the pytest_shadowcheck package
+    for found in pkgutil.walk_packages([str(harness)], "pytest_shadowcheck."):
+        if found.name.endswith("__main__"):
+            continue
+        with contextlib.suppress(ImportError):  # an optional dependency missing here
+            importlib.import_module(found.name)
 
 
 def lanes_of(config: pytest.Config) -> Lanes | None:
