@@ -34,6 +34,7 @@ __all__ = [
     "DurationOrder",
     "LongestFirst",
     "choose_workers",
+    "default_lanes",
     "default_workers",
     "estimated_seconds",
     "register",
@@ -135,8 +136,26 @@ def _lanes(config: pytest.Config, asked: int | None) -> int:
         return _asked(asked)
     if _serial_only(config):
         return 0
-    scenarios = _scenario_count(config)
-    return 0 if scenarios <= 1 else min(LANES_PER_CORE * cores(), scenarios)
+    return default_lanes(cores(), _scenario_count(config), _load())
+
+
+def default_lanes(cores: int, scenarios: int, load: float) -> int:
+    """Lanes for ``scenarios`` on ``cores`` cores; 0 runs serially. On a machine already
+    busy (a load of a core's worth or more each: CI running other tests beside), as
+    many as there would be workers: more scenarios at once there stretch the timers'
+    windows (a 250 ms heartbeat judged with 0.5 s of slack failed at 12 lanes under a
+    load of 10) for no gain, the cores being taken."""
+    if scenarios <= 1:
+        return 0
+    per_core = WORKERS_PER_CORE if load >= cores else LANES_PER_CORE
+    return min(per_core * cores, scenarios)
+
+
+def _load() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:  # not available here
+        return 0.0
 
 
 def _lanes_fit(config: pytest.Config) -> bool:

@@ -17,6 +17,7 @@ from harnesskit import ThreadedSink
 
 from pytest_shadowcheck.plugin.concurrency import (
     _scenario_count,
+    default_lanes,
     default_workers,
     estimated_seconds,
 )
@@ -68,6 +69,13 @@ def test_four_workers_per_core_and_never_more_than_the_scenarios() -> None:
     assert default_workers(cores=2, scenarios=3) == 3
     assert default_workers(cores=1, scenarios=98) == 4
     assert default_workers(cores=16, scenarios=1) == 0  # one scenario: no worker to start
+
+
+def test_six_lanes_per_core_on_an_idle_machine_four_on_a_busy_one() -> None:
+    assert default_lanes(cores=2, scenarios=98, load=0.5) == 12
+    assert default_lanes(cores=2, scenarios=98, load=2.0) == 8
+    assert default_lanes(cores=2, scenarios=5, load=0.0) == 5
+    assert default_lanes(cores=4, scenarios=1, load=0.0) == 0
 
 
 def test_by_default_scenarios_run_in_workers_and_their_durations_are_kept(
