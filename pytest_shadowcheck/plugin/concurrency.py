@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -136,26 +137,38 @@ def _lanes(config: pytest.Config, asked: int | None) -> int:
         return _asked(asked)
     if _serial_only(config):
         return 0
-    return default_lanes(cores(), _scenario_count(config), _load())
+    return default_lanes(cores(), _scenario_count(config), _busy())
 
 
-def default_lanes(cores: int, scenarios: int, load: float) -> int:
-    """Lanes for ``scenarios`` on ``cores`` cores; 0 runs serially. On a machine already
-    busy (a load of a core's worth or more each: CI running other tests beside), as
-    many as there would be workers: more scenarios at once there stretch the timers'
-    windows (a 250 ms heartbeat judged with 0.5 s of slack failed at 12 lanes under a
-    load of 10) for no gain, the cores being taken."""
+def default_lanes(cores: int, scenarios: int, busy: float) -> int:
+    """Lanes for ``scenarios`` on ``cores`` cores, ``busy`` of them in use by others at
+    the start; 0 runs serially. On a machine already busy (CI running other tests
+    beside), as many as there would be workers: more scenarios at once there stretch
+    the timers' windows (a 250 ms heartbeat judged with 0.5 s of slack failed at 12
+    lanes under a load of 10) for no gain, the cores being taken."""
     if scenarios <= 1:
         return 0
-    per_core = WORKERS_PER_CORE if load >= cores else LANES_PER_CORE
+    per_core = WORKERS_PER_CORE if busy >= 0.75 * cores else LANES_PER_CORE
     return min(per_core * cores, scenarios)
 
 
-def _load() -> float:
+def _busy(sample: float = 0.2) -> float:
+    """How many cores other processes keep busy now (``/proc/stat`` over ``sample``
+    seconds): the 1-minute load average would still count a run just ended."""
+
+    def times() -> tuple[int, int]:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [int(x) for x in stat.readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # all, idle + iowait
+
     try:
-        return os.getloadavg()[0]
-    except OSError:  # not available here
+        total, idle = times()
+        time.sleep(sample)
+        total2, idle2 = times()
+    except (OSError, ValueError, IndexError):  # no /proc here
         return 0.0
+    spent = total2 - total
+    return 0.0 if spent <= 0 else cores() * (1 - (idle2 - idle) / spent)
 
 
 def _lanes_fit(config: pytest.Config) -> bool:

@@ -72,10 +72,10 @@ def test_four_workers_per_core_and_never_more_than_the_scenarios() -> None:
 
 
 def test_six_lanes_per_core_on_an_idle_machine_four_on_a_busy_one() -> None:
-    assert default_lanes(cores=2, scenarios=98, load=0.5) == 12
-    assert default_lanes(cores=2, scenarios=98, load=2.0) == 8
-    assert default_lanes(cores=2, scenarios=5, load=0.0) == 5
-    assert default_lanes(cores=4, scenarios=1, load=0.0) == 0
+    assert default_lanes(cores=2, scenarios=98, busy=0.5) == 12
+    assert default_lanes(cores=2, scenarios=98, busy=1.8) == 8
+    assert default_lanes(cores=2, scenarios=5, busy=0.0) == 5
+    assert default_lanes(cores=4, scenarios=1, busy=0.0) == 0
 
 
 def test_by_default_scenarios_run_in_workers_and_their_durations_are_kept(
