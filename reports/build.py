@@ -26,9 +26,17 @@ __all__ = ["OUTPUT_COLUMNS", "SMALL_TABLE_CASES", "BuildResult", "build"]
 # 2 to 2.5 s of 15; larger tables keep the session's settings (eight partitions,
 # AQE: what the million-case builds were measured with).
 SMALL_TABLE_CASES = 100_000
+#
+# Nor is generated code worth compiling for a few thousand rows: Janino's compiling of
+# each query's Java took a quarter of a build's JVM time, most of it in failed class
+# lookups through every jar, and the compiled code filled the JIT's code cache in a
+# long-lived session (tests): 8 builds in one session, 83 s with code generation,
+# 64 s without.
 _SMALL_TABLE_SETTINGS = {
     "spark.sql.shuffle.partitions": "1",
     "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
 }
 
 # Column order of every CSV output; the first columns are the documented contract.

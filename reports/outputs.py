@@ -13,6 +13,8 @@ from urllib.parse import urlparse
 
 from pyspark.sql import DataFrame, SparkSession
 
+from reports.spark import hadoop_path
+
 __all__ = ["csv_text", "write_csv_frame", "write_text"]
 
 
@@ -52,10 +54,8 @@ def write_text(spark: SparkSession, out: str, name: str, text: str) -> str:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(text)
         return path
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
     conf = spark.sparkContext._jsc.hadoopConfiguration()
-    target = jvm.org.apache.hadoop.fs.Path(f"{out.rstrip('/')}/{name}")
+    target = hadoop_path(spark, f"{out.rstrip('/')}/{name}")
     stream = target.getFileSystem(conf).create(target, True)
     try:
         stream.write(bytearray(text.encode("utf-8")))
@@ -73,17 +73,15 @@ def write_csv_frame(
     day, 1.25 million at 10,000,000 test cases): collecting them into Python cost
     more than everything else an incremental build does.
     """
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     base = out.rstrip("/")
     staging = f"{base}/.{name}.{uuid.uuid4().hex[:8]}"
     # coalesce(1) after the frame's sort keeps its order (partitions in sequence).
     frame.select(*columns).coalesce(1).write.option("header", True).csv(staging)
-    path = jvm.org.apache.hadoop.fs.Path(staging)
+    path = hadoop_path(spark, staging)
     fs = path.getFileSystem(conf)
     parts = [s.getPath() for s in fs.listStatus(path) if s.getPath().getName().startswith("part-")]
-    target = jvm.org.apache.hadoop.fs.Path(f"{base}/{name}")
+    target = hadoop_path(spark, f"{base}/{name}")
     if parts and fs.getFileStatus(parts[0]).getLen() > 0:
         fs.delete(target, False)
         if not fs.rename(parts[0], target):

@@ -11,11 +11,21 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-__all__ = ["JavaMissingError", "check_java", "configured_settings", "start_spark", "stop_spark"]
+__all__ = [
+    "JavaMissingError",
+    "check_java",
+    "configured_settings",
+    "escape_path_name",
+    "hadoop_path",
+    "jvm_class",
+    "start_spark",
+    "stop_spark",
+]
 
 MIN_JAVA = 17
 
@@ -213,8 +223,44 @@ def start_spark(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    _import_short_names(spark)
     _ship_package(spark)
     return spark
+
+
+# Classes PySpark looks up by their short names on every column expression. py4j tries
+# a short name in each package the gateway imports, and every miss is a search through
+# all of Spark's ~250 jars: a build spent a third of its JVM time failing to find
+# "java.lang.functions" and the like. Named imports are tried before package ones.
+_SHORT_NAMES = ("org.apache.spark.sql.functions", "org.apache.spark.api.python.PythonUtils")
+
+
+def _import_short_names(spark: SparkSession) -> None:
+    from py4j.java_gateway import java_import
+
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    for name in _SHORT_NAMES:
+        java_import(jvm, name)
+
+
+def jvm_class(spark: SparkSession, name: str) -> Any:
+    """The JVM class ``name`` (fully qualified) in one py4j call: ``jvm.org.apache...``
+    resolves one package at a time, each step a failed class lookup in every jar."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    return getattr(jvm, name)
+
+
+def hadoop_path(spark: SparkSession, where: str) -> Any:
+    """A Hadoop ``Path`` for ``where``."""
+    return jvm_class(spark, "org.apache.hadoop.fs.Path")(where)
+
+
+def escape_path_name(spark: SparkSession, value: str) -> str:
+    """A partition value as Spark spells it in a directory name."""
+    utils = jvm_class(spark, "org.apache.spark.sql.catalyst.catalog.ExternalCatalogUtils")
+    return str(utils.escapePathName(value))
 
 
 def configured_settings() -> dict[str, str]:

@@ -24,6 +24,8 @@ from datetime import date
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from reports.spark import escape_path_name, hadoop_path, jvm_class
+
 __all__ = [
     "PARTITIONED",
     "PARTITION_COLUMNS",
@@ -73,9 +75,7 @@ def path(out: str, name: str) -> str:
 
 
 def _hadoop_fs(spark: SparkSession, where: str):  # type: ignore[no-untyped-def]
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    hpath = jvm.org.apache.hadoop.fs.Path(where)
+    hpath = hadoop_path(spark, where)
     return hpath, hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
 
 
@@ -86,9 +86,7 @@ def exists(spark: SparkSession, where: str) -> bool:
 
 def escape(spark: SparkSession, value: str) -> str:
     """A partition value as Spark spells it in a directory name."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    return str(jvm.org.apache.spark.sql.catalyst.catalog.ExternalCatalogUtils.escapePathName(value))
+    return escape_path_name(spark, value)
 
 
 def is_partitioned(spark: SparkSession, out: str, name: str) -> bool:
@@ -142,11 +140,9 @@ def _write_marker(spark: SparkSession, out: str, tag: str, plan: dict) -> None:
 
 def _read_marker(spark: SparkSession, out: str, tag: str) -> dict:
     marker, fs = _hadoop_fs(spark, path(out, f"{_SWAP_MARK}{tag}"))
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
     stream = fs.open(marker)
     try:
-        text = str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        text = str(jvm_class(spark, "org.apache.commons.io.IOUtils").toString(stream, "UTF-8"))
     finally:
         stream.close()
     # An empty marker (an older version's) swaps every table whole.

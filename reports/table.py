@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
+from functools import partial
 from urllib.parse import urlparse
 
 from pyspark import Accumulator, AccumulatorParam
@@ -24,6 +25,7 @@ from pyspark.sql import types as T
 
 from reports.ingest import EPOCH, ROW_FIELDS, FileIdentity, parse_document
 from reports.progress import Progress
+from reports.spark import escape_path_name, hadoop_path
 
 __all__ = [
     "CASES_SCHEMA",
@@ -179,10 +181,8 @@ def _local_files(arg: str) -> Iterator[str] | None:
 
 def _hadoop_files(spark: SparkSession, arg: str) -> list[SourceFile] | None:
     """Same as _local_files for any Hadoop filesystem URI (hdfs://, s3a://, file://)."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
     conf = spark.sparkContext._jsc.hadoopConfiguration()
-    path = jvm.org.apache.hadoop.fs.Path(arg)
+    path = hadoop_path(spark, arg)
     fs = path.getFileSystem(conf)
     statuses = fs.globStatus(path)
     if not statuses:
@@ -379,9 +379,7 @@ MANIFEST_COMPACT_AT = 8
 
 
 def _manifest_files(spark: SparkSession, out: str) -> list:  # Hadoop Paths
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    path = jvm.org.apache.hadoop.fs.Path(f"{out.rstrip('/')}/manifest")
+    path = hadoop_path(spark, f"{out.rstrip('/')}/manifest")
     fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     if not fs.exists(path):
         return []
@@ -576,9 +574,7 @@ def read_partitions(spark: SparkSession, out: str, dates: dict[str, set[date]]) 
     Reading ``cases/`` and filtering would list every partition directory first,
     seconds on a long history; an incremental build needs a handful of them.
     """
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    escape = jvm.org.apache.spark.sql.catalyst.catalog.ExternalCatalogUtils.escapePathName
+    escape = partial(escape_path_name, spark)
     base = f"{out.rstrip('/')}/cases"
     paths = [
         f"{base}/date={day.isoformat()}/target={escape(target)}"

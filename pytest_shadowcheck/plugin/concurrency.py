@@ -82,7 +82,7 @@ def choose_workers(config: pytest.Config) -> None:
         or bool(config.option.tx)
         or config.option.dist != "no"
     )
-    if not chosen and _lanes_fit(config):
+    if not chosen and (asked is not None or not _serial_only(config)) and _lanes_fit(config):
         lanes = _lanes(config, asked)
         if lanes > 1:
             config.stash[LANES_KEY] = lanes
@@ -137,7 +137,10 @@ def _lanes(config: pytest.Config, asked: int | None) -> int:
         return _asked(asked)
     if _serial_only(config):
         return 0
-    return default_lanes(cores(), _scenario_count(config), _busy())
+    scenarios = _scenario_count(config)
+    if scenarios <= 1:
+        return 0  # no need to sample how busy the machine is
+    return default_lanes(cores(), scenarios, _busy())
 
 
 def default_lanes(cores: int, scenarios: int, busy: float) -> int:

@@ -108,7 +108,7 @@ def test_a_build_of_nothing_but_bad_files_still_writes_every_output(
     assert "No rejected file." not in (out / "dashboard.html").read_text()
 
 
-def test_small_tables_get_one_shuffle_partition_unless_the_user_chose(
+def test_small_tables_get_one_partition_and_no_codegen_unless_the_user_chose(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from reports.build import _SMALL_TABLE_SETTINGS, SMALL_TABLE_CASES, _small_table_settings
@@ -118,7 +118,14 @@ def test_small_tables_get_one_shuffle_partition_unless_the_user_chose(
     assert _small_table_settings(SMALL_TABLE_CASES) == _SMALL_TABLE_SETTINGS
     assert _SMALL_TABLE_SETTINGS["spark.sql.shuffle.partitions"] == "1"
     assert _small_table_settings(SMALL_TABLE_CASES + 1) == {}
-    monkeypatch.setenv("SHADOWCHECK_SPARK_CONF", "spark.sql.adaptive.enabled=true")
-    assert set(_small_table_settings(10)) == {"spark.sql.shuffle.partitions"}
+    assert _SMALL_TABLE_SETTINGS["spark.sql.codegen.wholeStage"] == "false"
+    monkeypatch.setenv(
+        "SHADOWCHECK_SPARK_CONF",
+        "spark.sql.adaptive.enabled=true;spark.sql.codegen.wholeStage=true",
+    )
+    assert set(_small_table_settings(10)) == {
+        "spark.sql.shuffle.partitions",
+        "spark.sql.codegen.factoryMode",
+    }
     monkeypatch.setenv("SHADOWCHECK_SHUFFLE", "4")
-    assert _small_table_settings(10) == {}
+    assert set(_small_table_settings(10)) == {"spark.sql.codegen.factoryMode"}
