@@ -230,7 +230,7 @@ def start_spark(
 
 # Classes PySpark looks up by their short names on every column expression. py4j tries
 # a short name in each package the gateway imports, and every miss is a search through
-# all of Spark's ~250 jars: a build spent a third of its JVM time failing to find
+# all of Spark's ~250 jars: 7 % of a build's JVM samples went to failing to find
 # "java.lang.functions" and the like. Named imports are tried before package ones.
 _SHORT_NAMES = ("org.apache.spark.sql.functions", "org.apache.spark.api.python.PythonUtils")
 
