@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,9 @@ __all__ = [
     "JavaMissingError",
     "check_java",
     "configured_settings",
-    "escape_path_name",
     "hadoop_path",
     "jvm_class",
+    "path_name_escaper",
     "start_spark",
     "stop_spark",
 ]
@@ -257,10 +258,12 @@ def hadoop_path(spark: SparkSession, where: str) -> Any:
     return jvm_class(spark, "org.apache.hadoop.fs.Path")(where)
 
 
-def escape_path_name(spark: SparkSession, value: str) -> str:
-    """A partition value as Spark spells it in a directory name."""
+def path_name_escaper(spark: SparkSession) -> Callable[[str], str]:
+    """Spells a partition value as Spark does in a directory name (the JVM method looked
+    up once, for callers escaping many values)."""
     utils = jvm_class(spark, "org.apache.spark.sql.catalyst.catalog.ExternalCatalogUtils")
-    return str(utils.escapePathName(value))
+    escape = utils.escapePathName
+    return lambda value: str(escape(value))
 
 
 def configured_settings() -> dict[str, str]:

@@ -24,7 +24,7 @@ from datetime import date
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from reports.spark import escape_path_name, hadoop_path, jvm_class
+from reports.spark import hadoop_path, jvm_class, path_name_escaper
 
 __all__ = [
     "PARTITIONED",
@@ -86,7 +86,7 @@ def exists(spark: SparkSession, where: str) -> bool:
 
 def escape(spark: SparkSession, value: str) -> str:
     """A partition value as Spark spells it in a directory name."""
-    return escape_path_name(spark, value)
+    return path_name_escaper(spark)(value)
 
 
 def is_partitioned(spark: SparkSession, out: str, name: str) -> bool:

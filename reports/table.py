@@ -15,7 +15,6 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from functools import partial
 from urllib.parse import urlparse
 
 from pyspark import Accumulator, AccumulatorParam
@@ -25,7 +24,7 @@ from pyspark.sql import types as T
 
 from reports.ingest import EPOCH, ROW_FIELDS, FileIdentity, parse_document
 from reports.progress import Progress
-from reports.spark import escape_path_name, hadoop_path
+from reports.spark import hadoop_path, path_name_escaper
 
 __all__ = [
     "CASES_SCHEMA",
@@ -574,7 +573,7 @@ def read_partitions(spark: SparkSession, out: str, dates: dict[str, set[date]]) 
     Reading ``cases/`` and filtering would list every partition directory first,
     seconds on a long history; an incremental build needs a handful of them.
     """
-    escape = partial(escape_path_name, spark)
+    escape = path_name_escaper(spark)
     base = f"{out.rstrip('/')}/cases"
     paths = [
         f"{base}/date={day.isoformat()}/target={escape(target)}"

@@ -135,9 +135,7 @@ def _asked(asked: int) -> int:
 def _lanes(config: pytest.Config, asked: int | None) -> int:
     if asked is not None:
         return _asked(asked)
-    if _serial_only(config):
-        return 0
-    scenarios = _scenario_count(config)
+    scenarios = _scenario_count(config)  # the caller ruled out a serial-only run
     if scenarios <= 1:
         return 0  # no need to sample how busy the machine is
     return default_lanes(cores(), scenarios, _busy())
