@@ -30,6 +30,10 @@ Event kinds (``Event.kind``) and the keys their ``data`` carries:
               "power_cut": ``lost`` files with their bytes, names ``undone``;
               "disk": ``mode`` full/error/ok), stamped when it happened there
 ``note``      anything else worth showing (free-form ``text`` recommended)
+``lag``       the harness's own event loop woke ``late`` seconds after it asked to
+              (pytest_shadowcheck.engine.lag): the machine or the harness was
+              overloaded, and everything it relayed, answered and stamped then ran
+              late too; stamped when it woke
 ============  ===============================================================
 
 ``t`` is seconds since the history was created, from a monotonic clock, so
@@ -65,6 +69,7 @@ EVENT_KINDS = frozenset(
         "snapshot",
         "note",
         "storage",
+        "lag",
     }
 )
 
@@ -195,6 +200,15 @@ class History:
             and (until is None or event.t <= until)
         ]
 
+    def lag(self, since: float, until: float) -> float:
+        """Seconds within ``[since, until]`` in which the harness's own event loop ran
+        late (``lag`` events): a delay the harness caused, not the MTA."""
+        total = 0.0
+        for event in self.events(kind="lag", since=since):
+            late = float(event.data.get("late", 0.0))
+            total += max(0.0, min(event.t, until) - max(event.t - late, since))
+        return total
+
     def excerpt(
         self,
         around: float,
@@ -210,7 +224,10 @@ class History:
         than ``limit`` events match, the ones closest to ``around`` are kept and
         the cut is stated. Returns "  (no events)" when nothing matches.
         """
-        window = self.events(since=around - before, until=around + after)
+        # the harness's own lateness is no event on the wire: the checks say it in words
+        window = [
+            e for e in self.events(since=around - before, until=around + after) if e.kind != "lag"
+        ]
         wanted = set(links) if links is not None else None
         chosen = [e for e in window if wanted is None or e.link is None or e.link in wanted]
         omitted = 0

@@ -7,7 +7,10 @@ the last queue snapshots - in one pass, and says for every message:
 * ``delivered``: acknowledged, every recipient delivered once;
 * ``duplicated``: some recipient delivered more than once, with the cause when the history
   shows it (a promotion after a fault of the primary, a redelivery by the same node after
-  it was restarted or its next-hop link broke); an unexplained duplicate is a FAIL;
+  it was restarted or its next-hop link broke, or after a reply to its first delivery
+  that it may never have read: the connection closed before any reply, or the harness
+  itself ran late answering and the node dropped the session); an unexplained duplicate
+  is a FAIL;
 * ``lost``: acknowledged and some recipient never delivered nor still queued: FAIL, or
   OUTSIDE-GUARANTEE (PR-4) when two nodes were down together during its life, or when
   every node that held a copy was wiped after it got it (one failure after the other);
@@ -200,6 +203,7 @@ def check_workload(
     acks: list[float] = []
     deliveries: list[Event] = []
     copies: list[Event] = []
+    handed: list[Event] = []  # contents a node sent to a next hop that is no node
     events: list[Event] = history.events(since=since)
     for event in events:
         data = event.data
@@ -224,6 +228,8 @@ def check_workload(
             deliveries.append(event)
         elif event.kind == "data" and event.link and event.link.partition("->")[2] in nodes:
             copies.append(event)
+        elif event.kind == "data" and event.link and event.link.partition("->")[0] in nodes:
+            handed.append(event)
         elif event.kind == "note" and "nemesis" in data:
             index = int(data["index"])
             if data["nemesis"] == "start":
@@ -254,12 +260,22 @@ def check_workload(
             node = event.link.partition("->")[2]
             found.copied_to.add(node)
             found.copied_at[node] = max(event.t, found.copied_at.get(node, event.t))
+    first_handed: dict[tuple[str, str], Event] = {}
+    for event in handed:
+        found = identify(event.data)
+        if found is not None and event.link:
+            first_handed.setdefault((found.ref, event.link.partition("->")[0]), event)
+
+    def unread(fate: Fate, node: str) -> str | None:
+        sent = first_handed.get((fate.ref, node))
+        return None if sent is None else _unread_reply(history, sent)
+
     faults = sorted(windows.values(), key=lambda w: w.start)
     causes: Counter[str] = Counter()
     down = {n for w in faults if w.end is None and w.kind in NODE_FAULTS for n in w.nodes}
     held = _held(fates, rcpts, entries, down | ({"?"} if down else set()))
     for fate in fates.values():
-        _judge(fate, rcpts[fate.ref], faults, held)
+        _judge(fate, rcpts[fate.ref], faults, held, unread)
         if fate.fate == "duplicated":
             causes[fate.cause] += 1
     return WorkloadReport(
@@ -347,7 +363,13 @@ def _held(
     return held
 
 
-def _judge(fate: Fate, rcpts: list[str], faults: list[Window], held: set[str]) -> None:
+def _judge(
+    fate: Fate,
+    rcpts: list[str],
+    faults: list[Window],
+    held: set[str],
+    unread: Callable[[Fate, str], str | None],
+) -> None:
     per_rcpt = Counter(r for _, _, r in fate.deliveries)
     missing = [r for r in rcpts if per_rcpt[r] == 0]
     fate.missing, fate.recipients = missing, len(rcpts)
@@ -363,7 +385,7 @@ def _judge(fate: Fate, rcpts: list[str], faults: list[Window], held: set[str]) -
             fate.fate = "lost"
     elif duplicated:
         fate.fate = "duplicated"
-        fate.cause = _cause(fate, faults)
+        fate.cause = _cause(fate, faults, unread)
     else:
         fate.fate = "delivered"
 
@@ -397,10 +419,11 @@ def _every_copy_wiped(fate: Fate, faults: list[Window]) -> bool:
     return all(any(node in w.nodes and w.start >= t for w in wipes) for node, t in made.items())
 
 
-def _cause(fate: Fate, faults: list[Window]) -> str:
+def _cause(fate: Fate, faults: list[Window], unread: Callable[[Fate, str], str | None]) -> str:
     """Why the message was delivered more than once, from the faults during its life:
     copies from two nodes need a fault of the primary (a promotion); a node delivering
-    one recipient twice needs a fault of its own (a restart, a broken next-hop link)."""
+    one recipient twice needs a fault of its own (a restart, a broken next-hop link) or
+    a reply to its first delivery it may never have read (RFC 5321 6.1)."""
     last = max(t for t, _, _ in fate.deliveries)
     during = [w for w in faults if w.meets(fate.sent, last)]
     per_node = Counter((helo.split(".")[0], rcpt) for _, helo, rcpt in fate.deliveries)
@@ -431,9 +454,44 @@ def _cause(fate: Fate, faults: list[Window]) -> str:
             )
         elif own:
             reasons.append(f"redelivery by {node} after {own[0].kind} of {node}")
+        elif (why := unread(fate, node)) is not None:
+            reasons.append(f"redelivery by {node} after {why}")
         else:
             return f"delivered twice by {node} with no fault"
     return "; ".join(reasons)
+
+
+#: the harness's own lateness (seconds) that makes an unanswered-looking reply plausible
+LATE_REPLY = 0.1
+
+
+def _unread_reply(history: History, sent: Event) -> str | None:
+    """Why the node may not have read the reply to the content ``sent`` (a ``data``
+    event on its link to a next hop), when the history says so: it closed the connection
+    before any reply, or the reply came while the harness itself ran late and the node
+    sent nothing more on that connection (it gave up waiting and dropped it)."""
+    node = str(sent.link).partition("->")[0]
+    on_conn = [
+        e
+        for e in history.events(link=sent.link, since=sent.t)
+        if e.conn == sent.conn and e.kind in ("line", "close")
+    ]
+    reply = next((e for e in on_conn if e.kind == "line" and e.direction == "s2c"), None)
+    closed = next((e for e in on_conn if e.kind == "close"), None)
+    if reply is None or (closed is not None and closed.t < reply.t):
+        return "a lost reply (the connection closed before any reply to its message content)"
+    if not str(reply.data.get("text", "")).startswith("2"):
+        return None
+    if any(e.kind == "line" and e.direction == "c2s" and e.t >= reply.t for e in on_conn):
+        return None  # the node went on with the session: it read the reply
+    late = history.lag(sent.t, closed.t if closed is not None else reply.t)
+    if late < LATE_REPLY:
+        return None
+    return (
+        f"a reply it may not have read (the harness ran {late:.3f}s late between {node}'s "
+        f"message content and the 250 {reply.t - sent.t:.3f}s after it, and {node} sent "
+        "nothing more on that connection)"
+    )
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:
@@ -695,7 +753,8 @@ def _results(
     dup = CheckResult(
         f"workload {report.workload}: every duplicate has a cause in the history",
         Status.FAIL if unexplained else Status.PASS,
-        "a message delivered twice only after a fault of a node that held it",
+        "a message delivered twice only after a fault of a node that held it, or after a "
+        "reply to its first delivery the node may not have read",
         f"{len(dups)} of {acked} acknowledged messages delivered more than once "
         f"({report.summary()['duplicate_rate']:.3%}); causes: {causes}; "
         + (

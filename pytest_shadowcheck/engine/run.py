@@ -31,6 +31,7 @@ from pytest_shadowcheck.checks.inside import queue_entries
 from pytest_shadowcheck.checks.integrity import integrity_invariant
 from pytest_shadowcheck.checks.no_loss import no_loss_invariant, premise_missing
 from pytest_shadowcheck.checks.workload import WorkloadReport
+from pytest_shadowcheck.engine.lag import watching_lag
 from pytest_shadowcheck.engine.steps import STEPS, step_label
 from pytest_shadowcheck.errors import ScenarioError
 from pytest_shadowcheck.history import History
@@ -581,7 +582,8 @@ def run_scenario(
 
     async def main() -> None:
         try:
-            await asyncio.wait_for(_run(run, verdict, hooks), timeout)
+            async with watching_lag(history):
+                await asyncio.wait_for(_run(run, verdict, hooks), timeout)
         except TimeoutError:
             verdict.inconclusive(
                 f"the scenario did not finish within its timeout ({timeout:g}s): "

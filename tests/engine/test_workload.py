@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -293,6 +294,51 @@ def test_a_loss_after_each_holder_of_a_copy_was_wiped_is_outside_the_guarantee(
         _fault(h, index, kind, [node], "start")
         _fault(h, index, kind, [node], "end")
     assert check_workload(h, "w", 1, nodes=frozenset({"mbx1", "mbx2"})).fates["m"].fate == fate
+
+
+@pytest.mark.parametrize(
+    ("first", "cause"),
+    [
+        # the 250 came while the harness itself stalled; mbx1 dropped the session: it gave
+        # up waiting, so sending again is the duplicate a lost reply allows
+        (["lag 0.8", "250", "close"], "redelivery by mbx1 after a reply it may not have read"),
+        # it went on with the session: it read the 250, and sent the message again anyway
+        (["lag 0.8", "250", "QUIT", "close"], "delivered twice by mbx1 with no fault"),
+        # the harness answered on time: dropping the session is no reason to send again
+        (["250", "close"], "delivered twice by mbx1 with no fault"),
+        # no reply ever reached it: sending again is right
+        (["close"], "redelivery by mbx1 after a lost reply"),
+    ],
+)
+def test_a_duplicate_after_a_reply_the_node_may_not_have_read_has_a_cause(
+    first: list[str], cause: str
+) -> None:
+    h = History()
+    origin = time.monotonic() - h.now()
+    _attempt(h, "m", "mbx1", 250, ["a@corp.test"])
+    link = "mbx1->mailbox"
+
+    def hand_over(at: float, conn: int, after: list[str]) -> None:
+        h.record_at(origin + at, "data", link, conn, "c2s", message_id="<m@x>", size=10)
+        h.record_at(origin + at, "delivery", link, sink="mailbox", message_id="<m@x>",
+                    helo="mbx1", rcpt_tos=["a@corp.test"])  # fmt: skip
+        for step, what in enumerate(after, start=1):
+            t = origin + at + 0.9 + step / 100
+            if what.startswith("lag"):
+                h.record_at(t, "lag", late=float(what.split()[1]))
+            elif what == "close":
+                h.record_at(t, "close", link, conn, reason="client closed")
+            else:
+                direction = "s2c" if what[0].isdigit() else "c2s"
+                h.record_at(t, "line", link, conn, direction, text=f"{what} ok")
+
+    hand_over(1.0, 1, first)
+    hand_over(3.0, 2, ["250", "QUIT", "close"])
+    report = check_workload(h, "w", 1, nodes=frozenset({"mbx1"}))
+    assert report.fates["m"].fate == "duplicated"
+    assert report.fates["m"].cause.startswith(cause), report.fates["m"].cause
+    _, dup, _ = results(report, ["PR-3"], "x.yaml:1")
+    assert dup.status == (Status.FAIL if "no fault" in cause else Status.PASS)
 
 
 def test_one_node_down_is_no_excuse() -> None:

@@ -145,6 +145,21 @@ def test_a_broken_variant_diverges_under_the_right_behaviour(
 ) -> None:
     outcome, text = run(tmp_path, f"broken:{variant}", only=scenario)[scenario]
     assert outcome == "failed", text
-    assert "[FAIL] the catalogue model" in text and f"evidence for {behaviour}" in text, text
-    assert said in text
+    assert "[FAIL] the catalogue model" in text, text
+    # the model reports a run's first divergence; where a variant breaks two rules and
+    # timing decides which shows first, either is the right behaviour
+    found = [
+        (b, words)
+        for b, words in [(behaviour, said), *ALSO_BREAKS.get(variant, [])]
+        if f"evidence for {b}" in text and words in text
+    ]
+    assert found, text
     assert "operations up to it" in text
+
+
+#: a second rule a variant breaks in the same scenario, reported when, under load, the
+#: first one's divergence did not show (ack-before-shadow-copy: the copy's 250 came in
+#: time for m1, and m2 was still accepted with the shadow down)
+ALSO_BREAKS = {
+    "ack-before-shadow-copy": [("CR-4", "mbx1 accepted m2 with `250")],
+}

@@ -1,0 +1,107 @@
+"""The harness's own lateness is recorded and never blamed on the MTA.
+
+Real reference nodes; the harness's event loop is really blocked (as an overloaded
+machine blocks it) right after the sender got its 250, through the scenario hook every
+run calls. The delivery that follows is relayed and stamped late by exactly that stall:
+a timing check that misses by no more than the stall says INCONCLUSIVE, naming the
+harness's delay; a miss beyond it (the next hop really slow) is still a FAIL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_shadowcheck.engine.run import run_scenario
+from pytest_shadowcheck.history import History
+from pytest_shadowcheck.scenario.loader import load_scenario_file
+from pytest_shadowcheck.targets.reference import ReferenceTarget
+from pytest_shadowcheck.verdict import Status
+
+SCENARIO = """\
+scenarios:
+  - name: delivered_right_after_the_reply
+    behaviours: [CR-1]
+    topology: single-node
+    steps:
+{slow}      - send: {{id: m1, via: mbx1, to: [alice@corp.test]}}
+      - wait: {{delivered: m1, timeout: 10s}}
+    expect:
+      - timing:
+          from: {{reply: m1}}
+          to: {{delivered: m1}}
+          at_most: 0s
+          tolerance: 0.4s
+"""
+
+SLOW_NEXT_HOP = """\
+      - sink:
+          name: mailbox
+          rcpt: {"alice@corp.test": {reply: accept, delay: 1.5s}}
+"""
+
+
+class StallAfterTheReply:
+    """The scenario hooks: block the run's event loop for ``seconds`` once the sender has
+    its reply to the final dot."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def shadowcheck_scenario_started(self, scenario: Any, target: Any, history: History) -> None:
+        async def stall() -> None:
+            while not any(e.data.get("command") == "EOD" for e in history.events(kind="reply")):
+                await asyncio.sleep(0.001)
+            time.sleep(self.seconds)  # blocks the loop: proxies, sinks and stamps wait
+
+        if self.seconds:
+            self.tasks.append(asyncio.get_running_loop().create_task(stall()))
+
+    def shadowcheck_scenario_finished(self, **_: Any) -> None:
+        pass
+
+
+def _run(tmp_path: Path, stall: float, slow: bool) -> tuple[Status, str]:
+    source = tmp_path / "s.yaml"
+    source.write_text(SCENARIO.format(slow=SLOW_NEXT_HOP if slow else ""))
+    (scenario,) = load_scenario_file(source)
+    verdict = run_scenario(
+        scenario,
+        ReferenceTarget(),
+        workdir=tmp_path / "run",
+        hooks=StallAfterTheReply(stall),
+        history_file=tmp_path / "history.json",
+    )
+    (timing,) = [c for c in verdict.checks if c.name == "timing"]
+    return timing.status, timing.observed
+
+
+@pytest.mark.parametrize(
+    ("stall", "slow", "status", "said"),
+    [
+        (0.0, False, Status.PASS, "after mbx1 told the sender `250"),
+        (1.5, False, Status.INCONCLUSIVE, "but the harness itself ran 1."),
+        (0.3, True, Status.FAIL, "after mbx1 told the sender `250"),
+    ],
+    ids=["quiet", "harness-stalled", "next-hop-slow-beyond-the-stall"],
+)
+def test_a_miss_the_harness_caused_is_no_verdict(
+    tmp_path: Path, stall: float, slow: bool, status: Status, said: str
+) -> None:
+    got, observed = _run(tmp_path, stall, slow)
+    assert got == status, observed
+    assert said in observed, observed
+    if status == Status.INCONCLUSIVE:
+        assert "no verdict on the MTA" in observed
+
+
+def test_the_stall_is_in_the_history(tmp_path: Path) -> None:
+    _run(tmp_path, 0.5, False)
+    events = json.loads((tmp_path / "history.json").read_text())["events"]
+    late = [e["data"]["late"] for e in events if e["kind"] == "lag"]
+    assert late and max(late) >= 0.45, late
