@@ -103,7 +103,8 @@ LEGEND: dict[Status, StatusInfo] = {
         "#6a1b9a",
         "the target or the harness broke before the behaviour could be judged (a node "
         "that never started, a bad image or description, a port that could not be "
-        "bound): not a verdict on the MTA",
+        "bound), or a time was missed by no more than the harness itself ran late: not "
+        "a verdict on the MTA",
         "error",
         "<error message='INCONCLUSIVE: ...'>",
     ),
