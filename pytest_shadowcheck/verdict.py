@@ -38,6 +38,9 @@ class CheckResult:
     #: how often each behaviour's rules decided something (the model check): coverage a
     #: dashboard tracks across runs
     counts: dict[str, int] = field(default_factory=dict)
+    #: INCONCLUSIVE only because the harness itself ran late (engine/lag.py): another
+    #: run on a quieter machine can judge it
+    harness_late: bool = False
 
     def render(self, excerpt: bool = True, rule: str = "") -> str:
         """The check as a mail admin reads it: the rule it tested (``rule``, the
@@ -112,9 +115,22 @@ class Verdict:
     #: an explored scenario's shrunk reproduction (plugin/exploration.py): its file,
     #: operations and replay command
     explored: dict[str, Any] | None = None
+    #: why this verdict is a second run's: the first one's summary (plugin/lanes.py)
+    retried: str = ""
 
     def add(self, result: CheckResult) -> None:
         self.checks.append(result)
+
+    @property
+    def harness_late(self) -> bool:
+        """INCONCLUSIVE only because the harness ran late: every INCONCLUSIVE check says
+        so, and the run itself did not break."""
+        late = [c for c in self.checks if c.status == Status.INCONCLUSIVE]
+        return (
+            self.overall is None
+            and self.status == Status.INCONCLUSIVE
+            and all(c.harness_late for c in late)
+        )
 
     def untestable(self, reason: str) -> None:
         self.overall, self.reason = Status.UNTESTABLE, reason
@@ -274,4 +290,5 @@ class Verdict:
             diagnostics=data.get("diagnostics", ""),
             workloads=list(data.get("workloads", [])),
             caveats=list(data.get("caveats", [])),
+            retried=data.get("retried", ""),
         )

@@ -167,6 +167,7 @@ async def check_delivered(run: Run, step: Step) -> CheckResult:
             "ran late during it (an overloaded machine): no verdict on the MTA",
             where=str(step.where),
             excerpt=run.excerpt(around, msg.links(all_nodes=True)),
+            harness_late=True,
         )
     return result(
         step,
@@ -345,6 +346,7 @@ async def check_timing(run: Run, step: Step) -> CheckResult:
             "explain the miss: no verdict on the MTA",
             where=str(step.where),
             excerpt=excerpt,
+            harness_late=True,
         )
     return result(step, "timing", miss == 0, expected, observed, excerpt)
 

@@ -91,6 +91,8 @@ class ScenarioItem(pytest.Item):
             self.user_properties.append(("shadowcheck.verdict", str(verdict.status)))
             self.user_properties.append((VERDICTS_PROPERTY, format_verdicts(verdict.by_behaviour)))
             self.user_properties.extend(workload_properties(verdict.workloads))
+            if verdict.retried:
+                self.user_properties.append(("shadowcheck.retried", verdict.retried))
         if verdict.status == Status.INCONCLUSIVE:
             raise ScenarioInconclusive(verdict)
 

@@ -118,8 +118,6 @@ def _serial_only(config: pytest.Config) -> bool:
         or config.option.capture == "no"
         or config.option.collectonly
         or config.getoption("shadowcheck_target", None) == "help"
-        # a deep exploration sizes itself to its duration (plugin/exploration.py)
-        or config.getoption("shadowcheck_explore", None) is not None
     )
 
 
@@ -212,9 +210,11 @@ def _scenario_count(config: pytest.Config) -> int:
     for path in paths:
         found += _scenarios_in(path)
     if explores(config):
-        # an explored scenario is marked with every behaviour its model may judge
+        # an explored scenario is marked with every behaviour its model may judge; a deep
+        # exploration collects enough to keep every lane busy to its deadline
         every = list(load_behaviours())
-        found += [(["explore"], every)] * SLICE_SCENARIOS
+        deep = config.getoption("shadowcheck_explore", None) is not None
+        found += [(["explore"], every)] * (LANES_PER_CORE * cores() if deep else SLICE_SCENARIOS)
     return sum(1 for names, behaviours in found if _selected(config, names, behaviours))
 
 

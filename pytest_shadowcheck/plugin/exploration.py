@@ -37,7 +37,7 @@ from pytest_shadowcheck.engine.generator import ExplorationPlan, plan, untestabl
 from pytest_shadowcheck.engine.shrink import Budget, shrink_operations
 from pytest_shadowcheck.plugin.junit import junit_xml
 from pytest_shadowcheck.plugin.shrinking import attempt_run
-from pytest_shadowcheck.plugin.state import ShadowcheckState, run_basetemp
+from pytest_shadowcheck.plugin.state import LANES_KEY, ShadowcheckState, run_basetemp
 from pytest_shadowcheck.plugin.terminal import note_writer
 from pytest_shadowcheck.progress import Progress
 from pytest_shadowcheck.scenario.capabilities import CAPABILITIES
@@ -97,6 +97,15 @@ class Exploration:
     def plan(self, index: int) -> ExplorationPlan:
         return plan(self.seed, index, capabilities=self.capabilities, length=self.length)
 
+    def expired(self, name: str) -> bool:
+        """Whether the scenario ``name`` is an explored one that must not start now: a
+        deep exploration's deadline has passed."""
+        return (
+            self.deadline is not None
+            and explored_index(name) is not None
+            and time.time() >= self.deadline
+        )
+
 
 def _duration(text: str) -> float:
     found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*", text)
@@ -135,7 +144,11 @@ def setup_exploration(config: pytest.Config, state: ShadowcheckState) -> Explora
         seconds = _duration(str(deep))
         seed = shared.get("seed", seed if seed is not None else random.randrange(1, 10**6))
         deadline = deadline or time.time() + seconds
-        count, length = max(1, math.ceil(seconds / _FASTEST)), DEEP_OPERATIONS
+        # enough for every lane or worker to run its fastest until the deadline; every
+        # xdist worker must collect the controller's list
+        at_once = max(1, config.stash.get(LANES_KEY, 0), config.option.numprocesses or 0)
+        count = shared.get("count", max(1, math.ceil(seconds / _FASTEST)) * at_once)
+        length = DEEP_OPERATIONS
     else:
         seed = SLICE_SEED if seed is None else int(seed)
         count, length = SLICE_SCENARIOS, SLICE_OPERATIONS
@@ -234,7 +247,8 @@ class XdistExploration:
         self.exploration = exploration
 
     def pytest_configure_node(self, node: Any) -> None:
-        shared = {"seed": self.exploration.seed, "deadline": self.exploration.deadline}
+        e = self.exploration
+        shared = {"seed": e.seed, "deadline": e.deadline, "count": e.count}
         node.workerinput["shadowcheck_explore"] = json.dumps(shared)
 
 
@@ -269,14 +283,12 @@ class ExplorationHooks:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: Any) -> bool | None:
         """Past a deep exploration's deadline, explored items do not start (silently:
-        they were collected only to fill the time)."""
-        deadline = self.exploration.deadline
+        they were collected only to fill the time). In lanes, the lane that would start
+        one decides (plugin/lanes.py): one begun before the deadline is reported."""
         scenario = getattr(item, "scenario", None)
-        if deadline is None or scenario is None or explored_index(scenario.name) is None:
+        if scenario is None or item.config.stash.get(LANES_KEY, 0) > 1:
             return None
-        if time.time() < deadline:
-            return None
-        return True
+        return True if self.exploration.expired(scenario.name) else None
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: Any) -> Any:

@@ -12,6 +12,12 @@ longest first (the durations ``plugin/concurrency.py`` keeps); an item's setup t
 for its own verdict, which the lanes have computed, or are computing, meanwhile. With
 ``-x`` or ``--maxfail``, the scenarios not yet begun are dropped when pytest stops.
 
+A scenario INCONCLUSIVE only because the harness itself ran late (its timing judged
+against the lag the run recorded, engine/lag.py) runs once more, alone: no lane starts
+another scenario until the running ones have ended and it has run again. The second
+run's verdict stands, and says that it is a second run (``Verdict.retried``: the JUnit
+property ``shadowcheck.retried``, the certification's scenario section).
+
 Used only with a target that says it can (``Target.lanes``); others get xdist workers.
 """
 
@@ -20,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import pkgutil
+import threading
 import time
 from collections.abc import Generator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_shadowcheck.plugin.exploration import get_exploration
 from pytest_shadowcheck.plugin.runner import run_item
 from pytest_shadowcheck.plugin.state import LANES_KEY, ShadowcheckState, get_state
 from pytest_shadowcheck.verdict import Verdict
@@ -39,6 +47,8 @@ __all__ = ["LANES_PLUGIN", "Lanes", "lanes_of", "register_lanes"]
 
 #: the name the lanes are registered under
 LANES_PLUGIN = "shadowcheck-lanes"
+#: the longest a scenario run again waits for the others to end (s)
+ALONE_WAIT = 120.0
 
 
 class Lanes:
@@ -50,10 +60,16 @@ class Lanes:
         self.pool = ThreadPoolExecutor(
             count, thread_name_prefix="shadowcheck-lane", initializer=state.enter_lane
         )
-        self.futures: dict[str, Future[Verdict]] = {}
+        self.futures: dict[str, Future[Verdict | None]] = {}
         #: seconds each scenario ran in its lane, by node id
         self.took: dict[str, float] = {}
         self.session: pytest.Session | None = None
+        # a scenario run again alone: no lane starts another while the gate is shut
+        self._gate = threading.Event()
+        self._gate.set()
+        self._alone = threading.Lock()
+        self._running = 0
+        self._changed = threading.Condition()
 
     def pytest_report_header(self) -> str:
         return f"shadowcheck: up to {self.count} scenarios at once, in lanes of this process"
@@ -74,12 +90,65 @@ class Lanes:
                     self._run, scenario, item.nodeid, where
                 )
 
-    def _run(self, scenario: Scenario, nodeid: str, location: str) -> Verdict:
+    def _run(self, scenario: Scenario, nodeid: str, location: str) -> Verdict | None:
+        """The scenario's verdict; None for an explored one a deep exploration's deadline
+        passed before its lane came to it (it never starts)."""
+        exploration = get_exploration(self.state.config)
+        if exploration is not None and exploration.expired(scenario.name):
+            return None
+        self._gate.wait()
         began = time.monotonic()
         try:
-            return run_item(self.state, scenario, nodeid, location)
+            with self._counted():
+                verdict = run_item(self.state, scenario, nodeid, location)
+            if verdict.harness_late:
+                verdict = self._again_alone(scenario, nodeid, location, verdict)
+            return verdict
         finally:
             self.took[nodeid] = time.monotonic() - began
+
+    def _again_alone(
+        self, scenario: Scenario, nodeid: str, location: str, first: Verdict
+    ) -> Verdict:
+        """Run a scenario again that the harness could not judge because it ran late
+        itself (its own lanes and whatever else loads the machine): no other lane starts
+        a scenario until the running ones have ended and this one has run again."""
+        with self._alone:
+            self._gate.clear()
+            try:
+                with self._changed:
+                    self._changed.wait_for(lambda: self._running == 0, timeout=ALONE_WAIT)
+                with self._counted():
+                    again = run_item(self.state, scenario, nodeid, location)
+            finally:
+                self._gate.set()
+        again.retried = (
+            "run a second time, alone in its process: its first run was INCONCLUSIVE because "
+            f"the harness itself ran late ({first.summary()})"
+        )
+        return again
+
+    @contextlib.contextmanager
+    def _counted(self) -> Generator[None, None, None]:
+        with self._changed:
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._running -= 1
+                self._changed.notify_all()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> bool | None:
+        """An item whose lane did not start it is not run (silently, as a deep
+        exploration's items past its deadline are not)."""
+        future = self.futures.get(item.nodeid)
+        if future is None or getattr(item, "scenario", None) is None:
+            return None
+        if get_exploration(item.config) is not None and future.result() is None:
+            return True
+        return None
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -95,9 +164,8 @@ class Lanes:
     def verdict(self, scenario: Scenario, nodeid: str, location: str) -> Verdict:
         """The item's verdict, once its lane has it (run here if it was never queued)."""
         future = self.futures.get(nodeid)
-        if future is None:
-            return run_item(self.state, scenario, nodeid, location)
-        return future.result()
+        found = future.result() if future is not None else None
+        return run_item(self.state, scenario, nodeid, location) if found is None else found
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         session = self.session

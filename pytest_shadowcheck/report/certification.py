@@ -517,6 +517,7 @@ def _scenario_section(report: dict[str, Any], s: dict[str, Any]) -> str:
         f" {_badge(s['verdict'])}</h3><p>{html.escape(s.get('title', ''))}</p>"
         f"<p>{per_behaviour}</p><p>{html.escape(s['reason'])}</p>"
         + "".join(f"<p>caveat: {html.escape(c)}</p>" for c in s.get("caveats", []))
+        + (f"<p>{html.escape(s['retried'])}</p>" if s.get("retried") else "")
         + f"<p>defined at <code>{html.escape(s.get('source', ''))}</code>; reproduce with "
         f"<code>{html.escape(reproduce_command(report, s['nodeid']))}</code></p>"
         f"{rendered}"
@@ -711,6 +712,7 @@ def scenario_entry(nodeid: str, data: dict[str, Any], duration_s: float) -> dict
         "history": verdict.history_excerpt(),
         "workloads": data.get("workloads", []),
         "caveats": data.get("caveats", []),
+        "retried": data.get("retried", ""),
     }
 
 

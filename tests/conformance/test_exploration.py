@@ -64,6 +64,21 @@ def _child(
 # section: tests/plugin/test_reference_e2e.py (one run of both)
 
 
+@pytest.mark.parametrize(("at_once", "collected"), [("1", 2), ("3", 6)])
+def test_a_deep_exploration_collects_enough_for_every_lane(
+    pytester: pytest.Pytester, at_once: str, collected: int
+) -> None:
+    """16 s at the fastest pace an explored scenario runs (8 s) is two scenarios for each
+    lane: one after another, or three lanes at once."""
+    result = pytester.runpytest_subprocess(
+        "--shadowcheck", "--shadowcheck-explore=16s", "--shadowcheck-explore-only",
+        "--shadowcheck-explore-seed=44", "--shadowcheck-concurrency", at_once,
+        "--collect-only", "-q", "-p", "no:cacheprovider",
+    )  # fmt: skip
+    names = re.findall(r"::(explore_s44_\d{3})", result.stdout.str())
+    assert len(set(names)) == collected, result.stdout.str()
+
+
 def test_operations_a_black_box_cannot_perform_are_not_generated(tmp_path: Path) -> None:
     args = [
         "--shadowcheck-explore-only", "--shadowcheck-explore-seed=31", "--collect-only",

@@ -259,3 +259,73 @@ def test_with_x_nothing_after_the_first_failure_is_reported(pytester: pytest.Pyt
     )
     result = pytester.runpytest_subprocess("--shadowcheck", "-x", "library")
     result.assert_outcomes(failed=1)
+
+
+STALLED_ONCE = """\
+scenarios:
+  - name: timed
+    behaviours: [CR-1]
+    topology: single-node
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - wait: {delivered: m1, timeout: 10s}
+    expect:
+      - timing: {from: {reply: m1}, to: {delivered: m1}, at_most: 0s, tolerance: 0.4s}
+  - name: beside
+    behaviours: [CR-5]
+    topology: single-node
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - wait: 1s
+    expect:
+      - reply: {message: m1, code: 250}
+"""
+
+#: a target plugin whose scenario hook blocks the harness's event loop for 1.5 s after
+#: the sender's 250, in the first run of "timed" only (a file marks that it happened)
+STALL_ONCE_PLUGIN = '''
+import asyncio
+import time
+from pathlib import Path
+
+from pytest_shadowcheck import hookimpl
+
+MARK = Path(__file__).with_name("stalled-once")
+
+
+@hookimpl
+def shadowcheck_scenario_started(scenario, target, history):
+    if scenario.name != "timed" or MARK.exists():
+        return
+    MARK.write_text("stalled")
+
+    async def stall():
+        while not any(e.data.get("command") == "EOD" for e in history.events(kind="reply")):
+            await asyncio.sleep(0.001)
+        time.sleep(1.5)
+
+    asyncio.get_running_loop().create_task(stall())
+'''
+
+
+@pytest.mark.slow
+def test_a_scenario_the_harness_was_too_late_to_judge_runs_again_alone(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library = _library(pytester)
+    library.write_text(STALLED_ONCE, encoding="utf-8")
+    (pytester.path / "stall_once.py").write_text(STALL_ONCE_PLUGIN, encoding="utf-8")
+    monkeypatch.setenv("PYTHONPATH", str(pytester.path))
+    result = pytester.runpytest_subprocess(
+        "--shadowcheck", "--shadowcheck-concurrency", "2",
+        "--shadowcheck-target-plugin", "stall_once",
+        "--junit-xml=out.xml", "-o", "junit_family=xunit1", "library",
+    )  # fmt: skip
+    # the first run of "timed" was INCONCLUSIVE (the stall, not the MTA); its second,
+    # alone, passed: that verdict stands and says it is a second run's
+    result.assert_outcomes(passed=2)
+    assert (pytester.path / "stalled-once").exists()
+    junit = (pytester.path / "out.xml").read_text()
+    assert "shadowcheck.retried" in junit
+    assert "its first run was INCONCLUSIVE because the harness itself ran late" in junit
+    assert junit.count("shadowcheck.retried") == 1
