@@ -163,9 +163,7 @@ def setup_exploration(config: pytest.Config, state: ShadowcheckState) -> Explora
         int(seed), count, length, capabilities, directory, deadline=deadline, only=only
     )
     for index in range(count):
-        explored = exploration.plan(index)
-        explored.scenario(directory=directory)
-        exploration.files.append(directory / f"{explored.name}.yaml")
+        exploration.files.append(exploration.plan(index).write(directory=directory))
     config.stash[_KEY] = exploration
     return exploration
 

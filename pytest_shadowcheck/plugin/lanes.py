@@ -183,6 +183,10 @@ class Lanes:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
+#: modules no lane imports: a shim whose import warns that it moved
+_NOT_IMPORTED = frozenset({"pytest_shadowcheck.hookspecs"})
+
+
 def _import_the_harness() -> None:
     """Import every module of the harness here, in the main thread, before a lane runs.
     pytest rewrites the asserts of a plugin's modules with ``ast.parse`` as they are
@@ -191,7 +195,7 @@ def _import_the_harness() -> None:
     a module while pytest formatted a report): after this, lanes import nothing new."""
     harness = Path(__file__).resolve().parents[1]  # the pytest_shadowcheck package
     for found in pkgutil.walk_packages([str(harness)], "pytest_shadowcheck."):
-        if found.name.endswith("__main__"):
+        if found.name.endswith("__main__") or found.name in _NOT_IMPORTED:
             continue
         with contextlib.suppress(ImportError):  # an optional dependency missing here
             importlib.import_module(found.name)
