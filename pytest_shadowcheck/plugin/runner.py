@@ -5,6 +5,7 @@ engine in a fresh workdir, kept as evidence when the verdict is not a clean one;
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 import shutil
 from pathlib import Path
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.checks.workload import WorkloadReport
     from pytest_shadowcheck.scenario.model import Scenario
 
-__all__ = ["replay_command", "run_item"]
+__all__ = ["history_name", "replay_command", "run_item"]
 
 
 def replay_command(config: pytest.Config, target_spec: str, location: str) -> str:
@@ -41,6 +42,21 @@ def replay_command(config: pytest.Config, target_spec: str, location: str) -> st
     if budget != DEFAULT_STRETCH_BUDGET:
         args += ["--shadowcheck-stretch-budget", f"{budget:g}"]
     return shlex.join([*args, location])
+
+
+#: a file name's longest on common filesystems is 255 bytes; ".json" and room to spare
+_LONGEST_NAME = 200
+
+
+def history_name(nodeid: str) -> str:
+    """The file name (without ``.json``) of an item's history: its node id with ``/`` and
+    ``::`` made safe; one too long for a filesystem (an explored scenario's id lists
+    every behaviour its model judges) is cut, with a digest of the whole id."""
+    safe = nodeid.replace("/", "_").replace("::", "__")
+    if len(safe.encode()) <= _LONGEST_NAME:
+        return safe
+    digest = hashlib.sha1(nodeid.encode()).hexdigest()[:12]
+    return safe.encode()[: _LONGEST_NAME - 13].decode(errors="ignore") + "-" + digest
 
 
 def run_item(
@@ -66,8 +82,7 @@ def run_item(
     workdir = state.workdir(scenario.name)
     history_file = None
     if state.history_dir is not None:
-        safe = nodeid.replace("/", "_").replace("::", "__")
-        history_file = state.history_dir / f"{safe}.json"
+        history_file = state.history_dir / f"{history_name(nodeid)}.json"
     report_dir = state.report_dir
 
     def timeline(history: History, report: WorkloadReport, name: str) -> Path:

@@ -36,6 +36,8 @@ class Sent:
 
     ref: str
     via: str
+    #: the recipients the message has: those the send step named, less any the primary
+    #: refused at RCPT (the sender was told; no rule owes them anything)
     to: tuple[str, ...]
     t_send: float
     t_next: float
@@ -205,6 +207,13 @@ def _replies(obs: Observations, events: list[Event], timeline: Timeline) -> None
             continue
         _, key = min(candidates)
         taken.add(key)
+        rcpts = [r for r in conns[key] if r.data.get("command") == "RCPT"]
+        if len(rcpts) == len(sent.to):  # one reply per RCPT, in the order they were sent
+            sent.to = tuple(
+                rcpt
+                for rcpt, reply in zip(sent.to, rcpts, strict=True)
+                if int(reply.data.get("code") or 0) < 400
+            )
         deciding = [r for r in conns[key] if r.data.get("command") == "EOD"]
         refusals = [r for r in conns[key] if int(r.data.get("code") or 0) >= 400]
         chosen = deciding[0] if deciding else (refusals[0] if refusals else None)
