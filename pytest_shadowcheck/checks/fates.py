@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.scenario.model import Step
     from pytest_shadowcheck.verdict import CheckResult
 
-__all__ = ["check_fates"]
+__all__ = ["check_fates", "next_hop_refusals", "reported_failures"]
 
 
 def _copies(run: Run, ref: str) -> dict[str, list[tuple[str, Delivery]]]:
@@ -36,7 +36,7 @@ def _copies(run: Run, ref: str) -> dict[str, list[tuple[str, Delivery]]]:
     return out
 
 
-def _refusals(run: Run, ref: str) -> dict[str, list[tuple[float, str, str]]]:
+def next_hop_refusals(run: Run, ref: str) -> dict[str, list[tuple[float, str, str]]]:
     """recipient -> the next hops' scripted refusals that concerned it, in order: of its
     RCPT, of a MAIL FROM of the message's sender, of an end of DATA of the message (a
     session closed or held there counts: the sender learns nothing, and must retry);
@@ -68,7 +68,7 @@ def _refusals(run: Run, ref: str) -> dict[str, list[tuple[float, str, str]]]:
     return out
 
 
-def _reported(run: Run, ref: str) -> dict[str, list[Any]]:
+def reported_failures(run: Run, ref: str) -> dict[str, list[Any]]:
     """recipient -> the reports about ``ref`` that name it as failed."""
     out: dict[str, list[Any]] = {}
     for report in reports(run):
@@ -88,11 +88,12 @@ async def check_fates(run: Run, step: Step) -> CheckResult:
     run.progress.waiting(within, f"for each recipient of {ref} to meet its fate")
 
     async def settled() -> bool:
-        copies, reported = _copies(run, ref), _reported(run, ref)
+        copies, reported = _copies(run, ref), reported_failures(run, ref)
         return all(r in copies for r in delivered + retried) and all(r in reported for r in bounced)
 
     await poll(settled, within)
-    copies, refused, reported = _copies(run, ref), _refusals(run, ref), _reported(run, ref)
+    copies, refused = _copies(run, ref), next_hop_refusals(run, ref)
+    reported = reported_failures(run, ref)
     sender = (run.messages[ref].mail_from or "").strip("<>") or "the sender"
     wanted: list[str] = []
     problems: list[str] = []

@@ -15,6 +15,7 @@ from pytest_shadowcheck.checks.events import (
     poll,
     why_not,
 )
+from pytest_shadowcheck.checks.fates import next_hop_refusals, reported_failures
 from pytest_shadowcheck.checks.storage import power_cut_evidence
 from pytest_shadowcheck.checks.workload import PROMOTIONS
 from pytest_shadowcheck.scenario.capabilities import QUEUE_PATHS
@@ -46,6 +47,36 @@ def premise_missing(run: Run, results: list[CheckResult]) -> list[CheckResult]:
     return results
 
 
+def refused_and_reported(run: Run, ref: str) -> str | None:
+    """Why an acknowledged message owes no delivery, when that is so: every recipient it
+    has (those its primary took at RCPT) was refused for good (a 5xx) by a next hop, and
+    a report to the sender names each of them failed. Its fate is the bounce, which the
+    bounce invariant judges; one refused and never reported is lost."""
+    owed = _refused_for_good(run, ref)
+    reported = reported_failures(run, ref)
+    if not owed or not all(r in reported for r in owed):
+        return None
+    by = sorted({report.by for r in owed for report in reported[r]})
+    return (
+        f"every recipient {run.messages[ref].via} took ({', '.join(owed)}) was refused for "
+        f"good by its next hop, and {' and '.join(by)} reported it failed to the sender"
+    )
+
+
+def _refused_for_good(run: Run, ref: str) -> list[str]:
+    """The recipients of ``ref`` its primary took at RCPT, when a next hop refused every
+    one of them for good (a 5xx); else none."""
+    msg = run.messages[ref]
+    refused_at_rcpt = {r.lower() for r in (msg.result.refused_recipients if msg.result else [])}
+    owed = [r.lower() for r in msg.rcpt_to if r.lower() not in refused_at_rcpt]
+    for_good = {
+        rcpt
+        for rcpt, refusals in next_hop_refusals(run, ref).items()
+        if any(reply[:1] == "5" for _, _, reply in refusals)
+    }
+    return owed if all(r in for_good for r in owed) else []
+
+
 async def no_loss_invariant(run: Run) -> list[CheckResult]:
     """Every acknowledged message is delivered (or still held by a live node), unless
     every node holding a copy failed: then it is OUTSIDE-GUARANTEE (PR-4).
@@ -60,7 +91,10 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
     settle = run.scenario.settle
 
     async def all_delivered() -> bool:
-        return all(deliveries(run, ref, exact=True) for ref in acknowledged)
+        return all(
+            deliveries(run, ref, exact=True) or refused_and_reported(run, ref)
+            for ref in acknowledged
+        )
 
     if not await all_delivered():
         run.progress.waiting(settle, "for acknowledged messages to be delivered (no-loss check)")
@@ -76,6 +110,12 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
                 CheckResult(
                     name, Status.PASS, expected, describe_deliveries(found), behaviours=[INVARIANT]
                 )
+            )
+            continue
+        bounced = refused_and_reported(run, ref)
+        if bounced:
+            results.append(
+                CheckResult(name, Status.PASS, expected, bounced, behaviours=[INVARIANT])
             )
             continue
         held = await run.still_held(ref)
@@ -117,6 +157,20 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
                     excerpt=excerpt,
                     where=str(run.scenario.where),
                     behaviours=blamed,
+                )
+            )
+        elif refused := _refused_for_good(run, ref):
+            results.append(
+                CheckResult(
+                    name,
+                    Status.FAIL,
+                    expected,
+                    f"{msg.via} acknowledged {ref} (`{msg.code} {msg.text}`); its next hop "
+                    f"refused every recipient it took for good ({', '.join(refused)}), and "
+                    f"no non-delivery report of that reached the sender within {settle:g}s: "
+                    "told 250, the sender never learnt the message failed",
+                    excerpt=excerpt,
+                    where=str(run.scenario.where),
                 )
             )
         else:

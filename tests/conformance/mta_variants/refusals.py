@@ -39,6 +39,21 @@ def _bounces_temporary_refusals() -> None:
     delivery._Session.deliver = final  # type: ignore[method-assign]
 
 
+def _drops_refused_mail_silently() -> None:
+    """A recipient the next hop refused for good is marked reported, and no report is
+    ever sent: the sender, told 250, never learns the message failed."""
+    from reference_impl.delivery import Delivery
+
+    def no_report(self: Delivery, message: Any, failed: dict[str, str]) -> None:
+        for fork in self.node.db.forks_of(message.id):
+            if fork.state == "failed":
+                self.node.db.fork_done(
+                    message.id, fork.domain, "failed-reported", self.node.clock.now(), "dropped"
+                )
+
+    Delivery._send_dsn = no_report  # type: ignore[method-assign]
+
+
 VARIANTS: list[Variant] = [
     Variant(
         name="partial-refusal-retried-whole",
@@ -58,5 +73,17 @@ VARIANTS: list[Variant] = [
             "cr10_next_hop_busy_then_hangs_up_after_the_dot",
         ),
         apply=_bounces_temporary_refusals,
+    ),
+    Variant(
+        name="drops-refused-mail-silently",
+        breaks=(
+            "drops a message whose recipients the next hop refused for good without a "
+            "non-delivery report: acknowledged, never delivered, the sender never told"
+        ),
+        fails=(
+            "cr10_next_hop_refuses_some_recipients",
+            "cr10_every_recipient_refused_for_good_is_reported",
+        ),
+        apply=_drops_refused_mail_silently,
     ),
 ]
