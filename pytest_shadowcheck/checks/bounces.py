@@ -16,10 +16,12 @@ The invariant FAILs for a report naming a recipient the message was in fact deli
 to: a delivered message produces no failure report (the sender would resend, or give up
 on mail that arrived). In a scenario that resubmits from Safety Net, that is the rule
 "Safety Net resubmissions never produce DSNs or NDRs" (SN-9). A copy another node
-delivered after the report, once the reporting node had been killed, paused, restarted,
-wiped or cut off its power, does not count: that is a shadow's promotion, which cannot
-know what its primary reported, and whose duplicates the catalogue allows (found by
-exploration, seed 2002). Reports about recipients
+delivered after the reporting node was refused that recipient for good by a next hop and
+then killed, paused, restarted, wiped or cut off its power does not count, whenever the
+report arrived: that is a shadow's promotion, which cannot know what its primary was
+refused, and whose duplicates the catalogue allows (found by exploration, seeds 2002 and
+3003: a report sent before the wipe; a report deferred by a busy sender's server and
+sent after the restart). Reports about recipients
 never delivered are what the sender is owed, and the invariant says nothing of them.
 """
 
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from email import message_from_bytes
 from email.message import Message as EmailMessage
 from email.policy import compat32
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pytest_shadowcheck.checks.events import node_of
 from pytest_shadowcheck.network.smtp_text import TRACE_HEADER, normalize_message_id
@@ -218,8 +220,9 @@ def reports(run: RunView) -> list[Report]:
 def _delivered_to(run: RunView, ref: str, report: Report) -> dict[str, tuple[str, Delivery]]:
     """recipient -> (sink, first delivery) of the message, at any sink but the senders',
     that the report contradicts: not a copy another node promoted after a fault of the
-    reporting node (a shadow cannot know what its primary reported; the catalogue allows
-    a promoted copy's duplicates, and the report was true when it was sent)."""
+    reporting node that followed the next hop's refusal it reports (a shadow cannot know
+    what its primary was refused; the catalogue allows a promoted copy's duplicates, and
+    the report was true when it was made, whenever it arrived)."""
     senders = set(run.scenario.topology.senders.values())
     message = run.messages[ref]
     out: dict[str, tuple[str, Delivery]] = {}
@@ -227,24 +230,42 @@ def _delivered_to(run: RunView, ref: str, report: Report) -> dict[str, tuple[str
         if name in senders and ref not in _own_senders_mail(run, name):
             continue
         for delivery in sink.deliveries_for(message.message_id):
-            if _promoted_after(run, report, delivery):
-                continue
             for rcpt in delivery.rcpt_tos:
-                out.setdefault(rcpt.lower(), (name, delivery))
+                if not _promoted_after_refusal(run, report.by, rcpt.lower(), delivery):
+                    out.setdefault(rcpt.lower(), (name, delivery))
     return out
 
 
-def _promoted_after(run: RunView, report: Report, delivery: Delivery) -> bool:
-    """Whether ``delivery`` came after ``report``, from another node, with the reporting
-    node killed, paused, restarted, wiped or cut off its power in between."""
-    reporter, sent = report.by, report.delivery.t
-    if node_of(delivery.helo) == reporter or delivery.t <= sent:
+def _promoted_after_refusal(run: RunView, reporter: str, rcpt: str, delivery: Delivery) -> bool:
+    """Whether ``delivery`` to ``rcpt`` came from a node other than ``reporter``, after
+    ``reporter`` was refused ``rcpt`` for good by a next hop and then killed, paused,
+    restarted, wiped or cut off its power."""
+    if node_of(delivery.helo) == reporter:
         return False
-    for event in run.history.events(kind="step", since=sent, until=delivery.t):
+    refused = [
+        e.t
+        for e in run.history.events(kind="note", until=delivery.t)
+        if str(e.data.get("reply", ""))[:1] == "5"
+        and node_of(e.data.get("helo")) == reporter
+        and rcpt in _named(e.data)
+    ]
+    if not refused:
+        return False
+    for event in run.history.events(kind="step", since=min(refused), until=delivery.t):
         words = str(event.data.get("text", "")).split()
         if len(words) >= 2 and words[0] in NODE_FAULTS and words[1] == reporter:
             return True
     return False
+
+
+def _named(note: dict[str, Any]) -> list[str]:
+    """The recipients a sink's scripted answer concerned: its RCPT's, or the message's at
+    the end of DATA."""
+    if note.get("stage") == "RCPT":
+        return [str(note.get("rcpt_to", "")).lower()]
+    if note.get("stage") == "DATA":
+        return [str(r).lower() for r in note.get("rcpt_tos") or []]
+    return []
 
 
 def _own_senders_mail(run: RunView, sink: str) -> set[str]:

@@ -9,6 +9,13 @@ the combination really happened (so that the test cannot pass by missing it).
   when it was sent, and the promoted copy is the duplicate PR-2 allows: the bounce
   invariant does not count it against the report.
 
+- seed 3003, scenario 605 (shrunk to four operations): the next hop refuses one
+  recipient for good while the sender's own server defers the report; the primary is
+  killed and stays down past ShadowResubmitTimeSpan, its shadow promotes the copy and
+  delivers it to every recipient (the next hop accepts again), and the restarted primary
+  then sends the report it made before: it arrives after that delivery, and is still
+  no false report.
+
 (Seed 1001's false CR-10 divergence is in model_scenarios.yaml, seed 2002's scenario 625
 is ``cr10_every_recipient_refused_for_good_is_reported`` in scenarios/refusals.yaml.)
 """
@@ -17,13 +24,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_shadowcheck.engine.run import run_scenario
 from pytest_shadowcheck.scenario.loader import load_scenario_file
 from pytest_shadowcheck.targets.reference import ReferenceTarget
-from pytest_shadowcheck.verdict import Status
+from pytest_shadowcheck.verdict import Status, Verdict
 
 REPORTED_THEN_PROMOTED = """\
 scenarios:
@@ -54,22 +62,79 @@ scenarios:
 """
 
 
+REPORT_DEFERRED_PAST_A_PROMOTION = """\
+scenarios:
+  - name: report_deferred_past_a_promotion
+    behaviours: [PR-1]
+    topology: creation-forks
+    settings:
+      ShadowHeartbeatFrequency: 1s
+      ShadowResubmitTimeSpan: 4s
+      TransientFailureRetryInterval: 500ms
+      SendConnectionInactivityTimeout: 1s
+      RejectMessageOnShadowFailure: true
+    timeout: 120s
+    settle: 20s
+    steps:
+      - sink: {name: other, rcpt: {nobody@other.test: 500 5.0.0 refused}}
+      - sink: {name: outside, data: "451 4.3.0 the sender's server is busy"}
+      - send: {id: m5, via: mbx1, to: [dan@other.test, nobody@other.test]}
+      - wait: 2s
+      - sink: {name: other, reply: accept}
+      - wait: {until: quiet, timeout: 8.5s}
+      - kill: mbx1
+      - wait: 9.5s
+      - sink: {name: outside, reply: accept}
+      - restart: mbx1
+      - wait: {until: quiet, timeout: 10.5s}
+    expect:
+      - model: {}
+"""
+
+
 @pytest.mark.slow
-def test_a_report_then_a_promoted_copy_after_the_reporters_wipe_is_no_false_report(
-    tmp_path: Path,
-) -> None:
+def test_a_report_deferred_past_a_promotion_is_no_false_report(tmp_path: Path) -> None:
+    events, verdict = _run(tmp_path, REPORT_DEFERRED_PAST_A_PROMOTION)
+    bounce = [c for c in verdict.checks if c.name == "no bounce for delivered m5"]
+    assert bounce and bounce[0].status == Status.PASS, [c.render() for c in verdict.checks]
+    assert not verdict.failures and verdict.overall is None, [c.render() for c in verdict.checks]
+    # the combination happened: mbx2 delivered to nobody, then mbx1's report came
+    to_nobody = [
+        e["t"]
+        for e in events
+        if e["kind"] == "delivery"
+        and "nobody@other.test" in e["data"]["rcpt_tos"]
+        and e["data"]["helo"] == "mbx2"
+    ]
+    reports = [e["t"] for e in events if e["kind"] == "delivery" and _is_report(e)]
+    assert to_nobody and reports and min(to_nobody) < min(reports), (to_nobody, reports)
+
+
+def _is_report(event: dict[str, Any]) -> bool:
+    return event["data"].get("mail_from") in ("", "<>") and event["data"]["helo"] == "mbx1"
+
+
+def _run(tmp_path: Path, text: str) -> tuple[list[dict[str, Any]], Verdict]:
     source = tmp_path / "s.yaml"
-    source.write_text(REPORTED_THEN_PROMOTED)
+    source.write_text(text)
     (scenario,) = load_scenario_file(source)
     history = tmp_path / "history.json"
     verdict = run_scenario(
         scenario, ReferenceTarget(), workdir=tmp_path / "run", history_file=history
     )
+    events: list[dict[str, Any]] = json.loads(history.read_text())["events"]
+    return events, verdict
+
+
+@pytest.mark.slow
+def test_a_report_then_a_promoted_copy_after_the_reporters_wipe_is_no_false_report(
+    tmp_path: Path,
+) -> None:
+    events, verdict = _run(tmp_path, REPORTED_THEN_PROMOTED)
     bounce = [c for c in verdict.checks if c.name == "no bounce for delivered m4"]
     assert bounce and bounce[0].status == Status.PASS, verdict.checks
     assert not verdict.failures and verdict.overall is None, [c.render() for c in verdict.checks]
     # the combination happened: mbx2 reported nobody failed, then mbx1 delivered to it
-    events = json.loads(history.read_text())["events"]
     to_nobody = [
         e["data"]["helo"]
         for e in events
