@@ -334,6 +334,8 @@ def discard_rule(j: Judge, m: Sent) -> None:
             continue
         if not j.copy_kept(m, snap.node, snap.t):
             continue
+        if _copy_never_acknowledged(j, m, snap.node):
+            continue  # the primary never learnt this node holds a copy: no discard owed
         j.exercised["DI-2"] += 1
         if m.ref not in snap.refs:
             continue
@@ -346,6 +348,24 @@ def discard_rule(j: Judge, m: Sent) -> None:
             snap.t,
         )
         return
+
+
+def _copy_never_acknowledged(j: Judge, m: Sent, shadow: str) -> bool:
+    """Whether every copy of ``m`` the primary sent ``shadow`` went unanswered: the session
+    ended after the copy's content with no 250 (a reply lost, a link cut after the final
+    dot). The primary then counts no copy there and owes that node no discard
+    notification; the copy it holds is an orphan, which ShadowMessageAutoDiscardInterval
+    ends (DI-6). Found by exploration (seed 3003: a cut after the copy's final dot)."""
+    link = f"{m.via}->{shadow}"
+    sent = [(t, conn) for t, at, conn, ref in j.obs.contents if at == link and ref == m.ref]
+    if not sent:
+        return False
+    for t, conn in sent:
+        lines = j.obs.sessions.get((link, conn), [])
+        reply = next((text for at, way, text in lines if at >= t and way == "s2c"), None)
+        if reply is not None and reply.startswith("250"):
+            return False
+    return True
 
 
 def safety_net_rule(j: Judge, m: Sent) -> None:
