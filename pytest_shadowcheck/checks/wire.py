@@ -55,6 +55,8 @@ __all__ = [
 ]
 
 DEFAULT_TOLERANCE = 0.5
+#: how near an event's stamp a stall of the harness must end to have delayed the stamp
+STALL_ENDED = 0.1
 
 
 # --------------------------------------------------------------------------- replies
@@ -330,9 +332,14 @@ async def check_timing(run: Run, step: Step) -> CheckResult:
     excerpt = run.excerpt(b[0], matcher_links(run, arg["from"], arg["to"]), before=delta + 1)
     miss, late = 0.0, 0.0
     if "at_least" in arg and delta < arg["at_least"] - tolerance:
-        # stamped late, the start makes the interval look shorter than it was
         miss = arg["at_least"] - tolerance - delta
-        late = run.history.lag(a[0] - arg["at_least"], a[0])
+        if "step" not in arg["from"]:
+            # an event the harness saw (not one of its own steps, stamped as it acts) is
+            # stamped late by a stall that ended as it was stamped: the interval shrinks
+            near = run.history.events(
+                kind="lag", since=a[0] - STALL_ENDED, until=a[0] + STALL_ENDED
+            )
+            late = sum(float(e.data.get("late", 0.0)) for e in near)
     if "at_most" in arg and delta > arg["at_most"] + tolerance:
         miss = delta - arg["at_most"] - tolerance
         late = run.history.lag(a[0], b[0])

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_shadowcheck.plugin.exploration import get_exploration
-from pytest_shadowcheck.plugin.runner import run_item
+from pytest_shadowcheck.plugin.runner import retried, run_item
 from pytest_shadowcheck.plugin.state import LANES_KEY, ShadowcheckState, get_state
 from pytest_shadowcheck.verdict import Verdict
 
@@ -100,7 +100,7 @@ class Lanes:
         began = time.monotonic()
         try:
             with self._counted():
-                verdict = run_item(self.state, scenario, nodeid, location)
+                verdict = run_item(self.state, scenario, nodeid, location, again=False)
             if verdict.harness_late:
                 verdict = self._again_alone(scenario, nodeid, location, verdict)
             return verdict
@@ -119,14 +119,10 @@ class Lanes:
                 with self._changed:
                     self._changed.wait_for(lambda: self._running == 0, timeout=ALONE_WAIT)
                 with self._counted():
-                    again = run_item(self.state, scenario, nodeid, location)
+                    again = run_item(self.state, scenario, nodeid, location, again=False)
             finally:
                 self._gate.set()
-        again.retried = (
-            "run a second time, alone in its process: its first run was INCONCLUSIVE because "
-            f"the harness itself ran late ({first.summary()})"
-        )
-        return again
+        return retried(again, first, ", alone in its process")
 
     @contextlib.contextmanager
     def _counted(self) -> Generator[None, None, None]:

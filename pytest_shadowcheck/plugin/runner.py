@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.checks.workload import WorkloadReport
     from pytest_shadowcheck.scenario.model import Scenario
 
-__all__ = ["history_name", "replay_command", "run_item"]
+__all__ = ["history_name", "replay_command", "retried", "run_item"]
 
 
 def replay_command(config: pytest.Config, target_spec: str, location: str) -> str:
@@ -60,10 +60,35 @@ def history_name(nodeid: str) -> str:
 
 
 def run_item(
-    state: ShadowcheckState, scenario: Scenario, nodeid: str, location: str = ""
+    state: ShadowcheckState,
+    scenario: Scenario,
+    nodeid: str,
+    location: str = "",
+    *,
+    again: bool = True,
 ) -> Verdict:
     """Run the scenario of the item ``nodeid`` against the configured target and return
-    its verdict; ``location`` selects the item on a command line (for replay commands)."""
+    its verdict; ``location`` selects the item on a command line (for replay commands).
+    A verdict INCONCLUSIVE only because the harness itself ran late is run once more
+    (``again``; lanes run it again themselves, alone: plugin/lanes.py), and the second
+    verdict stands, saying so."""
+    verdict = _run_once(state, scenario, nodeid, location)
+    if again and verdict.harness_late:
+        verdict = retried(_run_once(state, scenario, nodeid, location), verdict, "")
+    return verdict
+
+
+def retried(again: Verdict, first: Verdict, how: str) -> Verdict:
+    """``again``, the verdict of a second run, saying why there was one (``how``: in
+    what conditions it ran, or "")."""
+    again.retried = (
+        f"run a second time{how}: its first run was INCONCLUSIVE because the harness "
+        f"itself ran late ({first.summary()})"
+    )
+    return again
+
+
+def _run_once(state: ShadowcheckState, scenario: Scenario, nodeid: str, location: str) -> Verdict:
     target = state.target
     verdict = Verdict(
         scenario=scenario.name,

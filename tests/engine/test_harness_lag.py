@@ -100,6 +100,46 @@ def test_a_miss_the_harness_caused_is_no_verdict(
         assert "no verdict on the MTA" in observed
 
 
+EARLY = """\
+scenarios:
+  - name: delivered_too_soon_for_the_window
+    behaviours: [CR-1]
+    topology: single-node
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - wait: {delivered: m1, timeout: 10s}
+    expect:
+      - timing: {from: {step: "^send id=m1 "}, to: {delivered: m1}, at_least: 2s, tolerance: 0.2s}
+"""
+
+
+class StallAtStart:
+    """The scenario hooks: block the run's event loop for ``seconds`` before its first
+    step (as node start-up under load does)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def shadowcheck_scenario_started(self, scenario: Any, target: Any, history: History) -> None:
+        time.sleep(self.seconds)
+
+    def shadowcheck_scenario_finished(self, **_: Any) -> None:
+        pass
+
+
+def test_a_stall_before_the_harness_acts_excuses_no_early_event(tmp_path: Path) -> None:
+    """Too early is never the harness's lateness when the clock starts at one of its own
+    steps: it is stamped as it acts, and a stall before it only delays it."""
+    source = tmp_path / "s.yaml"
+    source.write_text(EARLY)
+    (scenario,) = load_scenario_file(source)
+    verdict = run_scenario(
+        scenario, ReferenceTarget(), workdir=tmp_path / "run", hooks=StallAtStart(2.2)
+    )
+    (timing,) = [c for c in verdict.checks if c.name == "timing"]
+    assert timing.status == Status.FAIL, timing.observed
+
+
 def test_the_stall_is_in_the_history(tmp_path: Path) -> None:
     _run(tmp_path, 0.5, False)
     events = json.loads((tmp_path / "history.json").read_text())["events"]

@@ -309,20 +309,21 @@ def shadowcheck_scenario_started(scenario, target, history):
 
 
 @pytest.mark.slow
-def test_a_scenario_the_harness_was_too_late_to_judge_runs_again_alone(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("at_once", ["2", "1"], ids=["lanes", "serial"])
+def test_a_scenario_the_harness_was_too_late_to_judge_runs_again(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, at_once: str
 ) -> None:
     library = _library(pytester)
     library.write_text(STALLED_ONCE, encoding="utf-8")
     (pytester.path / "stall_once.py").write_text(STALL_ONCE_PLUGIN, encoding="utf-8")
     monkeypatch.setenv("PYTHONPATH", str(pytester.path))
     result = pytester.runpytest_subprocess(
-        "--shadowcheck", "--shadowcheck-concurrency", "2",
+        "--shadowcheck", "--shadowcheck-concurrency", at_once,
         "--shadowcheck-target-plugin", "stall_once",
         "--junit-xml=out.xml", "-o", "junit_family=xunit1", "library",
     )  # fmt: skip
-    # the first run of "timed" was INCONCLUSIVE (the stall, not the MTA); its second,
-    # alone, passed: that verdict stands and says it is a second run's
+    # the first run of "timed" was INCONCLUSIVE (the stall, not the MTA); its second (in
+    # lanes: alone) passed: that verdict stands and says it is a second run's
     result.assert_outcomes(passed=2)
     assert (pytester.path / "stalled-once").exists()
     junit = (pytester.path / "out.xml").read_text()
