@@ -127,9 +127,9 @@ class StallAtStart:
         pass
 
 
-def test_a_stall_before_the_harness_acts_excuses_no_early_event(tmp_path: Path) -> None:
-    """Too early is never the harness's lateness when the clock starts at one of its own
-    steps: it is stamped as it acts, and a stall before it only delays it."""
+def test_a_stall_long_before_the_start_excuses_no_early_event(tmp_path: Path) -> None:
+    """A 2.2 s stall that ended as the first step began excuses at most the second before
+    it: a delivery 1.8 s too early stays a FAIL."""
     source = tmp_path / "s.yaml"
     source.write_text(EARLY)
     (scenario,) = load_scenario_file(source)
