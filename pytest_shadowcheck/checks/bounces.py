@@ -17,11 +17,12 @@ to: a delivered message produces no failure report (the sender would resend, or 
 on mail that arrived). In a scenario that resubmits from Safety Net, that is the rule
 "Safety Net resubmissions never produce DSNs or NDRs" (SN-9). A copy another node
 delivered after the reporting node was refused that recipient for good by a next hop and
-then killed, paused, restarted, wiped or cut off its power does not count, whenever the
-report arrived: that is a shadow's promotion, which cannot know what its primary was
-refused, and whose duplicates the catalogue allows (found by exploration, seeds 2002 and
-3003: a report sent before the wipe; a report deferred by a busy sender's server and
-sent after the restart). Reports about recipients
+then killed, paused, restarted, wiped or cut off its power, or cut off from that node,
+does not count, whenever the report arrived: that is a shadow's promotion, which cannot
+know what its primary was refused, and whose duplicates the catalogue allows (found by
+exploration, seeds 2002, 3003 and 4004: a report sent before a wipe; a report deferred
+by a busy sender's server and sent after a restart; the shadow's link to its primary
+cut). Reports about recipients
 never delivered are what the sender is owed, and the invariant says nothing of them.
 """
 
@@ -239,7 +240,8 @@ def _delivered_to(run: RunView, ref: str, report: Report) -> dict[str, tuple[str
 def _promoted_after_refusal(run: RunView, reporter: str, rcpt: str, delivery: Delivery) -> bool:
     """Whether ``delivery`` to ``rcpt`` came from a node other than ``reporter``, after
     ``reporter`` was refused ``rcpt`` for good by a next hop and then killed, paused,
-    restarted, wiped or cut off its power."""
+    restarted, wiped or cut off its power, or while the delivering node's link to it was
+    broken (a shadow that cannot reach its primary promotes its copy)."""
     if node_of(delivery.helo) == reporter:
         return False
     refused = [
@@ -255,7 +257,21 @@ def _promoted_after_refusal(run: RunView, reporter: str, rcpt: str, delivery: De
         words = str(event.data.get("text", "")).split()
         if len(words) >= 2 and words[0] in NODE_FAULTS and words[1] == reporter:
             return True
-    return False
+    return _cut_off(run, f"{node_of(delivery.helo)}->{reporter}", min(refused), delivery.t)
+
+
+def _cut_off(run: RunView, link: str, since: float, until: float) -> bool:
+    """Whether ``link`` (a shadow's to its primary) was broken at some time between
+    ``since`` and ``until``: the shadow could not reach its primary, and promotes (PR-1)."""
+    broken: float | None = None
+    for event in run.history.events(kind="fault", link=link, until=until):
+        if event.data.get("on") and broken is None:
+            broken = event.t
+        elif not event.data.get("on") and broken is not None:
+            if event.t >= since:
+                return True
+            broken = None
+    return broken is not None
 
 
 def _named(note: dict[str, Any]) -> list[str]:

@@ -16,6 +16,10 @@ the combination really happened (so that the test cannot pass by missing it).
   then sends the report it made before: it arrives after that delivery, and is still
   no false report.
 
+- seed 4004, scenario 975 (shrunk to three operations): the same with no node fault at
+  all: the shadow's link to its primary is cut, so it promotes its copy after
+  ShadowResubmitTimeSpan (PR-1) while the primary, up, has already reported the refusal.
+
 (Seed 1001's false CR-10 divergence is in model_scenarios.yaml, seed 2002's scenario 625
 is ``cr10_every_recipient_refused_for_good_is_reported`` in scenarios/refusals.yaml.)
 """
@@ -144,3 +148,54 @@ def test_a_report_then_a_promoted_copy_after_the_reporters_wipe_is_no_false_repo
         e for e in events if e["kind"] == "delivery" and e["data"].get("mail_from") in ("", "<>")
     ]
     assert reports and to_nobody == ["mbx1"], (reports, to_nobody)
+
+
+SHADOW_CUT_OFF = """\
+scenarios:
+  - name: reported_then_promoted_by_a_cut_off_shadow
+    behaviours: [PR-1]
+    topology: two-node-dag
+    settings:
+      ShadowHeartbeatFrequency: 1s
+      ShadowResubmitTimeSpan: 4s
+      TransientFailureRetryInterval: 500ms
+      SendConnectionInactivityTimeout: 1s
+      RejectMessageOnShadowFailure: true
+    timeout: 90s
+    settle: 20s
+    steps:
+      - fault: {link: mbx1->mbx2, kind: cut}
+      - sink: {name: mailbox, rcpt: {nobody@corp.test: 500 5.0.0 refused}}
+      - send: {id: m2, via: mbx2, to: [bob@corp.test, nobody@corp.test]}
+      - wait: 2s
+      - sink: {name: mailbox, reply: accept}
+      - wait: {until: quiet, timeout: 8.5s}
+    expect:
+      - model: {}
+"""
+
+
+@pytest.mark.slow
+def test_a_report_then_a_copy_promoted_by_a_cut_off_shadow_is_no_false_report(
+    tmp_path: Path,
+) -> None:
+    events, verdict = _run(tmp_path, SHADOW_CUT_OFF)
+    bounce = [c for c in verdict.checks if c.name == "no bounce for delivered m2"]
+    assert bounce and bounce[0].status == Status.PASS, [c.render() for c in verdict.checks]
+    assert not verdict.failures and verdict.overall is None, [c.render() for c in verdict.checks]
+    # the combination happened: mbx2 reported nobody failed, mbx1 delivered to it later
+    to_nobody = [
+        e["t"]
+        for e in events
+        if e["kind"] == "delivery"
+        and "nobody@corp.test" in e["data"]["rcpt_tos"]
+        and e["data"]["helo"] == "mbx1"
+    ]
+    reports = [
+        e["t"]
+        for e in events
+        if e["kind"] == "delivery"
+        and e["data"].get("mail_from") in ("", "<>")
+        and e["data"]["helo"] == "mbx2"
+    ]
+    assert reports and to_nobody and min(reports) < min(to_nobody), (reports, to_nobody)
