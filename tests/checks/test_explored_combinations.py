@@ -99,23 +99,30 @@ scenarios:
 @pytest.mark.slow
 def test_a_report_deferred_past_a_promotion_is_no_false_report(tmp_path: Path) -> None:
     events, verdict = _run(tmp_path, REPORT_DEFERRED_PAST_A_PROMOTION)
-    bounce = [c for c in verdict.checks if c.name == "no bounce for delivered m5"]
-    assert bounce and bounce[0].status == Status.PASS, [c.render() for c in verdict.checks]
-    assert not verdict.failures and verdict.overall is None, [c.render() for c in verdict.checks]
+    _no_false_report(verdict, "m5")
     # the combination happened: mbx2 delivered to nobody, then mbx1's report came
-    to_nobody = [
-        e["t"]
-        for e in events
-        if e["kind"] == "delivery"
-        and "nobody@other.test" in e["data"]["rcpt_tos"]
-        and e["data"]["helo"] == "mbx2"
-    ]
-    reports = [e["t"] for e in events if e["kind"] == "delivery" and _is_report(e)]
+    to_nobody = [t for t, by in _deliveries(events, "nobody@other.test") if by == "mbx2"]
+    reports = [t for t, by in _deliveries(events) if by == "mbx1"]
     assert to_nobody and reports and min(to_nobody) < min(reports), (to_nobody, reports)
 
 
-def _is_report(event: dict[str, Any]) -> bool:
-    return event["data"].get("mail_from") in ("", "<>") and event["data"]["helo"] == "mbx1"
+def _no_false_report(verdict: Verdict, ref: str) -> None:
+    """The bounce invariant passed for ``ref``, and nothing of the run failed or broke."""
+    rendered = [c.render() for c in verdict.checks]
+    bounce = [c for c in verdict.checks if c.name == f"no bounce for delivered {ref}"]
+    assert bounce and bounce[0].status == Status.PASS, rendered
+    assert not verdict.failures and verdict.overall is None, rendered
+
+
+def _deliveries(events: list[dict[str, Any]], rcpt: str = "") -> list[tuple[float, str]]:
+    """(when, by which node) of each delivery to ``rcpt``; with none named, of each
+    non-delivery report (a delivery with the null reverse-path)."""
+    return [
+        (e["t"], e["data"]["helo"])
+        for e in events
+        if e["kind"] == "delivery"
+        and (rcpt in e["data"]["rcpt_tos"] if rcpt else e["data"].get("mail_from") in ("", "<>"))
+    ]
 
 
 def _run(tmp_path: Path, text: str) -> tuple[list[dict[str, Any]], Verdict]:
@@ -135,18 +142,10 @@ def test_a_report_then_a_promoted_copy_after_the_reporters_wipe_is_no_false_repo
     tmp_path: Path,
 ) -> None:
     events, verdict = _run(tmp_path, REPORTED_THEN_PROMOTED)
-    bounce = [c for c in verdict.checks if c.name == "no bounce for delivered m4"]
-    assert bounce and bounce[0].status == Status.PASS, verdict.checks
-    assert not verdict.failures and verdict.overall is None, [c.render() for c in verdict.checks]
+    _no_false_report(verdict, "m4")
     # the combination happened: mbx2 reported nobody failed, then mbx1 delivered to it
-    to_nobody = [
-        e["data"]["helo"]
-        for e in events
-        if e["kind"] == "delivery" and "nobody@corp.test" in e["data"]["rcpt_tos"]
-    ]
-    reports = [
-        e for e in events if e["kind"] == "delivery" and e["data"].get("mail_from") in ("", "<>")
-    ]
+    to_nobody = [by for _, by in _deliveries(events, "nobody@corp.test")]
+    reports = _deliveries(events)
     assert reports and to_nobody == ["mbx1"], (reports, to_nobody)
 
 
@@ -180,22 +179,8 @@ def test_a_report_then_a_copy_promoted_by_a_cut_off_shadow_is_no_false_report(
     tmp_path: Path,
 ) -> None:
     events, verdict = _run(tmp_path, SHADOW_CUT_OFF)
-    bounce = [c for c in verdict.checks if c.name == "no bounce for delivered m2"]
-    assert bounce and bounce[0].status == Status.PASS, [c.render() for c in verdict.checks]
-    assert not verdict.failures and verdict.overall is None, [c.render() for c in verdict.checks]
+    _no_false_report(verdict, "m2")
     # the combination happened: mbx2 reported nobody failed, mbx1 delivered to it later
-    to_nobody = [
-        e["t"]
-        for e in events
-        if e["kind"] == "delivery"
-        and "nobody@corp.test" in e["data"]["rcpt_tos"]
-        and e["data"]["helo"] == "mbx1"
-    ]
-    reports = [
-        e["t"]
-        for e in events
-        if e["kind"] == "delivery"
-        and e["data"].get("mail_from") in ("", "<>")
-        and e["data"]["helo"] == "mbx2"
-    ]
+    to_nobody = [t for t, by in _deliveries(events, "nobody@corp.test") if by == "mbx1"]
+    reports = [t for t, by in _deliveries(events) if by == "mbx2"]
     assert reports and to_nobody and min(reports) < min(to_nobody), (reports, to_nobody)
