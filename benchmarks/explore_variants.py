@@ -55,6 +55,8 @@ class Row:
     shrunk: str
     wall: float
     file: str = ""
+    #: the child's failure to run (no JUnit, an internal error): no figure for this row
+    error: str = ""
 
 
 def explore(
@@ -80,6 +82,11 @@ def explore(
     done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, check=False)
     wall = time.monotonic() - began
     output = done.stdout + done.stderr
+    if done.returncode not in (0, 1) or not junit.is_file():
+        # pytest's 2-4 (interrupted, internal or usage error), 5 (nothing ran): the
+        # child explored nothing, which is no evidence that the variant was not found
+        last = [line for line in output.splitlines() if line.strip()][-1:] or ["no output"]
+        return Row(name, False, 0, wall, "-", wall, error=f"exit {done.returncode}: {last[0]}")
     seconds, operations, found = wall, 0, False
     if junit.is_file():
         for case in ET.parse(junit).getroot().iter("testcase"):
@@ -99,14 +106,19 @@ def explore(
 
 def table(rows: list[Row], limit: float, seed: int) -> str:
     found = sum(r.found for r in rows)
+    broken = sum(bool(r.error) for r in rows)
     lines = [
         f"Exploration alone (seed {seed}, at most {limit:g}s of exploring each): "
-        f"{found} of {len(rows)} variants found.",
+        f"{found} of {len(rows)} variants found"
+        + (f"; {broken} could not be explored (see the rows)." if broken else "."),
         "",
         "| variant | found | operations to find | seconds to find | shrunk to (operations) |",
         "|---|---|---|---|---|",
     ]
     for r in rows:
+        if r.error:
+            lines.append(f"| {r.variant} | error: {r.error} | - | - | - |")
+            continue
         ops = str(r.operations) if r.found else f"{r.operations} (none failed)"
         secs = f"{r.seconds:.0f}" if r.found else f"> {r.seconds:.0f}"
         lines.append(
@@ -139,12 +151,13 @@ def main() -> int:
             row = explore(
                 name, args.limit, args.seed, args.shrink_attempts, Path(tmp), args.concurrency
             )
-            print(
-                f"{name}: {'found' if row.found else 'not found'} after {row.operations} "
-                f"operations, {row.seconds:.0f}s; shrunk {row.shrunk} ({row.wall:.0f}s in all)",
-                file=sys.stderr,
-                flush=True,
+            outcome = (
+                f"ERROR, {row.error}"
+                if row.error
+                else f"{'found' if row.found else 'not found'} after {row.operations} "
+                f"operations, {row.seconds:.0f}s; shrunk {row.shrunk} ({row.wall:.0f}s in all)"
             )
+            print(f"{name}: {outcome}", file=sys.stderr, flush=True)
             return row
 
         # threads only wait on the child pytest processes
@@ -154,7 +167,7 @@ def main() -> int:
     print(text)
     if args.out:
         args.out.write_text(text, encoding="utf-8")
-    return 0
+    return 1 if any(r.error for r in rows) else 0
 
 
 if __name__ == "__main__":

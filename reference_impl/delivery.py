@@ -135,7 +135,7 @@ class Delivery:
         outcome, detail = await session.deliver(route, message, fork)
         if session.refused:
             # the next hop took the others: what is retried or reported is these alone
-            node.db.fork_narrow(message.id, domain, session.refused)
+            node.db.fork_narrow(fork, session.refused)
         if outcome == RETRY:
             self._retry(message, fork, detail)
         else:
@@ -178,9 +178,12 @@ class Delivery:
         if message.keep_in_safety_net:
             for fork in forks:
                 route = node.route(fork.domain)
-                if fork.state != "delivered" or (route is not None and route.kind == "node"):
+                # SN-1: every recipient delivered, also those the next hop took on an
+                # attempt it answered in part, whatever became of the others
+                delivered = [*fork.taken, *(fork.recipients if fork.state == "delivered" else [])]
+                if not delivered or (route is not None and route.kind == "node"):
                     continue
-                entries.append(self._safety_net_entry(message, fork, route, now))
+                entries.append(self._safety_net_entry(message, delivered, route, now))
         shadows = [n for n in (message.shadow_node, message.shadow_hop) if n]
         node.db.retire(message, shadows, entries, now)
         event = self._processed.get(message_id)
@@ -190,16 +193,18 @@ class Delivery:
             self.message_progress(message.parent)
 
     def _safety_net_entry(
-        self, message: Message, fork: Fork, route: NextHop | None, now: float
+        self, message: Message, recipients: list[str], route: NextHop | None, now: float
     ) -> dict[str, Any]:
+        directory = self.node.directory
+        databases = list(dict.fromkeys(d for d in map(directory.database, recipients) if d))
         return {
             "kind": "primary",
             "message_id": message.message_id,
             "primary_node": self.node.name,
             "primary_db_id": self.node.db.db_id,
             "sender": message.sender,
-            "recipients": fork.recipients,
-            "databases": fork.databases,
+            "recipients": recipients,
+            "databases": databases,
             "content": message.content,
             "processed_at": now,
             "expires_at": now + self.node.settings.SafetyNetHoldTime,

@@ -154,10 +154,13 @@ class RelayShadows(DiscardListener, Protocol):
 
 class DeliveryNode(QueueingNode, Protocol):
     """The node as delivery sees it: also routes, expiry, the boundary and profile
-    (the XSHADOW handshake of a relay), and the shadowing it hands relays to."""
+    (the XSHADOW handshake of a relay), the shadowing it hands relays to, and the
+    directory (the mailbox databases a Safety Net entry names)."""
 
     @property
     def profile(self) -> str: ...
+    @property
+    def directory(self) -> Directory: ...
     @property
     def shadowing(self) -> RelayShadows: ...
 

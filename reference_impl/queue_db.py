@@ -34,7 +34,7 @@ import sqlite3
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ CREATE TABLE IF NOT EXISTS forks (
     next_attempt REAL NOT NULL,
     last_error TEXT,
     done_at REAL,
+    taken TEXT NOT NULL DEFAULT '[]',
     PRIMARY KEY (message, domain)
 );
 CREATE INDEX IF NOT EXISTS forks_pending ON forks(state, next_attempt);
@@ -142,6 +143,9 @@ class Fork:
     state: str
     attempts: int
     next_attempt: float
+    #: recipients the next hop took on an earlier attempt that it answered in part
+    #: (``recipients`` are the ones still to do): they are delivered, so Safety Net keeps them
+    taken: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -177,6 +181,7 @@ class QueueDB:
         self.conn.execute("PRAGMA wal_autocheckpoint=0")
         self.conn.execute("PRAGMA foreign_keys=ON")
         self.conn.executescript(SCHEMA)
+        _add_missing_columns(self.conn)
         self.wal = WalSync(path)
         self._ticket = 0
         self._durable_inside = False
@@ -328,12 +333,14 @@ class QueueDB:
             (state, now, error, message_id, domain),
         )
 
-    def fork_narrow(self, message_id: str, domain: str, recipients: list[str]) -> None:
+    def fork_narrow(self, fork: Fork, recipients: list[str]) -> None:
         """Only ``recipients`` of the fork are still to be done: the next hop took the
-        others (a retry must not give them a second copy, a DSN must not name them)."""
+        others (a retry must not give them a second copy, a DSN must not name them, and
+        the Safety Net keeps the message for them: SN-1)."""
+        taken = [*fork.taken, *(r for r in fork.recipients if r not in recipients)]
         self._bookkeeping(
-            "UPDATE forks SET recipients = ? WHERE message = ? AND domain = ?",
-            (json.dumps(recipients), message_id, domain),
+            "UPDATE forks SET recipients = ?, taken = ? WHERE message = ? AND domain = ?",
+            (json.dumps(recipients), json.dumps(taken), fork.message, fork.domain),
         )
 
     def fork_retry(self, message_id: str, domain: str, next_attempt: float, error: str) -> None:
@@ -614,7 +621,16 @@ def _fork(row: sqlite3.Row) -> Fork:
         state=row["state"],
         attempts=row["attempts"],
         next_attempt=row["next_attempt"],
+        taken=json.loads(row["taken"]),
     )
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    """A queue database written before a column existed gets it (empty), so that a node
+    upgraded in place keeps its queue."""
+    have = {row["name"] for row in conn.execute("PRAGMA table_info(forks)")}
+    if "taken" not in have:
+        conn.execute("ALTER TABLE forks ADD COLUMN taken TEXT NOT NULL DEFAULT '[]'")
 
 
 def _shadow(row: sqlite3.Row) -> dict[str, Any]:

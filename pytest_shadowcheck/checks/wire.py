@@ -112,14 +112,24 @@ async def check_delivered(run: Run, step: Step) -> CheckResult:
     within = arg.get("within", run.scenario.settle)
     duplicates = arg.get("duplicates", "forbidden")
     exactly: int | None = arg.get("count")
+    recipient = arg.get("recipient")
     where = f" to {sink}" if sink else ""
     if by:
         where += f" by {by}"
+    if recipient:
+        where += f" for {recipient}"
+
+    def counted() -> list[Any]:
+        found = deliveries(run, ref, sink, by)
+        if recipient:  # the copies that reached this recipient, not the others' copies
+            found = [(s, d) for s, d in found if recipient.lower() in map(str.lower, d.rcpt_tos)]
+        return found
+
     run.progress.waiting(within, f"for {ref} to be delivered{where}")
     enough = exactly or (2 if duplicates == "expected" else 1)
 
     async def arrived() -> bool:
-        return len(deliveries(run, ref, sink, by)) >= enough
+        return len(counted()) >= enough
 
     began = run.history.now()
     late = 0.0
@@ -128,7 +138,7 @@ async def check_delivered(run: Run, step: Step) -> CheckResult:
         late = run.history.lag(began, run.history.now())
         if not (late > 0 and await poll(arrived, late)):
             late = 0.0
-    found = deliveries(run, ref, sink, by)
+    found = counted()
     count = len(found)
     ok = count >= 1
     expected = f"{ref} delivered{where} within {within:g}s"

@@ -148,7 +148,9 @@ def setup_exploration(config: pytest.Config, state: ShadowcheckState) -> Explora
         deadline = deadline or time.time() + seconds
         # enough for every lane or worker to run its fastest until the deadline; every
         # xdist worker must collect the controller's list
-        at_once = max(1, config.stash.get(LANES_KEY, 0), config.option.numprocesses or 0)
+        # (no numprocesses option at all under -p no:xdist)
+        workers = getattr(config.option, "numprocesses", None) or 0
+        at_once = max(1, config.stash.get(LANES_KEY, 0), workers)
         count = shared.get("count", max(1, math.ceil(seconds / _FASTEST)) * at_once)
         length = DEEP_OPERATIONS
     else:

@@ -64,16 +64,20 @@ def _child(
 # section: tests/plugin/test_reference_e2e.py (one run of both)
 
 
-@pytest.mark.parametrize(("at_once", "collected"), [("1", 2), ("3", 6)])
+@pytest.mark.parametrize(
+    ("at_once", "collected", "xdist"),
+    [("1", 2, "xdist"), ("3", 6, "xdist"), ("3", 6, "no:xdist")],
+)
 def test_a_deep_exploration_collects_enough_for_every_lane(
-    pytester: pytest.Pytester, at_once: str, collected: int
+    pytester: pytest.Pytester, at_once: str, collected: int, xdist: str
 ) -> None:
     """A minute at the fastest pace a deep explored scenario runs (30 s) is two scenarios
-    for each lane: one after another, or three lanes at once."""
+    for each lane: one after another, or three lanes at once; also without pytest-xdist
+    (``-p no:xdist``, which benchmarks/explore_variants.py gives its children)."""
     result = pytester.runpytest_subprocess(
         "--shadowcheck", "--shadowcheck-explore=60s", "--shadowcheck-explore-only",
         "--shadowcheck-explore-seed=44", "--shadowcheck-concurrency", at_once,
-        "--collect-only", "-q", "-p", "no:cacheprovider",
+        "--collect-only", "-q", "-p", "no:cacheprovider", "-p", xdist,
     )  # fmt: skip
     names = re.findall(r"::(explore_s44_\d{3})", result.stdout.str())
     assert len(set(names)) == collected, result.stdout.str()

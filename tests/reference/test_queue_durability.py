@@ -172,3 +172,29 @@ def test_a_failed_transaction_is_rolled_back_and_the_next_one_commits(tmp_path: 
         other.close()
     finally:
         db.close()
+
+
+def test_a_fork_answered_in_part_remembers_whom_it_took_also_in_an_older_file(
+    tmp_path: Path,
+) -> None:
+    """The next hop took bob and deferred alice: the fork keeps alice to do and bob as
+    taken (the Safety Net keeps the message for him, SN-1) - also in a queue database
+    written before the ``taken`` column existed, which is upgraded when it is opened."""
+    path = tmp_path / "queue.db"
+    db = QueueDB(path, 1000.0)
+    message = _message(1)
+    db.enqueue(
+        message, {"corp.test": (["alice@corp.test", "bob@corp.test"], ["DB1", "DB2"])}, 1000.0
+    )
+    db.close()
+    with sqlite3.connect(path) as old:  # the file as the code before the column wrote it
+        old.execute("ALTER TABLE forks DROP COLUMN taken")
+    db = QueueDB(path, 2000.0)
+    try:
+        [fork] = db.forks_of(message.id)
+        assert fork.taken == []
+        db.fork_narrow(fork, ["alice@corp.test"])
+        [fork] = db.forks_of(message.id)
+        assert (fork.recipients, fork.taken) == (["alice@corp.test"], ["bob@corp.test"])
+    finally:
+        db.close()

@@ -106,6 +106,22 @@ def _resubmits_outside_window() -> None:
     QueueDB.safety_net = safety_net  # type: ignore[method-assign]
 
 
+def _forgets_recipients_taken_first() -> None:
+    """A fork the next hop answered in part forgets the recipients it took: the Safety
+    Net entry names only those of the attempt that completed the message (the reference
+    before session 18; found by deep exploration, seed 5005)."""
+    from dataclasses import replace
+
+    from reference_impl.queue_db import Fork, QueueDB
+
+    narrow = QueueDB.fork_narrow
+
+    def forgetful(self: QueueDB, fork: Fork, recipients: list[str]) -> None:
+        narrow(self, replace(fork, recipients=list(recipients), taken=[]), recipients)
+
+    QueueDB.fork_narrow = forgetful  # type: ignore[method-assign]
+
+
 def _never_flags_replay_lag() -> None:
     from reference_impl.settings import Settings
 
@@ -368,6 +384,15 @@ VARIANTS: list[Variant] = [
         breaks="sends a DSN when a resubmitted copy fails",
         fails=("sn9_resubmission_sends_no_dsn",),
         apply=_dsn_on_resubmission,
+    ),
+    Variant(
+        name="safety-net-forgets-recipients-taken-first",
+        breaks=(
+            "keeps a message in Safety Net only for the recipients of the delivery attempt "
+            "that completed it, not for those the next hop took on an earlier attempt"
+        ),
+        fails=("sn5_recipient_taken_before_a_retry_is_resubmitted",),
+        apply=_forgets_recipients_taken_first,
     ),
     Variant(
         name="shadow-keeps-stale-expansion",
