@@ -15,6 +15,7 @@ from pytest_shadowcheck.engine.generator import (
     plan,
     untestable_by_exploration,
 )
+from pytest_shadowcheck.plugin.exploration import explored_index
 from pytest_shadowcheck.scenario.capabilities import CAPABILITIES, STEP_CAPABILITY
 from pytest_shadowcheck.scenario.durations import parse_duration
 from pytest_shadowcheck.scenario.model import Scenario
@@ -37,6 +38,16 @@ def test_same_seed_and_index_give_the_same_scenario(tmp_path: Path) -> None:
     b = generate(5, 3, capabilities=ALL, length=15, directory=tmp_path / "b")
     assert a.name == b.name == explored_name(5, 3) == "explore_s5_003"
     assert _steps(a) == _steps(b) and a.settings == b.settings
+
+
+def test_the_plugin_reads_back_every_name_the_generator_gives() -> None:
+    """A deep exploration of 24 lanes for 25 minutes plans 1,200 scenarios: those from
+    1000 on must be counted, and shrunk when they fail, as the others are (session 18's
+    seed 5005 found a FAIL in scenario 1167 that was neither)."""
+    for index in (0, 7, 999, 1000, 1167, 12345):
+        assert explored_index(explored_name(5005, index)) == (5005, index)
+    assert explored_index("explore_s5005_1167_shrunk") is None
+    assert explored_index("cr4_single_node_rejects") is None
 
 
 def test_seeds_and_indexes_give_different_scenarios() -> None:
