@@ -4,11 +4,11 @@
         [--replay FILE:VARIANT ...] [--replays 5] [--replay-only] [--out table.md]
 
 Issue 27 asks for Hypothesis's stateful testing "or a generator of our own only if
-measured better". Both sides here draw the SAME operations: generator.py's ``_Drawer``
+measured better". Both sides here draw the SAME operations: generator.py's ``Drawer``
 and ``Operation`` (sends, waits, node and next-hop faults, live settings, clock
 advances, resubmissions). Ours is ``plan()``; Hypothesis's is a
 ``RuleBasedStateMachine`` whose rules are the drawer's operations, enabled by the same
-cluster state (``_State``) as ``plan()``'s, and whose random draws come from
+cluster state (``ClusterState``) as ``plan()``'s, and whose random draws come from
 ``st.randoms()`` so that Hypothesis shrinks them.
 
 1. Shrink cost. Every shrink attempt is a real cluster run (13.2 s measured), so what
@@ -60,15 +60,13 @@ from hypothesis.stateful import (  # noqa: E402
     run_state_machine_as_test,
 )
 
-from pytest_shadowcheck.engine.generator import (  # noqa: E402
-    EXPLORE_TOPOLOGIES,
+from pytest_shadowcheck.engine.exploration_plan import (  # noqa: E402
+    ClusterState,
     ExplorationPlan,
     Operation,
-    _Drawer,
-    _State,
-    _topology,
-    plan,
+    topology_data,
 )
+from pytest_shadowcheck.engine.generator import EXPLORE_TOPOLOGIES, Drawer, plan  # noqa: E402
 from pytest_shadowcheck.engine.shrink import Budget, shrink_operations  # noqa: E402
 from pytest_shadowcheck.plugin.exploration import DEEP_OPERATIONS  # noqa: E402
 from pytest_shadowcheck.scenario.capabilities import CAPABILITIES  # noqa: E402
@@ -113,12 +111,12 @@ def _restarts(op: Operation) -> bool:
 Pattern = Callable[[Sequence[Operation], Sequence[str]], bool]
 
 
-def _replay(ops: Sequence[Operation], nodes: Sequence[str]) -> list[tuple[Operation, _State]]:
+def _replay(ops: Sequence[Operation], nodes: Sequence[str]) -> list[tuple[Operation, ClusterState]]:
     """Each operation with the cluster state just before it (faults on)."""
-    state = _State(tuple(nodes))
+    state = ClusterState(tuple(nodes))
     out = []
     for op in ops:
-        out.append((op, _State(state.nodes, set(state.down), set(state.paused),
+        out.append((op, ClusterState(state.nodes, set(state.down), set(state.paused),
                                set(state.cut), set(state.scripted))))  # fmt: skip
         state.apply(op.effect)
     return out
@@ -244,11 +242,11 @@ class _PatternFound(AssertionError):
 
 
 def machine(tally: _Tally) -> type[RuleBasedStateMachine]:
-    """A state machine whose rules are _Drawer's operations, enabled as plan() enables
+    """A state machine whose rules are Drawer's operations, enabled as plan() enables
     them; its teardown is the oracle (tally.pattern) or collects the run."""
     usable = [
         t for t in EXPLORE_TOPOLOGIES
-        if _topology(t).get("clock", "real") != "virtual" or "virtual_clock" in CAPS
+        if topology_data(t).get("clock", "real") != "virtual" or "virtual_clock" in CAPS
     ]  # fmt: skip
     r = st.randoms(use_true_random=False)
 
@@ -257,7 +255,7 @@ def machine(tally: _Tally) -> type[RuleBasedStateMachine]:
             super().__init__()
             tally.runs += 1
             self.ops: list[Operation] = []
-            self.drawer: _Drawer | None = None
+            self.drawer: Drawer | None = None
             self.plan: ExplorationPlan | None = None
 
         @initialize(
@@ -275,15 +273,15 @@ def machine(tally: _Tally) -> type[RuleBasedStateMachine]:
                 "SendConnectionInactivityTimeout": 1.0,
                 "RejectMessageOnShadowFailure": reject,
             }
-            if _topology(topology).get("clock") == "virtual":
+            if topology_data(topology).get("clock") == "virtual":
                 values["SafetyNetHoldTime"] = hold
-            self.drawer = _Drawer(random.Random(0), topology, CAPS)
+            self.drawer = Drawer(random.Random(0), topology, CAPS)
             self.drawer.reject = reject
             self.drawer.single_holder = not reject
             self.plan = ExplorationPlan(0, 0, topology, values, self.ops, CAPS)
 
         # the bookkeeping plan()'s loop does around each operation
-        def _draw(self, rng: random.Random) -> _Drawer:
+        def _draw(self, rng: random.Random) -> Drawer:
             assert self.drawer is not None and self.plan is not None
             self.drawer.rng = rng
             self.drawer.recovery = self.plan.recovery(self.ops)
@@ -349,7 +347,7 @@ def machine(tally: _Tally) -> type[RuleBasedStateMachine]:
             assert drawer is not None and self.plan is not None
             node = data.draw(st.sampled_from(drawer.nodes))
             databases = sorted(
-                set(_topology(self.plan.topology)["directory"]["recipients"].values())
+                set(topology_data(self.plan.topology)["directory"]["recipients"].values())
             )
             database = data.draw(st.sampled_from(databases))
             step = {"resubmit": {"node": node, "database": database, "start": "-1h", "end": "now"}}
@@ -468,7 +466,7 @@ def measure_shrink(name: str, pattern: Pattern, trials: int, examples: int) -> S
     index = 0
     while len(row.ours) < trials and index < 2000:
         explored = plan(11, index, capabilities=CAPS, length=DEEP_OPERATIONS)
-        nodes = _topology(explored.topology)["nodes"]
+        nodes = topology_data(explored.topology)["nodes"]
         if pattern(explored.operations, nodes):
             row.ours.append(ddmin_calls(explored.operations, nodes, pattern))
         index += 1
@@ -535,7 +533,7 @@ def finding_table(count: int) -> str:
     ours = []
     for index in range(count):
         explored = plan(1, index, capabilities=CAPS, length=DEEP_OPERATIONS)
-        ours.append((explored.operations, tuple(_topology(explored.topology)["nodes"])))
+        ours.append((explored.operations, tuple(topology_data(explored.topology)["nodes"])))
     hyp = hypothesis_collect(count)
     lines = [
         f"| pattern | ours: scenarios with it, of {len(ours)} | "

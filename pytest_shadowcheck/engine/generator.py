@@ -10,11 +10,8 @@ timer in force, so that on a correct MTA whatever was acknowledged is delivered:
 always-on invariants (no loss, integrity) and the model check
 judge it.
 
-The operations are kept apart from the steps (:class:`ExplorationPlan`): shrinking keeps
-a subset of the operations (engine/shrink.py, ddmin over their numbers) and the plan
-rebuilds a consistent scenario from it - snapshots only of nodes that are up, sends
-only through a node that can answer, and an ending that heals whatever the kept
-operations left broken.
+The operations are kept apart from the steps (engine/exploration_plan.py): shrinking
+keeps a subset of the operations and the plan rebuilds a consistent scenario from it.
 
 One node fault at a time (a kill, pause, wipe, or a cut between two nodes), and one
 next-hop fault (its link cut or its replies scripted), which holds mail in the queues
@@ -34,19 +31,11 @@ copy). Some messages carry a realistic body (engine/traffic_model.py: dot-leadin
 
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS
 from pytest_shadowcheck.engine import (
     generator_boundary,
     generator_durability,
@@ -55,6 +44,16 @@ from pytest_shadowcheck.engine import (
     generator_replay_lag,
     generator_wire,
 )
+from pytest_shadowcheck.engine.exploration_plan import (
+    NEVER_EXPLORED,
+    ClusterState,
+    ExplorationPlan,
+    Operation,
+    explored_name,
+    seconds_text,
+    settle,
+    topology_data,
+)
 from pytest_shadowcheck.engine.generator_safety_net import (
     DRILLS,
     SAFETY_NET_CAPABILITIES,
@@ -62,11 +61,11 @@ from pytest_shadowcheck.engine.generator_safety_net import (
 )
 from pytest_shadowcheck.engine.traffic_model import Shape, _text_body
 from pytest_shadowcheck.scenario.capabilities import CAPABILITY_NEED, STEP_CAPABILITY
-from pytest_shadowcheck.scenario.loader import load_scenario_file
 from pytest_shadowcheck.scenario.model import Scenario
 
 __all__ = [
     "EXPLORE_TOPOLOGIES",
+    "Drawer",
     "ExplorationPlan",
     "Operation",
     "explored_name",
@@ -159,17 +158,12 @@ _NEEDS: dict[str, tuple[tuple[tuple[str, ...], ...], str]] = {
         "kills a shadow and moves the clock past ShadowMessageAutoDiscardInterval",
     ),
 }
-#: behaviours exploration never exercises, on any target, and why
-_NEVER = {
-    "PR-4": "exploration keeps to one fault at a time: two copies failing together is "
-    "outside the guarantee, judged by the hand-written scenarios",
-}
 
 
 def untestable_by_exploration(capabilities: frozenset[str]) -> dict[str, str]:
     """Behaviour ID -> why exploration cannot exercise it on a target with these
     capabilities (the operations it would need are never generated for it)."""
-    out = dict(_NEVER)
+    out = dict(NEVER_EXPLORED)
     for bid, (options, does) in _NEEDS.items():
         if any(set(need) <= capabilities for need in options):
             continue
@@ -181,278 +175,20 @@ def untestable_by_exploration(capabilities: frozenset[str]) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def explored_name(seed: int, index: int) -> str:
-    return f"explore_s{seed}_{index:03d}"
-
-
-@dataclass(frozen=True)
-class Operation:
-    """One generated operation: its action steps (as a scenario file writes them) and
-    what it does to the cluster's state (``effect``: kind and node, link or sink)."""
-
-    label: str
-    steps: tuple[dict[str, Any], ...]
-    effect: tuple[str, str] = ("", "")
-    #: behaviour IDs the operation exercises (the scenario names their union)
-    behaviours: tuple[str, ...] = ()
-
-
-@dataclass
-class _State:
-    nodes: tuple[str, ...]
-    down: set[str] = field(default_factory=set)
-    paused: set[str] = field(default_factory=set)
-    cut: set[str] = field(default_factory=set)
-    scripted: set[str] = field(default_factory=set)
-
-    def answering(self) -> list[str]:
-        return [n for n in self.nodes if n not in self.down and n not in self.paused]
-
-    def apply(self, effect: tuple[str, str]) -> None:
-        kind, what = effect
-        if kind == "down":
-            self.down.add(what)
-        elif kind == "up":
-            self.down.discard(what)
-            self.paused.discard(what)
-        elif kind == "pause":
-            self.paused.add(what)
-        elif kind == "resume":
-            self.paused.discard(what)
-        elif kind == "cut":
-            self.cut.add(what)
-        elif kind == "heal":
-            self.cut.discard(what)
-        elif kind == "script":
-            self.scripted.update(what.split(","))  # one operation may script two sinks
-        elif kind == "unscript":
-            self.scripted.discard(what)
-
-    def quiet(self) -> bool:
-        return not (self.down or self.paused or self.cut or self.scripted)
-
-    def node_links(self) -> set[str]:
-        return {link for link in self.cut if link.partition("->")[2] in self.nodes}
-
-    def hop_links(self) -> set[str]:
-        return self.cut - self.node_links()
-
-    def faulted(self, category: str) -> bool:
-        """Whether a fault of ``category`` (node, hop) is on."""
-        if category == "node":
-            return bool(self.down or self.paused or self.node_links())
-        return bool(self.scripted or self.hop_links())
-
-
-@cache
-def _topology(name: str) -> dict[str, Any]:
-    path = Path(str(resources.files("scenarios"))) / "topologies" / f"{name}.yaml"
-    data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
-    return data
-
-
-def _settle(seconds: float) -> dict[str, Any]:
-    """A wait after a fault ended: until the cluster holds nothing (promoted, delivered,
-    discarded), ``seconds`` at most - the time all of that may take. A cluster that is
-    done sooner changes no more, so what the model judges after it is the same."""
-    return {"wait": {"until": "quiet", "timeout": _seconds(seconds)}}
-
-
-def _seconds(value: float) -> str:
-    return f"{value:g}s"
-
-
-@dataclass
-class ExplorationPlan:
-    """The operations of one explored scenario, and how to build it from any subset."""
-
-    seed: int
-    index: int
-    topology: str
-    settings: dict[str, Any]
-    operations: list[Operation]
-    capabilities: frozenset[str]
-
-    @property
-    def name(self) -> str:
-        return explored_name(self.seed, self.index)
-
-    def _timers(self, kept: Sequence[Operation]) -> tuple[float, float]:
-        """The longest ShadowResubmitTimeSpan and ShadowHeartbeatFrequency in force."""
-        spans = [float(self.settings["ShadowResubmitTimeSpan"])]
-        beats = [float(self.settings["ShadowHeartbeatFrequency"])]
-        for op in kept:
-            for step in op.steps:
-                values = step.get("set_settings", {}).get("values", {})
-                spans += [_parse(values[k]) for k in values if k == "ShadowResubmitTimeSpan"]
-                beats += [_parse(values[k]) for k in values if k == "ShadowHeartbeatFrequency"]
-        return max(spans), max(beats)
-
-    def recovery(self, kept: Sequence[Operation]) -> float:
-        """How long the cluster needs after a fault ends: a promotion, two heartbeats,
-        a retry of the delivery and a margin for a loaded machine."""
-        span, beat = self._timers(kept)
-        retry = float(self.settings["TransientFailureRetryInterval"])
-        return span + 2 * beat + retry + 2.0
-
-    def document(
-        self, keep: Sequence[int] | None = None, name: str | None = None
-    ) -> dict[str, Any]:
-        """The scenario's entry of a scenario file, built from the operations numbered
-        ``keep`` (None: all)."""
-        chosen = range(len(self.operations)) if keep is None else sorted(set(keep))
-        kept = [self.operations[i] for i in chosen]
-        data = _topology(self.topology)
-        state = _State(tuple(data["nodes"]))
-        snapshots = "control_api" in self.capabilities
-        steps: list[dict[str, Any]] = []
-        waited = 0.0
-
-        def look() -> None:
-            if snapshots:
-                for node in state.answering():
-                    steps.extend(
-                        {"snapshot": {"node": node, "queue": q}} for q in ("active", "shadow")
-                    )
-
-        for op in kept:
-            for drawn in op.steps:
-                routed = "send" in drawn or "session" in drawn
-                step = self._routed(drawn, state) if routed else drawn
-                if step is None or step.get("snapshot", {}).get("node", "") in (
-                    set(state.nodes) - set(state.answering())
-                ):
-                    continue  # a kept subset may have the drill's node down
-                if "wait" in step:
-                    wait = step["wait"]
-                    waited += _parse(wait["timeout"] if isinstance(wait, dict) else wait)
-                steps.append(step)
-            state.apply(op.effect)
-            look()
-        # the ending: every fault healed, every node back, time for every timer
-        ending: list[dict[str, Any]] = []
-        if state.cut:
-            ending.append({"heal": "all"})
-        ending += [{"sink": {"name": s, "reply": "accept"}} for s in sorted(state.scripted)]
-        ending += [{"resume": n} for n in state.nodes if n in state.paused]
-        ending += [{"restart": n} for n in state.nodes if n in state.down]
-        if _topology(self.topology).get("clock") == "virtual":
-            # a retry is due on the nodes' clock: move it past TransientFailureRetryInterval
-            # (not past ShadowResubmitTimeSpan), twice, or a refused delivery waits forever
-            ending += [{"advance": "1s"}, {"wait": "1s"}, {"advance": "1s"}]
-        final = self.recovery(kept) + 2.0
-        ending.append(_settle(final))
-        steps += ending
-        state = _State(state.nodes)
-        look()
-        # every ID the model judges: its FAIL names the one whose prediction failed
-        judged = set(MODEL_BEHAVIOURS) - set(_NEVER)
-        behaviours = sorted({b for op in kept for b in op.behaviours} | judged, key=_bid)
-        doc: dict[str, Any] = {
-            "name": name or self.name,
-            "title": f"explored from seed {self.seed}, scenario {self.index}: "
-            + (", ".join(op.label for op in kept) or "no operation"),
-            "behaviours": behaviours,
-            "topology": self.topology,
-            "settings": {
-                k: _seconds(v) if isinstance(v, float) else v for k, v in self.settings.items()
-            },
-            # the waits, a few seconds a step on a loaded machine, and the ending
-            "timeout": _seconds(round(waited + final + 2 * len(steps) + 60)),
-            # the no-loss invariant stops waiting once everything arrived
-            "settle": "20s",
-            "steps": steps,
-            "expect": [{"model": {}}],
-        }
-        return doc
-
-    def _routed(self, step: dict[str, Any], state: _State) -> dict[str, Any] | None:
-        """A send (or a harness session) through a node that answers: its own when it
-        can, else the first that can (a kept subset may have the drawn one down); None
-        when none can."""
-        key = "send" if "send" in step else "session"
-        send = dict(step[key])
-        answering = state.answering()
-        if not answering:
-            return None
-        if send["via"] not in answering:
-            send["via"] = answering[0]
-        return {key: send}
-
-    def scenario(
-        self, keep: Sequence[int] | None = None, directory: Path | None = None, name: str = ""
-    ) -> Scenario:
-        """The scenario of the operations ``keep`` (None: all), written to ``directory``
-        (default: a per-user temporary one) and loaded back as the suite loads a file."""
-        (scenario,) = load_scenario_file(self.write(keep, directory, name))
-        return scenario
-
-    def write(
-        self, keep: Sequence[int] | None = None, directory: Path | None = None, name: str = ""
-    ) -> Path:
-        """Write the scenario file of the operations ``keep`` (see :meth:`scenario`)
-        without loading it: the collection will."""
-        text = self.yaml(keep, name=name)
-        where = directory or _default_directory()
-        where.mkdir(parents=True, exist_ok=True)
-        path = where / f"{name or self.name}.yaml"
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, path)
-        return path
-
-    def yaml(self, keep: Sequence[int] | None = None, name: str = "") -> str:
-        doc = self.document(keep, name or None)
-        ops = len(self.operations) if keep is None else len(set(keep))
-        head = (
-            f"Explored scenario: seed {self.seed}, index {self.index}, {ops} operation(s) "
-            f"of {len(self.operations)}; generated by pytest-shadowcheck's exploration"
-        )
-        return "".join(f"# {line}\n" for line in head.splitlines()) + yaml.dump(
-            {"scenarios": [doc]},
-            Dumper=_DUMPER,
-            sort_keys=False,
-            default_flow_style=None,
-            width=88,
-        )
-
-
-#: libyaml's emitter when PyYAML has it: a deep exploration writes hundreds of files
-_DUMPER: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
-
-def _default_directory() -> Path:
-    return Path(tempfile.gettempdir()) / f"shadowcheck-explore-{os.getuid()}"
-
-
-def _bid(bid: str) -> tuple[str, int]:
-    family, _, number = bid.partition("-")
-    return family, int(number)
-
-
-def _parse(value: Any) -> float:
-    if isinstance(value, (int, float)):
-        return float(value)
-    text = str(value).strip()
-    if text.endswith("ms"):
-        return float(text[:-2]) / 1000
-    return float(text.rstrip("s"))
-
-
-class _Drawer:
+class Drawer:
     """Draws one plan's operations; ``can`` says which step kinds the target performs."""
 
     def __init__(self, rng: random.Random, topology: str, capabilities: frozenset[str]):
         self.rng = rng
         self.capabilities = capabilities
-        data = _topology(topology)
+        data = topology_data(topology)
         self.nodes = tuple(data["nodes"])
         self.recipients = tuple(data["directory"]["recipients"])
         self.databases: dict[str, str] = dict(data["directory"]["recipients"])
         hops = data.get("next_hops", {})
         self.sinks = tuple(sorted({h["sink"] for h in hops.values() if h.get("sink")}))
         self.virtual = data.get("clock") == "virtual"
-        self.state = _State(self.nodes)
+        self.state = ClusterState(self.nodes)
         self.sent = 0
         #: a message may have been acknowledged with a single holder (redundancy off, or
         #: acknowledged without a copy): losing a node's queue database would lose it, PR-4
@@ -506,7 +242,7 @@ class _Drawer:
 
     def wait(self) -> Operation:
         seconds = self.rng.choice((0.2, 0.5, 1.0, 1.5))
-        return Operation(f"wait {seconds:g}s", ({"wait": _seconds(seconds)},))
+        return Operation(f"wait {seconds:g}s", ({"wait": seconds_text(seconds)},))
 
     def outlast(self) -> Operation:
         """A node down past the promotion window: time for its shadow to promote and
@@ -514,7 +250,7 @@ class _Drawer:
         seconds = round(self.recovery + 1.0, 1)
         self.outlasted = True
         down = sorted(self.state.down)
-        return Operation(f"wait {seconds:g}s ({down[0]} down)", ({"wait": _seconds(seconds)},))
+        return Operation(f"wait {seconds:g}s ({down[0]} down)", ({"wait": seconds_text(seconds)},))
 
     def start_fault(self, category: str) -> Operation:
         """A node fault (``node``: a kill, pause, restart, wipe, or a cut between two
@@ -551,7 +287,7 @@ class _Drawer:
             return Operation(f"pause {node}", ({"pause": node},), ("pause", node), ("PR-1", "CR-4"))
         if kind in ("restart", "wipe"):
             behaviours = ("PR-3",) if kind == "restart" else ("PR-2",)
-            steps = ({kind: node}, _settle(self.recovery))
+            steps = ({kind: node}, settle(self.recovery))
             return Operation(f"{kind} {node}", steps, ("up", node), behaviours)
         link = f"{node}->{other}"
         if kind == "cut_node":
@@ -589,7 +325,7 @@ class _Drawer:
 
     def end_fault(self, category: str) -> Operation:
         state = self.state
-        wait = _settle(self.recovery)
+        wait = settle(self.recovery)
         if category == "node" and state.down:
             node = sorted(state.down)[0]
             wipe = self.can("wipe") and not self.single_holder and self.rng.random() < 0.3
@@ -619,7 +355,7 @@ class _Drawer:
             self.single_holder = True
         if name == "RejectMessageOnShadowFailure" and not value:
             self.single_holder = True
-        shown = _seconds(value) if isinstance(value, float) else value
+        shown = seconds_text(value) if isinstance(value, float) else value
         step = {"set_settings": {"values": {name: shown}}}
         ids = {
             "ShadowRedundancyEnabled": ("CR-6",),
@@ -641,7 +377,7 @@ def plan(
     usable = [
         t
         for t in topologies
-        if _topology(t).get("clock", "real") != "virtual" or "virtual_clock" in capabilities
+        if topology_data(t).get("clock", "real") != "virtual" or "virtual_clock" in capabilities
     ]
     topology = rng.choice(usable)
     settings: dict[str, Any] = {
@@ -652,10 +388,10 @@ def plan(
         "SendConnectionInactivityTimeout": 1.0,
         "RejectMessageOnShadowFailure": rng.random() < 0.75,
     }
-    settings.update(generator_placement.start_settings(rng, _topology(topology)))
-    if _topology(topology).get("clock") == "virtual":
+    settings.update(generator_placement.start_settings(rng, topology_data(topology)))
+    if topology_data(topology).get("clock") == "virtual":
         settings["SafetyNetHoldTime"] = rng.choice((600.0, 3600.0))
-    drawer = _Drawer(rng, topology, capabilities)
+    drawer = Drawer(rng, topology, capabilities)
     drawer.reject = bool(settings["RejectMessageOnShadowFailure"])
     drawer.single_holder = not drawer.reject
     # wire operations come in addition, from a stream of their own: the others stay as drawn
@@ -665,7 +401,7 @@ def plan(
     durable_rng = random.Random(f"shadowcheck-explore-durability:{seed}:{index}")
     durable = generator_durability.DurabilityDrawer(
         durable_rng,
-        _topology(topology),
+        topology_data(topology),
         drawer.can,
         str(settings.get("ShadowMessagePreferenceSetting", "PreferRemote")),
         random.Random(f"shadowcheck-explore-disk:{seed}:{index}"),
@@ -673,10 +409,10 @@ def plan(
     lag_rng = random.Random(f"shadowcheck-explore-replay-lag:{seed}:{index}")
     lagged = generator_replay_lag.ReplayLagDrawer(lag_rng, drawer.nodes, drawer.can)
     group_rng = random.Random(f"shadowcheck-explore-groups:{seed}:{index}")
-    grouped = generator_groups.GroupDrawer(group_rng, _topology(topology), drawer.can)
+    grouped = generator_groups.GroupDrawer(group_rng, topology_data(topology), drawer.can)
     boundary = generator_boundary.BoundaryDrawer(
         random.Random(f"shadowcheck-explore-boundary:{seed}:{index}"), drawer.nodes,
-        drawer.recipients, generator_boundary.sinks_of(_topology(topology)), capabilities,
+        drawer.recipients, generator_boundary.sinks_of(topology_data(topology)), capabilities,
         virtual=drawer.virtual, length=length,
     )  # fmt: skip
     ops: list[Operation] = []
@@ -706,7 +442,7 @@ def plan(
         weights.append(("bounce", 1))
         if not drawer.state.faulted("hop"):
             weights.append(("refuse", 1))
-        unrouted = generator_placement.unrouted(_topology(topology))
+        unrouted = generator_placement.unrouted(topology_data(topology))
         # a copy without a route waits (PR-5): the one node that routes the domain is its
         # only deliverer, whose queue database exploration must not lose (PR-4)
         drawer.single_holder = drawer.single_holder or bool(unrouted)
@@ -738,7 +474,7 @@ def plan(
             answering = drawer.state.answering() or list(drawer.nodes)
             op = Operation(
                 *generator_placement.bounce_send(
-                    rng, f"m{drawer.sent}", answering, drawer.recipients, _topology(topology)
+                    rng, f"m{drawer.sent}", answering, drawer.recipients, topology_data(topology)
                 )
             )
         elif kind == "without_route":
@@ -747,7 +483,7 @@ def plan(
                 rng,
                 f"m{drawer.sent}",
                 drawer.recovery,
-                _topology(topology),
+                topology_data(topology),
                 hold=not drawer.state.faulted("hop") and len(ops) + 2 <= length,
             ):
                 op = Operation(*drawn)
@@ -758,7 +494,7 @@ def plan(
             drawer.sent += 1
             via = rng.choice(drawer.state.answering() or list(drawer.nodes))
             drawn = generator_placement.refuse_for_good(
-                rng, f"m{drawer.sent}", via, _topology(topology)
+                rng, f"m{drawer.sent}", via, topology_data(topology)
             )
             op = Operation(*drawn)
         elif kind == "safety_net":
@@ -774,7 +510,7 @@ def plan(
         else:
             node = drawer.node()
             database = rng.choice(
-                sorted(set(_topology(topology)["directory"]["recipients"].values()))
+                sorted(set(topology_data(topology)["directory"]["recipients"].values()))
             )
             step = {"resubmit": {"node": node, "database": database, "start": "-1h", "end": "now"}}
             op = Operation(f"resubmit {database} on {node}", (step,), behaviours=("SN-5",))
@@ -827,7 +563,7 @@ def plan(
     return temp
 
 
-def _drills(drawer: _Drawer, quiet: bool) -> list[str]:
+def _drills(drawer: Drawer, quiet: bool) -> list[str]:
     """The Safety Net drills (engine/generator_safety_net.py) the target can do now: once
     a plan or twice, on a virtual clock, in a quiet cluster, never where a wipe could lose
     mail."""
@@ -838,7 +574,7 @@ def _drills(drawer: _Drawer, quiet: bool) -> list[str]:
     return [k for k in kinds if k != "recreated" or not drawer.single_holder]
 
 
-def _drill(drawer: _Drawer, kinds: list[str], settings: dict[str, Any]) -> list[Operation]:
+def _drill(drawer: Drawer, kinds: list[str], settings: dict[str, Any]) -> list[Operation]:
     drawer.resubmits += 1
     drawer.sent += 1
     databases = {r: str(d) for r, d in drawer.databases.items()}

@@ -6,9 +6,9 @@
 duration is spent; ``--shadowcheck-explore-seed=N`` fixes the seed;
 ``--shadowcheck-explore-only`` leaves the hand-written scenarios out.
 
-An explored scenario is an ordinary scenario file (engine/generator.py writes it), so it
-is collected, run and reported as any other; its replay command names that file. One
-that FAILs is shrunk (engine/shrink.shrink_operations: ddmin over its operations, each
+An explored scenario is an ordinary scenario file (engine/exploration_plan.py writes
+it), so it is collected, run and reported as any other; its replay command names that
+file. One that FAILs is shrunk (engine/shrink.shrink_operations: ddmin over its operations, each
 attempt a fresh run), the shrunk scenario written as YAML (scenario/writer.py) to the
 report directory (or the run's basetemp), and the failure shows it with the command
 that replays it.
