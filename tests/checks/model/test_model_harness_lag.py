@@ -1,0 +1,99 @@
+"""The catalogue model grants the harness its own lateness: a prediction missed by no
+more than the harness itself ran late is no verdict on the MTA (INCONCLUSIVE, and run
+again); a miss beyond it is still a FAIL.
+
+Real reference nodes (two, one DAG); the harness's event loop is really blocked (as an
+overloaded machine blocks it) once m1 has been delivered, through the scenario hook every
+run calls: the shadow's next discard query waits in the harness's proxy for as long, and
+the look at the shadow queue due when the stall ends still sees the copy - past the
+window DI-2 gives (a heartbeat and the model's 2 s slack)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_shadowcheck.checks.model.check import MODEL_CHECK
+from pytest_shadowcheck.engine.run import run_scenario
+from pytest_shadowcheck.history import History
+from pytest_shadowcheck.scenario.loader import load_scenario_file
+from pytest_shadowcheck.targets.reference import ReferenceTarget
+from pytest_shadowcheck.verdict import Status
+
+HERE = Path(__file__).resolve().parent
+#: the broken variants' launcher (tests/conformance): every node runs the variant
+LAUNCHER = HERE.parent.parent / "conformance" / "broken_mta.py"
+
+SCENARIO = """\
+scenarios:
+  - name: discarded_within_a_heartbeat
+    behaviours: [DI-2]
+    topology: two-node-dag
+    settings: {ShadowHeartbeatFrequency: 0.5s, ShadowResubmitTimeSpan: 3s}
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - wait: {delivered: m1, timeout: 10s}
+      - wait: 3s
+      - snapshot: {node: mbx2, queue: shadow}
+    expect:
+      - model: {}
+"""
+
+
+class StallAfterTheDelivery:
+    """The scenario hooks: block the run's event loop for ``seconds`` once m1 is
+    delivered and the wait before the look at the shadow queue has begun."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def shadowcheck_scenario_started(self, scenario: Any, target: Any, history: History) -> None:
+        async def stall() -> None:
+            while not any(
+                str(e.data.get("text", "")).startswith("wait 3")
+                for e in history.events(kind="step")
+            ):
+                await asyncio.sleep(0.001)
+            time.sleep(self.seconds)  # blocks the loop: proxies, steps and stamps wait
+
+        if self.seconds:
+            self.tasks.append(asyncio.get_running_loop().create_task(stall()))
+
+    def shadowcheck_scenario_finished(self, **_: Any) -> None:
+        pass
+
+
+def _model(tmp_path: Path, stall: float, variant: str = "") -> tuple[Status, str]:
+    source = tmp_path / "s.yaml"
+    source.write_text(SCENARIO)
+    (scenario,) = load_scenario_file(source)
+    target = ReferenceTarget(launcher=[str(LAUNCHER), variant]) if variant else ReferenceTarget()
+    verdict = run_scenario(
+        scenario, target, workdir=tmp_path / "run", hooks=StallAfterTheDelivery(stall)
+    )
+    (model,) = [c for c in verdict.checks if c.name == MODEL_CHECK]
+    return model.status, model.observed
+
+
+@pytest.mark.parametrize(
+    ("stall", "variant", "status", "said"),
+    [
+        (0.0, "", Status.PASS, "rules decided"),
+        (5.0, "", Status.INCONCLUSIVE, "but the harness itself ran"),
+        (0.3, "never-queries-discards", Status.FAIL, "still held m1"),
+    ],
+    ids=["quiet", "harness-stalled", "shadow-never-asks-beyond-the-stall"],
+)
+def test_a_prediction_the_harness_missed_is_no_verdict(
+    tmp_path: Path, stall: float, variant: str, status: Status, said: str
+) -> None:
+    got, observed = _model(tmp_path, stall, variant)
+    assert got == status, observed
+    assert said in observed, observed
+    if status == Status.INCONCLUSIVE:
+        assert "no verdict on the MTA" in observed
