@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pytest_shadowcheck.history import History
 from pytest_shadowcheck.network import MailSink
 
-__all__ = ["ThreadedSink", "junit_schema"]
+__all__ = ["LoopStall", "ThreadedSink", "junit_schema"]
 
 XSD = Path("/work/shared/data/junit-10.xsd")
 BUNDLED_XSD = Path(__file__).parent / "junit-10.xsd"
@@ -32,6 +35,29 @@ scenarios:
       - reply: {message: m1, code: 451, behaviours: [CR-4]}
       - reply: {message: m1, code: 250, behaviours: [CR-5]}
 """
+
+
+class LoopStall:
+    """Scenario hooks that block the run's event loop for ``seconds`` (as an overloaded
+    machine blocks it: proxies, sinks, steps and time stamps all wait) once ``when`` holds
+    for the run's history."""
+
+    def __init__(self, seconds: float, when: Callable[[History], bool]) -> None:
+        self.seconds = seconds
+        self.when = when
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def shadowcheck_scenario_started(self, scenario: Any, target: Any, history: History) -> None:
+        async def stall() -> None:
+            while not self.when(history):
+                await asyncio.sleep(0.001)
+            time.sleep(self.seconds)
+
+        if self.seconds:
+            self.tasks.append(asyncio.get_running_loop().create_task(stall()))
+
+    def shadowcheck_scenario_finished(self, **_: Any) -> None:
+        pass
 
 
 class ThreadedSink:

@@ -8,13 +8,13 @@ harness's delay; a miss beyond it (the next hop really slow) is still a FAIL."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from harnesskit import LoopStall
 
 from pytest_shadowcheck.engine.run import run_scenario
 from pytest_shadowcheck.history import History
@@ -45,25 +45,9 @@ SLOW_NEXT_HOP = """\
 """
 
 
-class StallAfterTheReply:
-    """The scenario hooks: block the run's event loop for ``seconds`` once the sender has
-    its reply to the final dot."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.tasks: list[asyncio.Task[None]] = []
-
-    def shadowcheck_scenario_started(self, scenario: Any, target: Any, history: History) -> None:
-        async def stall() -> None:
-            while not any(e.data.get("command") == "EOD" for e in history.events(kind="reply")):
-                await asyncio.sleep(0.001)
-            time.sleep(self.seconds)  # blocks the loop: proxies, sinks and stamps wait
-
-        if self.seconds:
-            self.tasks.append(asyncio.get_running_loop().create_task(stall()))
-
-    def shadowcheck_scenario_finished(self, **_: Any) -> None:
-        pass
+def _replied(history: History) -> bool:
+    """The sender has its reply to the final dot."""
+    return any(e.data.get("command") == "EOD" for e in history.events(kind="reply"))
 
 
 def _run(tmp_path: Path, stall: float, slow: bool) -> tuple[Status, str]:
@@ -74,7 +58,7 @@ def _run(tmp_path: Path, stall: float, slow: bool) -> tuple[Status, str]:
         scenario,
         ReferenceTarget(),
         workdir=tmp_path / "run",
-        hooks=StallAfterTheReply(stall),
+        hooks=LoopStall(stall, _replied),
         history_file=tmp_path / "history.json",
     )
     (timing,) = [c for c in verdict.checks if c.name == "timing"]

@@ -10,12 +10,10 @@ window DI-2 gives (a heartbeat and the model's 2 s slack)."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
+from harnesskit import LoopStall
 
 from pytest_shadowcheck.checks.model.check import MODEL_CHECK
 from pytest_shadowcheck.engine.run import run_scenario
@@ -44,28 +42,11 @@ scenarios:
 """
 
 
-class StallAfterTheDelivery:
-    """The scenario hooks: block the run's event loop for ``seconds`` once m1 is
-    delivered and the wait before the look at the shadow queue has begun."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.tasks: list[asyncio.Task[None]] = []
-
-    def shadowcheck_scenario_started(self, scenario: Any, target: Any, history: History) -> None:
-        async def stall() -> None:
-            while not any(
-                str(e.data.get("text", "")).startswith("wait 3")
-                for e in history.events(kind="step")
-            ):
-                await asyncio.sleep(0.001)
-            time.sleep(self.seconds)  # blocks the loop: proxies, steps and stamps wait
-
-        if self.seconds:
-            self.tasks.append(asyncio.get_running_loop().create_task(stall()))
-
-    def shadowcheck_scenario_finished(self, **_: Any) -> None:
-        pass
+def _looking(history: History) -> bool:
+    """m1 is delivered and the wait before the look at the shadow queue has begun."""
+    return any(
+        str(e.data.get("text", "")).startswith("wait 3") for e in history.events(kind="step")
+    )
 
 
 def _model(tmp_path: Path, stall: float, variant: str = "") -> tuple[Status, str]:
@@ -74,7 +55,7 @@ def _model(tmp_path: Path, stall: float, variant: str = "") -> tuple[Status, str
     (scenario,) = load_scenario_file(source)
     target = ReferenceTarget(launcher=[str(LAUNCHER), variant]) if variant else ReferenceTarget()
     verdict = run_scenario(
-        scenario, target, workdir=tmp_path / "run", hooks=StallAfterTheDelivery(stall)
+        scenario, target, workdir=tmp_path / "run", hooks=LoopStall(stall, _looking)
     )
     (model,) = [c for c in verdict.checks if c.name == MODEL_CHECK]
     return model.status, model.observed
