@@ -1,7 +1,8 @@
 """Benchmark: does exploration alone find each broken variant of the reference?
 
     nice -n 10 python benchmarks/explore_variants.py [--only NAME,...] [--limit 300]
-        [--seed 1] [--shrink-attempts 16] [--lanes 1] [--concurrency N] [--out table.md]
+        [--seed 1] [--shrink-attempts 16] [--lanes 1] [--concurrency N] [--out table.md
+        [--resume]]
 
 For each variant of ``tests/conformance/mta_variants`` (target ``broken:NAME``, as the
 conformance tests run them) a child ``pytest --shadowcheck --shadowcheck-explore-only
@@ -14,7 +15,9 @@ the find, the seconds from the child's start to the failing scenario's end (shri
 not counted; wall-clock, so with several scenarios at once it is the user's wait), the
 shrunk length (operations) and the file the shrunk scenario was written to. Timing lives
 here, not in the tests. ``--lanes N`` runs N variants at a time (their seconds are then
-comparable only with other rows measured at the same load).
+comparable only with other rows measured at the same load). ``--out`` is rewritten as
+each variant is done, so a run stopped early leaves its rows; ``--resume`` keeps them
+and explores the other variants (the whole table takes hours on 2 cores).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
@@ -86,7 +90,8 @@ def explore(
         # pytest's 2-4 (interrupted, internal or usage error), 5 (nothing ran): the
         # child explored nothing, which is no evidence that the variant was not found
         last = [line for line in output.splitlines() if line.strip()][-1:] or ["no output"]
-        return Row(name, False, 0, wall, "-", wall, error=f"exit {done.returncode}: {last[0]}")
+        said = last[0].replace("|", "/")  # a cell of the Markdown table
+        return Row(name, False, 0, wall, "-", wall, error=f"exit {done.returncode}: {said}")
     seconds, operations, found = wall, 0, False
     if junit.is_file():
         for case in ET.parse(junit).getroot().iter("testcase"):
@@ -104,6 +109,32 @@ def explore(
     return Row(name, found, operations, max(seconds, 0.0), shrunk, wall, file)
 
 
+def row_line(r: Row) -> str:
+    """The row's line of the Markdown table (read back by :func:`read_rows`)."""
+    if r.error:
+        return f"| {r.variant} | error: {r.error} | - | - | - |"
+    ops = str(r.operations) if r.found else f"{r.operations} (none failed)"
+    secs = f"{r.seconds:.0f}" if r.found else f"> {r.seconds:.0f}"
+    return f"| {r.variant} | {'yes' if r.found else 'no'} | {ops} | {secs} | {r.shrunk} |"
+
+
+def read_rows(text: str) -> list[Row]:
+    """The rows of a table this script wrote (``--resume``)."""
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 5 or cells[0] in ("variant", "---"):
+            continue
+        name, found, ops, secs, shrunk = cells
+        if found.startswith("error: "):
+            rows.append(Row(name, False, 0, 0.0, "-", 0.0, error=found.removeprefix("error: ")))
+            continue
+        seconds = float(secs.lstrip("> "))
+        operations = int(ops.split()[0])
+        rows.append(Row(name, found == "yes", operations, seconds, shrunk, seconds))
+    return rows
+
+
 def table(rows: list[Row], limit: float, seed: int) -> str:
     found = sum(r.found for r in rows)
     broken = sum(bool(r.error) for r in rows)
@@ -114,16 +145,8 @@ def table(rows: list[Row], limit: float, seed: int) -> str:
         "",
         "| variant | found | operations to find | seconds to find | shrunk to (operations) |",
         "|---|---|---|---|---|",
+        *(row_line(r) for r in rows),
     ]
-    for r in rows:
-        if r.error:
-            lines.append(f"| {r.variant} | error: {r.error} | - | - | - |")
-            continue
-        ops = str(r.operations) if r.found else f"{r.operations} (none failed)"
-        secs = f"{r.seconds:.0f}" if r.found else f"> {r.seconds:.0f}"
-        lines.append(
-            f"| {r.variant} | {'yes' if r.found else 'no'} | {ops} | {secs} | {r.shrunk} |"
-        )
     return "\n".join(lines) + "\n"
 
 
@@ -138,13 +161,36 @@ def main() -> int:
         "--concurrency", type=int, default=None,
         help="explored scenarios at once in each child (default: the plugin's choice)",
     )  # fmt: skip
-    parser.add_argument("--out", type=Path, default=None, help="also write the table here")
+    parser.add_argument(
+        "--out", type=Path, default=None,
+        help="also write the table here (rewritten as each variant is done)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--resume", action="store_true",
+        help="keep the rows already in --out and explore only the other variants",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.resume and args.out is None:
+        parser.error("--resume continues the table of --out: give --out")
     wanted = [n for n in args.only.split(",") if n]
     variants = [v.name for v in all_variants() if v.fails and (not wanted or v.name in wanted)]
     unknown = sorted(set(wanted) - set(variants))
     if unknown:
         parser.error(f"unknown variant(s): {', '.join(unknown)}")
+    done: dict[str, Row] = {}
+    if args.resume and args.out.is_file():
+        done = {r.variant: r for r in read_rows(args.out.read_text(encoding="utf-8"))}
+    order = {name: i for i, name in enumerate(variants)}
+    lock = threading.Lock()
+
+    def keep(row: Row) -> None:
+        """The table so far, in the variants' order: a run stopped early leaves it."""
+        with lock:
+            done[row.variant] = row
+            if args.out:
+                rows = sorted(done.values(), key=lambda r: order.get(r.variant, len(order)))
+                args.out.write_text(table(rows, args.limit, args.seed), encoding="utf-8")
+
     with tempfile.TemporaryDirectory(prefix="explore-variants-") as tmp:
 
         def one(name: str) -> Row:
@@ -158,15 +204,14 @@ def main() -> int:
                 f"operations, {row.seconds:.0f}s; shrunk {row.shrunk} ({row.wall:.0f}s in all)"
             )
             print(f"{name}: {outcome}", file=sys.stderr, flush=True)
+            keep(row)
             return row
 
         # threads only wait on the child pytest processes
         with ThreadPoolExecutor(max_workers=max(1, args.lanes)) as pool:
-            rows = list(pool.map(one, variants))
-    text = table(rows, args.limit, args.seed)
-    print(text)
-    if args.out:
-        args.out.write_text(text, encoding="utf-8")
+            list(pool.map(one, [name for name in variants if name not in done]))
+    rows = sorted(done.values(), key=lambda r: order.get(r.variant, len(order)))
+    print(table(rows, args.limit, args.seed))
     return 1 if any(r.error for r in rows) else 0
 
 
