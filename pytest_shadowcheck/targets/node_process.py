@@ -25,17 +25,19 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
-import runpy
-import signal
 import subprocess
 import sys
-import threading
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, Protocol
 
+from pytest_shadowcheck.targets import node_guard
+from pytest_shadowcheck.targets.node_guard import die_with_owner, run_as_main
+
 __all__ = ["ExecNode", "ForkedNode", "NodeProcess", "signal_group", "start_node_process"]
 
+#: run by path by ExecNode: a node that dies with the harness, under any interpreter
+_GUARD = Path(node_guard.__file__)
 #: what the fork server imports once: the MTA's modules every node loads anyway
 PRELOAD = ["__main__", "reference_impl.cli", "reference_impl.control_api"]
 
@@ -76,17 +78,29 @@ def signal_group(pid: int, sig: int) -> None:
 
 
 class ExecNode:
-    """``python ARGV...`` as a ``subprocess.Popen``."""
+    """``python ARGV...`` as a ``subprocess.Popen``. A Python interpreter's script or
+    ``-m MODULE`` runs through node_guard.py, so that it dies with the harness; other
+    forms (interpreter options, another program) run as given."""
 
     def __init__(self, python: str, argv: list[str], log: Path) -> None:
-        with log.open("ab") as stderr:
-            self._proc = subprocess.Popen(
-                [python, *argv],
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                stdin=subprocess.DEVNULL,
-                process_group=0,
-            )
+        name = Path(python).name
+        guarded = _emulable(argv) and name.startswith(("python", "pypy"))
+        # only the node gets the read end; the write end stays here for the node's life
+        alive, self._alive = os.pipe() if guarded else (-1, -1)
+        command = [python, str(_GUARD), str(alive), *argv] if guarded else [python, *argv]
+        try:
+            with log.open("ab") as stderr:
+                self._proc = subprocess.Popen(
+                    command,
+                    stdout=subprocess.PIPE,
+                    stderr=stderr,
+                    stdin=subprocess.DEVNULL,
+                    process_group=0,
+                    pass_fds=(alive,) if guarded else (),
+                )
+        finally:
+            if guarded:
+                os.close(alive)
         self.pid = self._proc.pid
 
     def readline(self) -> bytes:
@@ -109,42 +123,23 @@ class ExecNode:
     def close(self) -> None:
         if self._proc.stdout is not None:
             self._proc.stdout.close()
-
-
-def _die_with_owner(alive: Connection) -> None:
-    """Kill this node's process group once the harness that started it is gone.
-
-    The fork server, not the harness, is the node's parent: a harness killed mid-run
-    (a timeout, a second Ctrl-C) would leave the node running, and it would go on
-    delivering its queue into ports a later run listens on. Only the harness holds the
-    other end of ``alive``; the kernel closes it when the harness dies, whatever killed
-    it, and the read below ends."""
-
-    def watch() -> None:
-        with contextlib.suppress(EOFError, OSError):
-            alive.recv_bytes()
-        os.killpg(0, signal.SIGKILL)
-
-    threading.Thread(target=watch, name="die-with-owner", daemon=True).start()
+        if self._alive >= 0:
+            os.close(self._alive)
+            self._alive = -1
 
 
 def _become(argv: list[str], log: str, stdout: Connection, alive: Connection) -> None:
     """In the forked child: turn into ``python ARGV...`` with stdout on the pipe."""
     os.setpgid(0, 0)  # a group of its own, as ExecNode's (see the module doc)
-    _die_with_owner(alive)
+    # the fork server, not the harness, is the node's parent: only the harness holds the
+    # other end of ``alive`` (node_guard.py says why a node must die with it)
+    die_with_owner(alive.recv_bytes)
     log_fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(log_fd, 2)
     os.close(log_fd)
     os.dup2(stdout.fileno(), 1)
     stdout.close()
-    if argv[0] == "-m":
-        sys.argv = [argv[1], *argv[2:]]
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-    else:
-        script = os.path.abspath(argv[0])
-        sys.argv = [script, *argv[1:]]
-        sys.path.insert(0, os.path.dirname(script))
-        runpy.run_path(script, run_name="__main__")
+    run_as_main(argv)
 
 
 _CONTEXT: multiprocessing.context.ForkServerContext | None = None
@@ -208,13 +203,20 @@ class ForkedNode:
             self._proc.close()
 
 
+def _emulable(argv: list[str]) -> bool:
+    """``SCRIPT ...`` or ``-m MODULE ...``: what a fork or node_guard.py can run as
+    ``python ARGV`` would."""
+    return len(argv) >= (2 if argv[:1] == ["-m"] else 1) and (
+        argv[0] == "-m" or not argv[0].startswith("-")
+    )
+
+
 def start_node_process(python: str, argv: list[str], log: Path) -> NodeProcess:
     """Start ``python ARGV...``: forked when ``python`` is this interpreter and ARGV is
     ``-m MODULE ...`` or ``SCRIPT ...`` (what a fork can emulate), else executed."""
     forkable = (
         python == sys.executable
-        and bool(argv)
-        and (argv[0] == "-m" or not argv[0].startswith("-"))
+        and _emulable(argv)
         and os.environ.get("SHADOWCHECK_NODE_START", "fork") != "exec"
     )
     if forkable:

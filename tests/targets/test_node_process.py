@@ -185,8 +185,11 @@ def test_signals_reach_every_process_of_the_node(start: Starter, tmp_path: Path)
 _HARNESS = """
 import sys
 from pathlib import Path
-from pytest_shadowcheck.targets.node_process import ForkedNode
-proc = ForkedNode([sys.argv[1], "fork"], Path(sys.argv[2]))
+from pytest_shadowcheck.targets.node_process import ExecNode, ForkedNode
+if sys.argv[3] == "fork":
+    proc = ForkedNode([sys.argv[1], "fork"], Path(sys.argv[2]))
+else:
+    proc = ExecNode(sys.executable, [sys.argv[1], "fork"], Path(sys.argv[2]))
 print(proc.readline().decode().strip(), flush=True)
 sys.stdin.read()  # until killed
 """
@@ -200,11 +203,13 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_forked_node_dies_with_the_harness_that_started_it(tmp_path: Path) -> None:
-    # the fork server is the node's parent, not the harness: a harness killed mid-run
-    # must not leave its nodes delivering into ports a later run listens on
+@pytest.mark.parametrize("how", sorted(STARTERS))
+def test_a_node_dies_with_the_harness_that_started_it(tmp_path: Path, how: str) -> None:
+    # a harness killed mid-run must not leave its nodes delivering into ports a later
+    # run listens on (a forked node's parent is the fork server, not the harness; an
+    # executed one's parent is gone and it would be adopted by init)
     harness = subprocess.Popen(
-        [sys.executable, "-c", _HARNESS, _script(tmp_path), str(tmp_path / "node.log")],
+        [sys.executable, "-c", _HARNESS, _script(tmp_path), str(tmp_path / "node.log"), how],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
     )  # fmt: skip
     assert harness.stdout is not None
