@@ -5,7 +5,7 @@ being what was sent is the integrity invariant, in :mod:`.integrity`.)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pytest_shadowcheck.checks.events import (
     deliveries,
@@ -63,18 +63,44 @@ def refused_and_reported(run: Run, ref: str) -> str | None:
     )
 
 
-def _refused_for_good(run: Run, ref: str) -> list[str]:
-    """The recipients of ``ref`` its primary took at RCPT, when a next hop refused every
-    one of them for good (a 5xx); else none."""
+def _owed(run: Run, ref: str) -> list[str]:
+    """The recipients of ``ref`` its primary took at RCPT (lower case, as sent)."""
     msg = run.messages[ref]
     refused_at_rcpt = {r.lower() for r in (msg.result.refused_recipients if msg.result else [])}
-    owed = [r.lower() for r in msg.rcpt_to if r.lower() not in refused_at_rcpt]
-    for_good = {
+    return [r.lower() for r in msg.rcpt_to if r.lower() not in refused_at_rcpt]
+
+
+def _for_good(run: Run, ref: str) -> set[str]:
+    """The recipients of ``ref`` a next hop refused for good (a 5xx)."""
+    return {
         rcpt
         for rcpt, refusals in next_hop_refusals(run, ref).items()
         if any(reply[:1] == "5" for _, _, reply in refusals)
     }
+
+
+def _refused_for_good(run: Run, ref: str) -> list[str]:
+    """The recipients of ``ref`` its primary took at RCPT, when a next hop refused every
+    one of them for good (a 5xx); else none."""
+    owed, for_good = _owed(run, ref), _for_good(run, ref)
     return owed if all(r in for_good for r in owed) else []
+
+
+def unaccounted(run: Run, ref: str) -> list[str]:
+    """The recipients of acknowledged ``ref`` that no delivered copy reached and that no
+    report to the sender names failed after a next hop refused them for good: what is
+    still owed a delivery ([] when every recipient is accounted for). A message is lost
+    for each recipient it never reached, not only when no copy arrived at all. Copies
+    addressed to recipients it was not sent to (a group or an alias expanded) are
+    counted for the message as a whole: any copy accounts for it."""
+    found = deliveries(run, ref, exact=True)
+    owed = _owed(run, ref)
+    got = {r.lower() for _, d in found for r in d.rcpt_tos}
+    if not owed or (found and got - set(owed)):
+        return [] if found or refused_and_reported(run, ref) else owed or ["its recipients"]
+    reported = reported_failures(run, ref)
+    for_good = _for_good(run, ref)
+    return [r for r in owed if r not in got and not (r in for_good and r in reported)]
 
 
 async def no_loss_invariant(run: Run) -> list[CheckResult]:
@@ -91,10 +117,7 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
     settle = run.scenario.settle
 
     async def all_delivered() -> bool:
-        return all(
-            deliveries(run, ref, exact=True) or refused_and_reported(run, ref)
-            for ref in acknowledged
-        )
+        return not any(unaccounted(run, ref) for ref in acknowledged)
 
     if not await all_delivered():
         run.progress.waiting(settle, "for acknowledged messages to be delivered (no-loss check)")
@@ -103,19 +126,16 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
     for ref in acknowledged:
         msg = run.messages[ref]
         found = deliveries(run, ref, exact=True)
+        missing = unaccounted(run, ref)
         name = f"no loss of {ref}"
-        expected = f"acknowledged message {ref} is delivered (or still queued on a live node)"
-        if found:
+        expected = (
+            f"acknowledged message {ref} is delivered to each recipient "
+            f"{msg.via} took (or still queued on a live node)"
+        )
+        if not missing:
+            said = describe_deliveries(found) if found else refused_and_reported(run, ref)
             results.append(
-                CheckResult(
-                    name, Status.PASS, expected, describe_deliveries(found), behaviours=[INVARIANT]
-                )
-            )
-            continue
-        bounced = refused_and_reported(run, ref)
-        if bounced:
-            results.append(
-                CheckResult(name, Status.PASS, expected, bounced, behaviours=[INVARIANT])
+                CheckResult(name, Status.PASS, expected, said or "", behaviours=[INVARIANT])
             )
             continue
         held = await run.still_held(ref)
@@ -159,7 +179,7 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
                     behaviours=blamed,
                 )
             )
-        elif refused := _refused_for_good(run, ref):
+        elif not found and (refused := _refused_for_good(run, ref)):
             results.append(
                 CheckResult(
                     name,
@@ -182,8 +202,9 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
                     name,
                     Status.FAIL,
                     expected,
-                    f"{msg.via} acknowledged {ref} (`{msg.code} {msg.text}`), yet it was "
-                    f"never delivered within {settle:g}s and {_not_held(run)}; "
+                    f"{msg.via} acknowledged {ref} (`{msg.code} {msg.text}`), yet "
+                    + _undelivered(run, ref, found, missing, settle)
+                    + f" and {_not_held(run)}; "
                     + (
                         f"copies were on {', '.join(holders)} ({', '.join(alive)} still up"
                         + (
@@ -201,6 +222,31 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
                 )
             )
     return results
+
+
+def _undelivered(run: Run, ref: str, found: list[Any], missing: list[str], settle: float) -> str:
+    """Which recipients never got ``ref`` within ``settle``, in words: all of them, or
+    those a copy that did arrive left out (and of those, any a next hop refused for good
+    with no report to the sender)."""
+    if not found:
+        return f"it was never delivered within {settle:g}s"
+    unreported = sorted(set(missing) & _for_good(run, ref))
+    return (
+        f"{_names(missing)} never got it within {settle:g}s (the other recipients did: "
+        f"{describe_deliveries(found)})"
+        + (
+            f"; the next hop refused {_names(unreported)} for good and no non-delivery "
+            "report of that reached the sender"
+            if unreported
+            else ""
+        )
+    )
+
+
+def _names(addresses: list[str]) -> str:
+    return " and ".join(
+        [", ".join(addresses[:-1]), addresses[-1]] if len(addresses) > 1 else addresses
+    )
 
 
 def _not_held(run: Run) -> str:
