@@ -15,7 +15,10 @@ the find, the seconds from the child's start to the failing scenario's end (shri
 not counted; wall-clock, so with several scenarios at once it is the user's wait), the
 shrunk length (operations) and the file the shrunk scenario was written to. Timing lives
 here, not in the tests. ``--lanes N`` runs N variants at a time (their seconds are then
-comparable only with other rows measured at the same load). ``--out`` is rewritten as
+comparable only with other rows measured at the same load). A FAIL counts as a find
+only under one of the behaviours the variant's own scenarios evidence, and when the
+reference passes the same scenario (its shrunk form) run again: a FAIL every variant
+would share is the harness's, or an overloaded machine's. ``--out`` is rewritten as
 each variant is done, so a run stopped early leaves its rows; ``--resume`` keeps them
 and explores the other variants (the whole table takes hours on 2 cores).
 """
@@ -23,6 +26,7 @@ and explores the other variants (the whole table takes hours on 2 cores).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -34,6 +38,7 @@ import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFORMANCE = ROOT / "tests" / "conformance"
@@ -43,6 +48,9 @@ sys.path.insert(0, str(CONFORMANCE))
 from mta_variants import all_variants  # noqa: E402
 
 from pytest_shadowcheck.plugin.exploration import DEEP_OPERATIONS  # noqa: E402
+from pytest_shadowcheck.scenario.loader import load_scenario_file  # noqa: E402
+
+SUITE = ROOT / "scenarios"
 
 _SHRUNK = re.compile(
     r"shrunk explored scenario: (\d+) -> (\d+) operations \((.*); (\d+) attempts, ([\d.]+)s"
@@ -61,6 +69,11 @@ class Row:
     file: str = ""
     #: the child's failure to run (no JUnit, an internal error): no figure for this row
     error: str = ""
+    #: the behaviours the explored scenario FAILed under ("-" when none failed)
+    under: str = "-"
+    #: why a FAIL is not counted as a find: under none of the variant's behaviours, or
+    #: the reference FAILs the same scenario too (a fault of the harness, or the load)
+    discounted: str = ""
 
 
 def explore(
@@ -106,16 +119,67 @@ def explore(
         shrunk = f"{match.group(2)} of {match.group(1)} ({match.group(4)} runs)"
         where = _FILE.search(output)
         file = where.group(1) if where else ""
-    return Row(name, found, operations, max(seconds, 0.0), shrunk, wall, file)
+    row = Row(name, found, operations, max(seconds, 0.0), shrunk, wall, file)
+    if found:
+        _judge_the_find(row, work / name / "certification.json", work, env)
+    return row
+
+
+def _judge_the_find(row: Row, certification: Path, work: Path, env: dict[str, str]) -> None:
+    """A FAIL is the variant found only if it is under one of the behaviours the
+    variant's own scenarios evidence, and the reference does not FAIL the same scenario
+    (its shrunk form when there is one) - else it is a FAIL of the harness or of an
+    overloaded machine, which every variant would share."""
+    failed = next(
+        (s for s in json.loads(certification.read_text())["scenarios"] if s["verdict"] == "FAIL"),
+        None,
+    )
+    if failed is None:
+        return
+    under = sorted(b for b, v in failed["by_behaviour"].items() if v["status"] == "FAIL")
+    row.under = ", ".join(under) if len(under) <= 4 else f"{len(under)} behaviours (an invariant)"
+    own = variant_behaviours(row.variant)
+    if not own & set(under):
+        row.found = False
+        row.discounted = f"FAIL under {row.under}, not {', '.join(sorted(own))}"
+        return
+    scenario = row.file or failed["source"].rpartition(":")[0]
+    junit = work / f"{row.variant}-reference.xml"
+    command = [
+        sys.executable, "-m", "pytest", "--shadowcheck", "--shadowcheck-target", "reference",
+        scenario, f"--junitxml={junit}", "-p", "no:cacheprovider", "-p", "no:xdist", "-q",
+    ]  # fmt: skip
+    subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, check=False)
+    cases = list(ET.parse(junit).getroot().iter("testcase")) if junit.is_file() else []
+    if any(child.tag == "failure" for case in cases for child in case):
+        row.found = False
+        row.discounted = "the reference FAILs that scenario too"
+
+
+def variant_behaviours(name: str) -> set[str]:
+    """The behaviours the scenarios the variant fails evidence."""
+    wanted = set(next(v.fails for v in all_variants() if v.name == name))
+    return {b for s in _suite() if s.name in wanted for b in s.behaviours}
+
+
+_SUITE_CACHE: list[Any] = []
+
+
+def _suite() -> list[Any]:
+    if not _SUITE_CACHE:
+        for path in sorted(SUITE.glob("*.yaml")):
+            _SUITE_CACHE.extend(load_scenario_file(path))
+    return _SUITE_CACHE
 
 
 def row_line(r: Row) -> str:
     """The row's line of the Markdown table (read back by :func:`read_rows`)."""
     if r.error:
-        return f"| {r.variant} | error: {r.error} | - | - | - |"
-    ops = str(r.operations) if r.found else f"{r.operations} (none failed)"
+        return f"| {r.variant} | error: {r.error} | - | - | - | - |"
+    ops = str(r.operations) if r.found else f"{r.operations} (none found)"
     secs = f"{r.seconds:.0f}" if r.found else f"> {r.seconds:.0f}"
-    return f"| {r.variant} | {'yes' if r.found else 'no'} | {ops} | {secs} | {r.shrunk} |"
+    found = "yes" if r.found else (f"no: {r.discounted}" if r.discounted else "no")
+    return f"| {r.variant} | {found} | {r.under} | {ops} | {secs} | {r.shrunk} |"
 
 
 def read_rows(text: str) -> list[Row]:
@@ -123,15 +187,17 @@ def read_rows(text: str) -> list[Row]:
     rows = []
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 5 or cells[0] in ("variant", "---"):
+        if len(cells) != 6 or cells[0] in ("variant", "---"):
             continue
-        name, found, ops, secs, shrunk = cells
+        name, found, under, ops, secs, shrunk = cells
         if found.startswith("error: "):
             rows.append(Row(name, False, 0, 0.0, "-", 0.0, error=found.removeprefix("error: ")))
             continue
         seconds = float(secs.lstrip("> "))
         operations = int(ops.split()[0])
-        rows.append(Row(name, found == "yes", operations, seconds, shrunk, seconds))
+        row = Row(name, found == "yes", operations, seconds, shrunk, seconds, under=under)
+        row.discounted = found.removeprefix("no: ") if found.startswith("no: ") else ""
+        rows.append(row)
     return rows
 
 
@@ -143,8 +209,9 @@ def table(rows: list[Row], limit: float, seed: int) -> str:
         f"{found} of {len(rows)} variants found"
         + (f"; {broken} could not be explored (see the rows)." if broken else "."),
         "",
-        "| variant | found | operations to find | seconds to find | shrunk to (operations) |",
-        "|---|---|---|---|---|",
+        "| variant | found | FAIL under | operations to find | seconds to find | "
+        "shrunk to (operations) |",
+        "|---|---|---|---|---|---|",
         *(row_line(r) for r in rows),
     ]
     return "\n".join(lines) + "\n"
@@ -201,8 +268,11 @@ def main() -> int:
                 f"ERROR, {row.error}"
                 if row.error
                 else f"{'found' if row.found else 'not found'} after {row.operations} "
-                f"operations, {row.seconds:.0f}s; shrunk {row.shrunk} ({row.wall:.0f}s in all)"
+                f"operations, {row.seconds:.0f}s; FAIL under {row.under}; shrunk {row.shrunk} "
+                f"({row.wall:.0f}s in all)"
             )
+            if row.discounted:
+                outcome += f"; not counted: {row.discounted}"
             print(f"{name}: {outcome}", file=sys.stderr, flush=True)
             keep(row)
             return row
