@@ -13,10 +13,13 @@ from typing import Any
 
 from pytest_shadowcheck.history import History
 from pytest_shadowcheck.network import MailSink
+from pytest_shadowcheck.targets.reference import ReferenceTarget
 
-__all__ = ["LoopStall", "ThreadedSink", "junit_schema"]
+__all__ = ["LoopStall", "ThreadedSink", "junit_schema", "reference_or_variant"]
 
 XSD = Path("/work/shared/data/junit-10.xsd")
+#: the broken variants' launcher (tests/conformance): every node runs the variant
+VARIANT_LAUNCHER = Path(__file__).parent / "conformance" / "broken_mta.py"
 BUNDLED_XSD = Path(__file__).parent / "junit-10.xsd"
 
 
@@ -35,6 +38,14 @@ scenarios:
       - reply: {message: m1, code: 451, behaviours: [CR-4]}
       - reply: {message: m1, code: 250, behaviours: [CR-5]}
 """
+
+
+def reference_or_variant(variant: str = "") -> ReferenceTarget:
+    """The reference target, or (``variant``) its broken variant of that name, for a
+    test that runs a scenario in-process (``run_scenario``)."""
+    return (
+        ReferenceTarget(launcher=[str(VARIANT_LAUNCHER), variant]) if variant else ReferenceTarget()
+    )
 
 
 class LoopStall:

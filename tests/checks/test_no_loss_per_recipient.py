@@ -14,14 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from harnesskit import reference_or_variant
 
 from pytest_shadowcheck.engine.run import run_scenario
 from pytest_shadowcheck.scenario.loader import load_scenario_file
-from pytest_shadowcheck.targets.reference import ReferenceTarget
 from pytest_shadowcheck.verdict import Status
-
-#: the broken variants' launcher (tests/conformance): every node runs the variant
-LAUNCHER = Path(__file__).resolve().parents[1] / "conformance" / "broken_mta.py"
 
 SCENARIO = """\
 scenarios:
@@ -62,7 +59,7 @@ def test_a_recipient_no_copy_reached_is_a_loss(
     source = tmp_path / "s.yaml"
     source.write_text(SCENARIO)
     (scenario,) = load_scenario_file(source)
-    target = ReferenceTarget(launcher=[str(LAUNCHER), variant]) if variant else ReferenceTarget()
+    target = reference_or_variant(variant)
     verdict = run_scenario(scenario, target, workdir=tmp_path / "run")
     (loss,) = [c for c in verdict.checks if c.name == "no loss of m1"]
     assert loss.status == status, loss.observed

@@ -13,18 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from harnesskit import LoopStall
+from harnesskit import LoopStall, reference_or_variant
 
 from pytest_shadowcheck.checks.model.check import MODEL_CHECK
 from pytest_shadowcheck.engine.run import run_scenario
 from pytest_shadowcheck.history import History
 from pytest_shadowcheck.scenario.loader import load_scenario_file
-from pytest_shadowcheck.targets.reference import ReferenceTarget
 from pytest_shadowcheck.verdict import Status
-
-HERE = Path(__file__).resolve().parent
-#: the broken variants' launcher (tests/conformance): every node runs the variant
-LAUNCHER = HERE.parent.parent / "conformance" / "broken_mta.py"
 
 SCENARIO = """\
 scenarios:
@@ -53,7 +48,7 @@ def _model(tmp_path: Path, stall: float, variant: str = "") -> tuple[Status, str
     source = tmp_path / "s.yaml"
     source.write_text(SCENARIO)
     (scenario,) = load_scenario_file(source)
-    target = ReferenceTarget(launcher=[str(LAUNCHER), variant]) if variant else ReferenceTarget()
+    target = reference_or_variant(variant)
     verdict = run_scenario(
         scenario, target, workdir=tmp_path / "run", hooks=LoopStall(stall, _looking)
     )
