@@ -70,6 +70,17 @@ def _owed(run: Run, ref: str) -> list[str]:
     return [r.lower() for r in msg.rcpt_to if r.lower() not in refused_at_rcpt]
 
 
+def _taken(run: Run, ref: str) -> list[str]:
+    """The recipients of ``ref`` its primary answered RCPT with a 2xx, from the replies
+    to the harness's own client; [] when they are not known one by one (a message of a
+    raw ``session`` step, whose replies are judged by its own lines)."""
+    msg = run.messages[ref]
+    replies = [r for r in (msg.result.replies if msg.result else []) if r.command == "RCPT"]
+    if not msg.rcpt_to or len(replies) != len(msg.rcpt_to):
+        return []
+    return [a.lower() for a, r in zip(msg.rcpt_to, replies, strict=True) if r.code < 400]
+
+
 def _for_good(run: Run, ref: str) -> set[str]:
     """The recipients of ``ref`` a next hop refused for good (a 5xx)."""
     return {
@@ -92,12 +103,16 @@ def unaccounted(run: Run, ref: str) -> list[str]:
     still owed a delivery ([] when every recipient is accounted for). A message is lost
     for each recipient it never reached, not only when no copy arrived at all. Copies
     addressed to recipients it was not sent to (a group or an alias expanded) are
-    counted for the message as a whole: any copy accounts for it."""
+    counted for the message as a whole: any copy accounts for it, as for a message whose
+    recipients' RCPT replies are not known one by one."""
     found = deliveries(run, ref, exact=True)
-    owed = _owed(run, ref)
+    owed = _taken(run, ref)
     got = {r.lower() for _, d in found for r in d.rcpt_tos}
     if not owed or (found and got - set(owed)):
-        return [] if found or refused_and_reported(run, ref) else owed or ["its recipients"]
+        # the message as a whole: any copy, or every recipient refused and reported
+        if found or refused_and_reported(run, ref):
+            return []
+        return owed or _owed(run, ref) or ["(every recipient)"]
     reported = reported_failures(run, ref)
     for_good = _for_good(run, ref)
     return [r for r in owed if r not in got and not (r in for_good and r in reported)]
