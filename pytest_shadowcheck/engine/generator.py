@@ -202,6 +202,8 @@ class Drawer:
         self.holding: set[str] = set()
         #: the node fault on was already waited out past the promotion window
         self.outlasted = False
+        #: a burst was sent (once a plan: it costs a few seconds)
+        self.bursts = 0
 
     def can(self, kind: str) -> bool:
         need = STEP_CAPABILITY.get(kind)
@@ -239,6 +241,22 @@ class Drawer:
         # a node that cannot make a copy answers within SendConnectionInactivityTimeout
         spec["timeout"] = "20s"
         return Operation(f"send {ref} via {spec['via']}", ({"send": spec},), behaviours=("CR-1",))
+
+    def burst(self) -> Operation:
+        """More messages through one node than a handful, one after another, while a
+        next hop holds them back: what a discard answer, a shadow queue or a restart's
+        reload then holds is more than one page of sixteen."""
+        via = self.rng.choice([n for n in self.held_back() if n in self.state.answering()])
+        first = self.sent + 1
+        steps = []
+        for _ in range(self.rng.randint(17, 24)):
+            self.sent += 1
+            to = [self.rng.choice(self.recipients)]
+            steps.append({"send": {"id": f"m{self.sent}", "via": via, "to": to, "timeout": "20s"}})
+        self.holding.add(via)
+        self.bursts += 1
+        label = f"send m{first}..m{self.sent} via {via}"
+        return Operation(label, tuple(steps), behaviours=("CR-1", "DI-2"))
 
     def wait(self) -> Operation:
         seconds = self.rng.choice((0.2, 0.5, 1.0, 1.5))
@@ -436,6 +454,9 @@ def plan(
             # a primary down holding mail: as likely kept past the promotion window as
             # brought back (a long wait elsewhere costs time and finds nothing new)
             weights.append(("outlast", 3))
+        if set(drawer.held_back()) & set(drawer.state.answering()) and not drawer.bursts:
+            # released together when the link heals: one discard answer names them all
+            weights.append(("burst", 1))
         if drawer.can("set_settings"):
             weights.append(("settings", 1))
         # placement and forks (engine/generator_placement.py)
@@ -461,6 +482,8 @@ def plan(
             op = drawer.send()
         elif kind == "wait":
             op = drawer.wait()
+        elif kind == "burst":
+            op = drawer.burst()
         elif kind == "outlast":
             op = drawer.outlast()
         elif kind.startswith("start_"):
@@ -472,11 +495,16 @@ def plan(
         elif kind == "bounce":
             drawer.sent += 1
             answering = drawer.state.answering() or list(drawer.nodes)
+            # mostly through a node a next hop holds mail back on, as sends go
+            held_back = [n for n in drawer.held_back() if n in answering]
+            pool = held_back if held_back and rng.random() < 0.7 else answering
             op = Operation(
                 *generator_placement.bounce_send(
-                    rng, f"m{drawer.sent}", answering, drawer.recipients, topology_data(topology)
+                    rng, f"m{drawer.sent}", pool, drawer.recipients, topology_data(topology)
                 )
             )
+            if drawer.state.faulted("hop"):
+                drawer.holding.add(op.steps[0]["send"]["via"])
         elif kind == "without_route":
             drawer.sent += 1
             for drawn in generator_placement.without_route(

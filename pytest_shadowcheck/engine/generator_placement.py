@@ -115,13 +115,20 @@ def bounce_send(
     recipients: tuple[str, ...],
     topology: dict[str, Any],
 ) -> Drawn:
-    """A bounce sent in: MAIL FROM:<>, accepted and copied like any message - to a
-    recipient the node it goes through has a route for (another node's own domain it
-    would rightly refuse as a relay)."""
+    """A bounce sent in: MAIL FROM:<>, accepted and copied like any message - to one
+    recipient, now and then three (a null reverse-path with several recipients is rare
+    and valid, an envelope a queue may misread), each of a domain the node it goes
+    through has a route for (another node's own domain it would rightly refuse as a
+    relay)."""
     via = rng.choice(answering)
     foreign = {domain for node, domain in unrouted(topology) if node != via}
     routed = [r for r in recipients if r.rpartition("@")[2] not in foreign] or list(recipients)
-    spec = {"id": ref, "via": via, "from": "", "to": [rng.choice(routed)], "timeout": "20s"}
+    to = [rng.choice(routed)]
+    if rng.random() < 0.25:
+        # the topologies name two recipients or so: the others of its domain's mailbox
+        domain = to[0].rpartition("@")[2]
+        to = [*routed, *(f"owner{n}@{domain}" for n in (1, 2))][:3]
+    spec = {"id": ref, "via": via, "from": "", "to": to, "timeout": "20s"}
     return f"send bounce {ref} via {spec['via']}", ({"send": spec},), ("", ""), ("CR-1",)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_shadowcheck.engine.exploration_plan import topology_data
 from pytest_shadowcheck.engine.generator import (
     explored_name,
     generate,
@@ -246,3 +247,44 @@ def test_some_messages_carry_dot_leading_and_longest_lines_through_the_file(
             dots += any(line.startswith(".") for line in lines)
             longest += any(len(line) == 998 for line in lines)
     assert dots >= 5 and longest >= 5, (dots, longest)
+
+
+def test_a_burst_goes_through_a_node_whose_next_hop_link_is_cut() -> None:
+    """More than a page of sixteen messages through one node while a cut next-hop link
+    holds them back, at most once a scenario: released together, one discard answer
+    must name them all (acts-on-sixteen-discards-per-answer is found by nothing else)."""
+    bursts = 0
+    for index in range(60):
+        explored = plan(11, index, capabilities=ALL, length=16)
+        in_plan = [op for op in explored.operations if len(op.steps) > 16]
+        assert len(in_plan) <= 1, [op.label for op in in_plan]
+        nodes = set(topology_data(explored.topology)["nodes"])
+        cut: set[str] = set()
+        for op in explored.operations:
+            if op.label.startswith("durability:"):
+                continue
+            sends = [arg for step in op.steps for kind, arg in step.items() if kind == "send"]
+            if op in in_plan:
+                bursts += 1
+                assert 17 <= len(sends) <= 24 and len({s["via"] for s in sends}) == 1
+                assert sends[0]["via"] in {link.partition("->")[0] for link in cut}, op.label
+            for step in op.steps:
+                kind, arg = next(iter(step.items()))
+                if kind == "fault" and arg["link"].partition("->")[2] not in nodes:
+                    cut.add(arg["link"])
+                elif kind == "heal":
+                    cut.discard(arg)
+    assert bursts >= 5, bursts
+
+
+def test_some_bounces_have_three_recipients() -> None:
+    """A null reverse-path with several recipients: valid, rare, an envelope a queue may
+    read as one recipient (loader-drops-multi-recipient-bounces)."""
+    sizes = []
+    for index in range(80):
+        for op in plan(11, index, capabilities=ALL, length=16).operations:
+            for step in op.steps:
+                arg = step.get("send")
+                if arg is not None and arg.get("from") == "":
+                    sizes.append(len(arg["to"]))
+    assert sizes.count(1) > sizes.count(3) > 0, sizes
