@@ -178,12 +178,10 @@ class ExplorationPlan:
         steps: list[dict[str, Any]] = []
         waited = 0.0
 
-        def look() -> None:
+        def look(queues: tuple[str, ...] = ("active", "shadow")) -> None:
             if snapshots:
                 for node in state.answering():
-                    steps.extend(
-                        {"snapshot": {"node": node, "queue": q}} for q in ("active", "shadow")
-                    )
+                    steps.extend({"snapshot": {"node": node, "queue": q}} for q in queues)
 
         for op in kept:
             for drawn in op.steps:
@@ -214,7 +212,10 @@ class ExplorationPlan:
         ending.append(settle(final))
         steps += ending
         state = ClusterState(state.nodes)
-        look()
+        # once quiet, every delivered message is in its primary's Safety Net and in the
+        # Shadow Safety Net of each shadow told to discard it (SN-1, SN-2): a shadow
+        # that deletes a discarded copy shows only here
+        look(("active", "shadow", "safetynet_primary", "safetynet_shadow"))
         # every ID the model judges: its FAIL names the one whose prediction failed
         judged = set(MODEL_BEHAVIOURS) - set(NEVER_EXPLORED)
         behaviours = sorted({b for op in kept for b in op.behaviours} | judged, key=behaviour_order)

@@ -116,6 +116,20 @@ def _ends_healed(scenario: Scenario) -> None:
     assert [s.kind for s in scenario.steps[-2:]] != ["kill", "wait"]
 
 
+def test_the_ending_reads_every_nodes_safety_nets(tmp_path: Path) -> None:
+    """Once the cluster is quiet the harness reads each node's Safety Net and Shadow
+    Safety Net (SN-1, SN-2): a shadow deleting a discarded copy shows only there. A
+    target without a control API is read nothing."""
+    explored = plan(11, 0, capabilities=ALL, length=16)
+    steps = _steps(explored.scenario(directory=tmp_path))
+    last = [arg for kind, arg in steps[-12:] if kind == "snapshot"]
+    nodes = set(topology_data(explored.topology)["nodes"])
+    for queue in ("safetynet_primary", "safetynet_shadow"):
+        assert {s.node for s in last if s.queue == queue} == nodes, queue
+    black_box = plan(11, 0, capabilities=PROCESS_ONLY, length=16).scenario(directory=tmp_path)
+    assert "snapshot" not in {kind for kind, _ in _steps(black_box)}
+
+
 def test_every_scenario_and_every_subset_ends_healed(tmp_path: Path) -> None:
     rng = random.Random(4)
     for index in range(30):
