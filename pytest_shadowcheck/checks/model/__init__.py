@@ -23,6 +23,7 @@ from pytest_shadowcheck.checks.model import (
     expiry,
     fates,
     groups,
+    heartbeats,
     notifications,
     placement,
     protocol,
@@ -199,7 +200,7 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
     refusals.kept_rule(judge, history)
     placement.placement_rule(judge)
     placement.attempts_rule(judge, history)
-    wire.wire_rules(judge, history)
+    heartbeats.heartbeat_rules(judge, wire.wire_rules(judge, history))
     config_warnings.replay_lag_rule(judge, history)
     sessions.shadow_session_rule(judge, history)
     for m in obs.sent.values():

@@ -23,7 +23,15 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.history import History
     from pytest_shadowcheck.scenario.model import Step
 
-__all__ = ["KNOWN_SETTINGS", "modelled_step", "wire_rules"]
+__all__ = [
+    "KNOWN_SETTINGS",
+    "DiscardPage",
+    "Session",
+    "discard_pages",
+    "modelled_step",
+    "sessions_of",
+    "wire_rules",
+]
 
 #: the settings these rules read; a scenario giving them leaves the model's other rules
 #: as they are (an inactivity limit ends idle sessions only)
@@ -46,7 +54,7 @@ def modelled_step(step: Step) -> bool:
 
 
 @dataclass
-class _Session:
+class Session:
     link: str
     conn: int | None
     #: (t, what, direction, text): what is connect, line, data or close
@@ -61,23 +69,25 @@ class _Session:
         return any(what == "close" for _, what, _, _ in self.events)
 
 
-def _sessions(history: History) -> list[_Session]:
-    out: dict[tuple[str, int | None], _Session] = {}
+def sessions_of(history: History) -> list[Session]:
+    out: dict[tuple[str, int | None], Session] = {}
     for e in history.events():
         if e.kind not in ("connect", "line", "data", "close") or not e.link:
             continue
-        s = out.setdefault((e.link, e.conn), _Session(e.link, e.conn))
+        s = out.setdefault((e.link, e.conn), Session(e.link, e.conn))
         text = str(e.data.get("text", e.data.get("trace", "")))
         s.events.append((e.t, e.kind, e.direction or "", text))
     return sorted(out.values(), key=lambda s: s.events[0][0])
 
 
-def wire_rules(j: Judge, history: History) -> None:
-    sessions = _sessions(history)
+def wire_rules(j: Judge, history: History) -> list[Session]:
+    """Apply the rules; the sessions, for the rules of other modules."""
+    sessions = sessions_of(history)
     idle_rule(j, sessions)
     stranger_rule(j, sessions)
     discard_rules(j, sessions)
     session_message_rule(j, sessions, history)
+    return sessions
 
 
 # -- TO-1, TO-2, TO-4: idle and absolute session limits ------------------------------
@@ -95,7 +105,7 @@ def _steady(j: Judge, node: str, link: str, a: float, b: float) -> bool:
     return j.tl.node_states(node, a, b) == {"up"} and j.tl.link_states(link, a, b) == {"ok"}
 
 
-def idle_rule(j: Judge, sessions: list[_Session]) -> None:
+def idle_rule(j: Judge, sessions: list[Session]) -> None:
     """TO-2: a node's outbound session, idle after the other end's reply longer than its
     SendConnectionInactivityTimeout (plus the slack), is closed by it. TO-4: while a
     sender waits on a primary, a shadow that does not answer the copy's session is a
@@ -112,7 +122,7 @@ def idle_rule(j: Judge, sessions: list[_Session]) -> None:
             _inbound(j, s, server)
 
 
-def _silences(j: Judge, s: _Session) -> list[tuple[tuple[float, str, str, str], float]]:
+def _silences(j: Judge, s: Session) -> list[tuple[tuple[float, str, str, str], float]]:
     """Each event of the session with when the next one came (the run's end if none)."""
     out = []
     for i, event in enumerate(s.events):
@@ -124,7 +134,7 @@ def _silences(j: Judge, s: _Session) -> list[tuple[tuple[float, str, str, str], 
 
 
 def _outbound(
-    j: Judge, sessions: list[_Session], s: _Session, client: str, server: str, nodes: set[str]
+    j: Judge, sessions: list[Session], s: Session, client: str, server: str, nodes: set[str]
 ) -> None:
     judged = copying = False
     for (t, what, direction, text), nxt in _silences(j, s):
@@ -175,7 +185,7 @@ def _outbound(
 
 
 def _stalled(
-    j: Judge, sessions: list[_Session], client: str, t: float, nxt: float, due: float
+    j: Judge, sessions: list[Session], client: str, t: float, nxt: float, due: float
 ) -> bool:
     """Whether ``client``, waiting on its copy session since ``t``, still did nothing by
     ``due``: no word on the session, no new session of its own, no reply to a sender
@@ -198,7 +208,7 @@ def _sending(j: Judge, node: str, t: float) -> bool:
     )
 
 
-def _inbound(j: Judge, s: _Session, server: str) -> None:
+def _inbound(j: Judge, s: Session, server: str) -> None:
     silences = _silences(j, s)
     judged = False
     for (t, _what, direction, text), nxt in silences:
@@ -245,7 +255,7 @@ def _inbound(j: Judge, s: _Session, server: str) -> None:
 _RCPT = re.compile(r"^RCPT TO:\s*<([^>]*)>", re.IGNORECASE)
 
 
-def session_message_rule(j: Judge, sessions: list[_Session], history: History) -> None:
+def session_message_rule(j: Judge, sessions: list[Session], history: History) -> None:
     """CR-8: a message a ``session`` step's sender got a 250 for is processed and
     delivered by its primary at once, whatever becomes of the sender's session (kept
     open, then ended by the node's timeout): delivered by the 250 +
@@ -314,7 +324,7 @@ def _processed(j: Judge, m: Sent) -> None:
 # -- XS-3: a stranger's shadow verbs ----------------------------------------------------
 
 
-def stranger_rule(j: Judge, sessions: list[_Session]) -> None:
+def stranger_rule(j: Judge, sessions: list[Session]) -> None:
     """XS-3: on a session of the harness that did not authenticate, XSHADOW, XSHADOWCOPY
     and XQDISCARD are refused (a 4xx or 5xx, or the session ended) and no discard
     notification is handed out."""
@@ -356,7 +366,7 @@ def stranger_rule(j: Judge, sessions: list[_Session]) -> None:
 
 
 @dataclass
-class _Page:
+class DiscardPage:
     t: float
     primary: str
     shadow: str
@@ -365,21 +375,21 @@ class _Page:
     confirmed: float | None = None
 
 
-def _pages(sessions: list[_Session], nodes: set[str]) -> list[_Page]:
+def discard_pages(sessions: list[Session], nodes: set[str]) -> list[DiscardPage]:
     """Every XQDISCARD answer a primary gave a shadow, in order."""
-    pages: list[_Page] = []
+    pages: list[DiscardPage] = []
     for s in sessions:
         shadow, primary = s.ends
         if shadow not in nodes or primary not in nodes:
             continue
-        current: _Page | None = None
-        last: _Page | None = None
+        current: DiscardPage | None = None
+        last: DiscardPage | None = None
         acking = False
         for t, what, direction, text in s.events:
             if what != "line":
                 continue
             if direction == "c2s":
-                current = _Page(t, primary, shadow, []) if _QUERY.match(text) else None
+                current = DiscardPage(t, primary, shadow, []) if _QUERY.match(text) else None
                 acking = bool(_ACK.match(text))
                 continue
             if current is None:
@@ -399,7 +409,7 @@ def _pages(sessions: list[_Session], nodes: set[str]) -> list[_Page]:
 
 
 def _copies(
-    j: Judge, sessions: list[_Session], nodes: set[str]
+    j: Judge, sessions: list[Session], nodes: set[str]
 ) -> dict[tuple[str, str], tuple[set[str], str | None]]:
     """(primary, its message id) -> (the shadows it sent XSHADOWCOPY to, the message's
     ref when its content followed on that session)."""
@@ -423,7 +433,7 @@ def _copies(
     return out
 
 
-def discard_rules(j: Judge, sessions: list[_Session]) -> None:
+def discard_rules(j: Judge, sessions: list[Session]) -> None:
     """DI-3: a primary answers a shadow's XQDISCARD only with notifications for copies it
     gave that shadow, and a notification the shadow confirmed is not handed out again
     (unless the primary went down in between). DI-1: a notification is recorded only once
@@ -431,7 +441,7 @@ def discard_rules(j: Judge, sessions: list[_Session]) -> None:
     nodes = set(j.tl.scenario.topology.nodes)
     copies = _copies(j, sessions, nodes)
     handed: dict[tuple[str, str, str], float] = {}
-    for page in _pages(sessions, nodes):
+    for page in discard_pages(sessions, nodes):
         for mid in page.ids:
             shadows, ref = copies.get((page.primary, mid), (set(), None))
             before = len(j.divergences)
@@ -445,7 +455,7 @@ def discard_rules(j: Judge, sessions: list[_Session]) -> None:
 
 def _judge_one(
     j: Judge,
-    page: _Page,
+    page: DiscardPage,
     mid: str,
     shadows: set[str],
     ref: str | None,

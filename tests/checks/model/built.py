@@ -110,5 +110,19 @@ class Built:
             message_id=f"<{ref}.{TOKEN}@shadowcheck.test>",
         )  # fmt: skip
 
+    def heartbeats(self, shadow: str, primary: str, since: float, until: float) -> None:
+        """``shadow`` asks ``primary`` for discard status every ShadowHeartbeatFrequency
+        (0.5 s) from ``since`` to ``until``, each time in a session of its own, as a
+        correct shadow holding copies does (DI-2); nothing to discard."""
+        link = f"{shadow}->{primary}"
+        t = since
+        while t < until:
+            self._conns[link] = conn = self._conns.get(link, 0) + 1
+            self.at(t, "connect", link, conn=conn)
+            self.line(t + 0.01, link, "c2s", "XQDISCARD", conn=conn)
+            self.line(t + 0.02, link, "s2c", "250 0 discard notifications", conn=conn)
+            self.at(t + 0.03, "close", link, conn=conn, reason="client closed")
+            t += 0.5
+
     def explain(self, slack: float = 2.0) -> ModelOutcome:
         return explain(self.scenario, self.history, slack=slack)

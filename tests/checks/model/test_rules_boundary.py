@@ -56,6 +56,8 @@ def sender_session(b: Built, *, copies: list[tuple[int, float]], opened: float =
     b.at(opened + 1.0, "close", client, conn=1, reason="client closed")
     # the last shadow session closed once idle (TO-2)
     b.at(opened + 1.5, "close", shadow, conn=max(seen), reason="client closed")
+    # the messages are never delivered: mbx2 keeps asking mbx1 for discards (DI-2)
+    b.heartbeats("mbx2", "mbx1", opened + 0.5, 9.0)
 
 
 def test_cr2_messages_of_one_sender_session_share_its_shadow_session(tmp_path: Path) -> None:

@@ -1,0 +1,134 @@
+"""DI-2 read from the wire (checks/model/heartbeats.py), on histories built by hand: a
+shadow holding a copy asks its primary for discard status in every session it opens to
+it, and at least once every ShadowHeartbeatFrequency. What is owed only while a copy is
+held, with both nodes up and linked, is not owed otherwise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .built import Built, sentence
+
+HELD = (
+    "steps:\n  - fault: {link: mbx1->mailbox, kind: cut}\n"
+    "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
+    "  - send: {id: m2, via: mbx2, to: [alice@corp.test]}\n"
+    "  - wait: 10s\n"
+)
+
+
+def copied(b: Built) -> None:
+    """m1 through mbx1, copied to mbx2 (acknowledged at 0.71): mbx2 holds it from then on,
+    its next hop cut."""
+    b.steps(0.4, 0.5)
+    link = "mbx1->mbx2"
+    b.at(0.6, "connect", link, conn=1)
+    b.line(0.61, link, "c2s", "XSHADOWCOPY P1 DB1 corp.test")
+    b.line(0.62, link, "s2c", "250 2.0.0 Ready for shadow copy")
+    b.content(0.7, link, "m1")
+    b.line(0.71, link, "s2c", "250 2.0.0 Shadow copy stored")
+    b.at(0.72, "close", link, conn=1, reason="client closed")
+    b.reply(0.8, "mbx1", 250, copied=False)
+
+
+def own_copy_session(b: Built, t: float, *, query: bool) -> None:
+    """mbx2 copies its own message m2 to mbx1, in a session it opens at ``t``; mbx1 then
+    asks mbx2 for discard status every heartbeat."""
+    b.step(t - 0.1)
+    link = "mbx2->mbx1"
+    conn = 100
+    b.at(t, "connect", link, conn=conn)
+    said = [
+        ("c2s", "EHLO mbx2"), ("s2c", "250-mbx1"), ("s2c", "250-XSHADOW mbx1 DB1"),
+        ("s2c", "250 HELP"),
+    ]  # fmt: skip
+    if query:
+        said += [("c2s", "XQDISCARD"), ("s2c", "250 0 discard notifications for mbx2")]
+    said += [("c2s", "XSHADOWCOPY Q1 DB2 corp.test"), ("s2c", "250 2.0.0 Ready for shadow copy")]
+    for i, (direction, text) in enumerate(said):
+        b.line(t + 0.01 * (i + 1), link, direction, text, conn=conn)
+    b.content(t + 0.2, link, "m2", conn=conn)
+    b.line(t + 0.21, link, "s2c", "250 2.0.0 Shadow copy stored", conn=conn)
+    b.line(t + 0.22, link, "c2s", "QUIT", conn=conn)
+    b.line(t + 0.23, link, "s2c", "221 Bye", conn=conn)
+    b.at(t + 0.24, "close", link, conn=conn, reason="client closed")
+    # mbx1 now holds m2's copy: it asks mbx2 in turn
+    b.heartbeats("mbx1", "mbx2", t + 0.5, 10.9)
+
+
+def test_di2_a_query_in_the_session_carrying_the_shadows_own_copy(tmp_path: Path) -> None:
+    # "The shadow asks the primary for discard status with XQDISCARD in every session it
+    # opens to the primary, for any reason"
+    b = Built(tmp_path, HELD)
+    copied(b)
+    b.heartbeats("mbx2", "mbx1", 1.0, 10.9)
+    own_copy_session(b, 3.0, query=False)
+    b.at(10.9, "note", text="end")
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "DI-2"
+    assert found.rule == sentence("DI-2")
+    assert "in every session it opens to it" in found.expected
+    assert "`XSHADOWCOPY Q1 DB2 corp.test`" in found.observed
+    assert "never XQDISCARD" in found.observed
+    ok = Built(tmp_path, HELD)
+    copied(ok)
+    ok.heartbeats("mbx2", "mbx1", 1.0, 10.9)
+    own_copy_session(ok, 3.0, query=True)
+    ok.at(10.9, "note", text="end")
+    outcome = ok.explain()
+    assert outcome.divergence is None and outcome.exercised["DI-2"] >= 2
+
+
+def test_di2_no_query_owed_by_a_node_holding_no_copy(tmp_path: Path) -> None:
+    """mbx2 opens its session before it holds m1's copy: it is nobody's shadow yet."""
+    b = Built(tmp_path, HELD.replace("m1, via: mbx1", "m0, via: mbx1"))
+    b.steps(0.4, 0.5)
+    own_copy_session(b, 0.6, query=False)
+    b.at(10.9, "note", text="end")
+    outcome = b.explain()
+    # judged once: mbx1's heartbeats for m2's copy, not mbx2's session
+    assert outcome.divergence is None and outcome.exercised["DI-2"] == 1
+
+
+def test_di2_a_shadow_holding_a_copy_asks_every_heartbeat(tmp_path: Path) -> None:
+    # "... and at least once every ShadowHeartbeatFrequency" (0.5 s here, slack 2 s)
+    b = Built(tmp_path, HELD)
+    copied(b)
+    b.heartbeats("mbx2", "mbx1", 1.0, 3.0)
+    b.heartbeats("mbx2", "mbx1", 6.0, 10.9)  # silent from 2.5 to 6.0
+    b.at(10.9, "note", text="end")
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "DI-2"
+    assert "at least once every ShadowHeartbeatFrequency (0.5 s)" in found.expected
+    assert "it last asked at +2.5s" in found.observed and "until +6.0s" in found.observed
+    # never asked at all while it held the copy
+    never = Built(tmp_path, HELD)
+    copied(never)
+    never.at(10.9, "note", text="end")
+    found = never.explain().divergence
+    assert found is not None and found.behaviour == "DI-2"
+    assert "after the copy was acknowledged at +0.7s" in found.observed
+    ok = Built(tmp_path, HELD)
+    copied(ok)
+    ok.heartbeats("mbx2", "mbx1", 1.0, 10.9)
+    ok.at(10.9, "note", text="end")
+    outcome = ok.explain()
+    assert outcome.divergence is None and outcome.exercised["DI-2"] >= 1
+
+
+def test_di2_no_heartbeat_owed_across_a_cut_or_a_frozen_node(tmp_path: Path) -> None:
+    """The link between them cut: the shadow may have promoted the copy, and owes no more
+    queries (the rule judges only what came before the cut)."""
+    wait = "  - wait: 10s\n"
+    cut = Built(tmp_path, HELD.replace(wait, "  - fault: {link: mbx2->mbx1, kind: cut}\n" + wait))
+    copied(cut)
+    cut.heartbeats("mbx2", "mbx1", 1.0, 2.0)
+    cut.steps(2.0, 2.1, 2.2)
+    cut.at(10.9, "note", text="end")
+    assert cut.explain().divergence is None
+    paused = Built(tmp_path, HELD.replace(wait, "  - pause: mbx2\n" + wait))
+    copied(paused)
+    paused.heartbeats("mbx2", "mbx1", 1.0, 2.0)
+    paused.steps(2.0, 2.1, 2.2)
+    paused.at(10.9, "note", text="end")
+    assert paused.explain().divergence is None
