@@ -103,6 +103,11 @@ _SIZES = (None, None, 4_000, 40_000, 400_000)
 #: at once well inside the span, give or take the model's slack
 _SPANS = (2.0, 3.0, 4.0, 6.0)
 
+#: how often a scenario starts with a heartbeat of :data:`_SLOW_BEAT` (s): at 0.5-1 s a
+#: shadow that asks every other heartbeat stays inside the model's 2 s slack
+_SLOW_BEATS = 0.25
+_SLOW_BEAT = 4.0
+
 #: the settings exploration changes while the cluster runs, and the values it draws
 _LIVE = {
     "RejectMessageOnShadowFailure": (True, False),
@@ -407,6 +412,10 @@ def plan(
         "RejectMessageOnShadowFailure": rng.random() < 0.75,
     }
     settings.update(generator_placement.start_settings(rng, topology_data(topology)))
+    if random.Random(f"shadowcheck-explore-heartbeat:{seed}:{index}").random() < _SLOW_BEATS:
+        # a heartbeat long beside the model's slack: a shadow asking half as often shows
+        # (its own stream: the other draws stay as they were)
+        settings["ShadowHeartbeatFrequency"] = _SLOW_BEAT
     if topology_data(topology).get("clock") == "virtual":
         settings["SafetyNetHoldTime"] = rng.choice((600.0, 3600.0))
     drawer = Drawer(rng, topology, capabilities)

@@ -302,3 +302,14 @@ def test_some_bounces_have_three_recipients() -> None:
                 if arg is not None and arg.get("from") == "":
                     sizes.append(len(arg["to"]))
     assert sizes.count(1) > sizes.count(3) > 0, sizes
+
+
+def test_some_scenarios_start_with_a_heartbeat_long_beside_the_slack() -> None:
+    """A shadow asking every other heartbeat is late by one heartbeat: at 0.5-1 s that is
+    inside the model's 2 s slack, at 4 s it is not (heartbeats-too-rarely)."""
+    beats = [
+        plan(11, i, capabilities=ALL, length=16).settings["ShadowHeartbeatFrequency"]
+        for i in range(80)
+    ]
+    assert set(beats) == {0.5, 1.0, 4.0}
+    assert 8 <= beats.count(4.0) <= 32, beats.count(4.0)
