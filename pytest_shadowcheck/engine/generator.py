@@ -471,7 +471,10 @@ def plan(
         # placement and forks (engine/generator_placement.py)
         weights.append(("bounce", 1))
         if not drawer.state.faulted("hop"):
-            weights.append(("refuse", 1))
+            # where messages fork over next hops, the deferred fork is the topology's point
+            # (CR-10: the copy kept until every fork is done)
+            forking = generator_placement.forks(topology_data(topology))
+            weights.append(("refuse", 3 if forking else 1))
         unrouted = generator_placement.unrouted(topology_data(topology))
         # a copy without a route waits (PR-5): the one node that routes the domain is its
         # only deliverer, whose queue database exploration must not lose (PR-4)

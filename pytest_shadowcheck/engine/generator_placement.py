@@ -49,6 +49,13 @@ def start_settings(rng: random.Random, topology: dict[str, Any]) -> dict[str, An
     return {"ShadowMessagePreferenceSetting": rng.choice(_PREFERENCES)}
 
 
+def forks(topology: dict[str, Any]) -> bool:
+    """Whether a message may fork over two next hops inside the boundary's reach: two
+    domains with sinks of their own (not the boundary's way out)."""
+    hops = topology.get("next_hops", {})
+    return len([d for d, h in hops.items() if h.get("sink") and h.get("kind") != "boundary"]) > 1
+
+
 def refuse_for_good(rng: random.Random, ref: str, via: str, topology: dict[str, Any]) -> Drawn:
     """A next hop refusing an address it does not know for good, until it is told to
     accept, and a message to it and to a recipient of the directory (so that every
