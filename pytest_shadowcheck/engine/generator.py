@@ -412,6 +412,11 @@ def plan(
         "RejectMessageOnShadowFailure": rng.random() < 0.75,
     }
     settings.update(generator_placement.start_settings(rng, topology_data(topology)))
+    settings.update(
+        generator_placement.single_site_preference(
+            random.Random(f"shadowcheck-explore-preference:{seed}:{index}"), topology_data(topology)
+        )
+    )
     if random.Random(f"shadowcheck-explore-heartbeat:{seed}:{index}").random() < _SLOW_BEATS:
         # a heartbeat long beside the model's slack: a shadow asking half as often shows
         # (its own stream: the other draws stay as they were)
@@ -470,6 +475,10 @@ def plan(
             weights.append(("settings", 1))
         # placement and forks (engine/generator_placement.py)
         weights.append(("bounce", 1))
+        if not drawer.state.faulted("node") and generator_placement.placement_vias(
+            topology_data(topology), drawer.state.answering()
+        ):
+            weights.append(("placement", 2))
         if not drawer.state.faulted("hop"):
             # where messages fork over next hops, the deferred fork is the topology's point
             # (CR-10: the copy kept until every fork is done)
@@ -514,6 +523,16 @@ def plan(
                 *generator_placement.bounce_send(
                     rng, f"m{drawer.sent}", pool, drawer.recipients, topology_data(topology)
                 )
+            )
+            if drawer.state.faulted("hop"):
+                drawer.holding.add(op.steps[0]["send"]["via"])
+        elif kind == "placement":
+            drawer.sent += 1
+            vias = generator_placement.placement_vias(
+                topology_data(topology), drawer.state.answering()
+            )
+            op = Operation(
+                *generator_placement.placement_send(rng, f"m{drawer.sent}", vias, drawer.recipients)
             )
             if drawer.state.faulted("hop"):
                 drawer.holding.add(op.steps[0]["send"]["via"])

@@ -21,7 +21,11 @@ __all__ = [
     "TOPOLOGIES",
     "Drawn",
     "bounce_send",
+    "forks",
+    "placement_send",
+    "placement_vias",
     "refuse_for_good",
+    "single_site_preference",
     "start_settings",
     "unrouted",
     "without_route",
@@ -47,6 +51,18 @@ def start_settings(rng: random.Random, topology: dict[str, Any]) -> dict[str, An
     if len(sites) < 2:
         return {}
     return {"ShadowMessagePreferenceSetting": rng.choice(_PREFERENCES)}
+
+
+def single_site_preference(rng: random.Random, topology: dict[str, Any]) -> dict[str, Any]:
+    """Now and then a site preference where it must change nothing: a DAG within one AD
+    site keeps its copies there "whatever the preference" (CR-7) - an MTA applying
+    RemoteOnly finds no shadow at all. Its own stream: the other draws stay as they were."""
+    nodes = topology["nodes"].values()
+    dags = {spec.get("dag") for spec in nodes}
+    sites = {spec.get("site") for spec in nodes}
+    if len(sites) != 1 or None in dags or rng.random() >= 0.25:
+        return {}
+    return {"ShadowMessagePreferenceSetting": rng.choice(("RemoteOnly", "LocalOnly"))}
 
 
 def forks(topology: dict[str, Any]) -> bool:
@@ -137,6 +153,32 @@ def bounce_send(
         to = [*routed, *(f"owner{n}@{domain}" for n in (1, 2))][:3]
     spec = {"id": ref, "via": via, "from": "", "to": to, "timeout": "20s"}
     return f"send bounce {ref} via {spec['via']}", ({"send": spec},), ("", ""), ("CR-1",)
+
+
+def placement_vias(topology: dict[str, Any], answering: list[str]) -> list[str]:
+    """The answering nodes with an answering peer in their own AD site and another in a
+    different one: where a copy goes tells the site preference (or its absence outside
+    a DAG) from a wrong one."""
+    nodes = topology["nodes"]
+    out = []
+    for via in answering:
+        site = nodes[via].get("site")
+        others = [n for n in answering if n != via]
+        if any(nodes[n].get("site") == site for n in others) and any(
+            nodes[n].get("site") != site for n in others
+        ):
+            out.append(via)
+    return out
+
+
+def placement_send(
+    rng: random.Random, ref: str, vias: list[str], recipients: tuple[str, ...]
+) -> Drawn:
+    """A message through a node of a site with a local and a remote candidate, every
+    node up and linked: the look after it sees which site took the copy (CR-7)."""
+    via = rng.choice(vias)
+    spec = {"id": ref, "via": via, "to": [rng.choice(recipients)], "timeout": "20s"}
+    return f"send {ref} via {via} (placement)", ({"send": spec},), ("", ""), ("CR-7",)
 
 
 def unrouted(topology: dict[str, Any]) -> list[tuple[str, str]]:

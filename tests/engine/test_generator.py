@@ -313,3 +313,24 @@ def test_some_scenarios_start_with_a_heartbeat_long_beside_the_slack() -> None:
     ]
     assert set(beats) == {0.5, 1.0, 4.0}
     assert 8 <= beats.count(4.0) <= 32, beats.count(4.0)
+
+
+def test_placement_sends_go_where_the_site_preference_shows() -> None:
+    """In topologies spanning AD sites some sends go through a node with a candidate in
+    its own site and one in another, every node up (CR-7: shadow-placement-local-first);
+    a DAG within one site sometimes has a preference it must ignore (RemoteOnly there
+    finds no shadow on an MTA that applies it: shadow-placement-preference-everywhere)."""
+    placed, preferred = 0, set()
+    for index in range(60):
+        explored = plan(11, index, capabilities=ALL, length=16)
+        nodes = topology_data(explored.topology)["nodes"]
+        for op in explored.operations:
+            if op.label.endswith("(placement)"):
+                placed += 1
+                via = op.steps[0]["send"]["via"]
+                sites = [nodes[n]["site"] for n in nodes if n != via]
+                assert nodes[via]["site"] in sites and set(sites) - {nodes[via]["site"]}
+        if len({spec["site"] for spec in nodes.values()}) == 1:
+            preferred.add(explored.settings.get("ShadowMessagePreferenceSetting"))
+    assert placed >= 10, placed
+    assert {None, "RemoteOnly"} <= preferred, preferred

@@ -67,7 +67,7 @@ def test_a_lone_250_then_its_power_cut() -> None:
 
 
 def test_a_copy_then_the_shadows_power_cut_and_the_primary_killed_past_the_window() -> None:
-    copies = _drills(ALL, "shadows' power cut")
+    copies = _drills(ALL, "shadows' power cut", count=100)
     assert copies
     for topology, steps in copies:
         kinds = [next(iter(x)) for x in steps]
