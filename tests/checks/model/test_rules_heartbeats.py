@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from .built import Built, sentence
 
 HELD = (
@@ -116,19 +118,24 @@ def test_di2_a_shadow_holding_a_copy_asks_every_heartbeat(tmp_path: Path) -> Non
     assert outcome.divergence is None and outcome.exercised["DI-2"] >= 1
 
 
-def test_di2_no_heartbeat_owed_across_a_cut_or_a_frozen_node(tmp_path: Path) -> None:
-    """The link between them cut: the shadow may have promoted the copy, and owes no more
-    queries (the rule judges only what came before the cut)."""
+@pytest.mark.parametrize(
+    "fault", ["fault: {link: mbx2->mbx1, kind: cut}", "pause: mbx2"], ids=["cut", "frozen"]
+)
+def test_di2_no_heartbeat_owed_across_a_cut_or_a_frozen_node(tmp_path: Path, fault: str) -> None:
+    """The link between them cut, or the shadow frozen: it may have promoted the copy (or
+    cannot ask), and owes no more queries - the rule judges only what came before."""
     wait = "  - wait: 10s\n"
-    cut = Built(tmp_path, HELD.replace(wait, "  - fault: {link: mbx2->mbx1, kind: cut}\n" + wait))
-    copied(cut)
-    cut.heartbeats("mbx2", "mbx1", 1.0, 2.0)
-    cut.steps(2.0, 2.1, 2.2)
-    cut.at(10.9, "note", text="end")
-    assert cut.explain().divergence is None
-    paused = Built(tmp_path, HELD.replace(wait, "  - pause: mbx2\n" + wait))
-    copied(paused)
-    paused.heartbeats("mbx2", "mbx1", 1.0, 2.0)
-    paused.steps(2.0, 2.1, 2.2)
-    paused.at(10.9, "note", text="end")
-    assert paused.explain().divergence is None
+    b = Built(tmp_path, HELD.replace(wait, f"  - {fault}\n" + wait))
+    copied(b)
+    b.heartbeats("mbx2", "mbx1", 1.0, 2.0)
+    b.steps(2.0, 2.1, 2.2)
+    b.at(10.9, "note", text="end")
+    assert b.explain().divergence is None
+    # the same silence with nothing in the way is a divergence
+    silent = Built(tmp_path, HELD.replace(wait, "  - wait: 0.1s\n" + wait))
+    copied(silent)
+    silent.heartbeats("mbx2", "mbx1", 1.0, 2.0)
+    silent.steps(2.0, 2.1, 2.2)
+    silent.at(10.9, "note", text="end")
+    found = silent.explain().divergence
+    assert found is not None and found.behaviour == "DI-2"
