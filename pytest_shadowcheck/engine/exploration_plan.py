@@ -22,6 +22,8 @@ from typing import Any
 import yaml
 
 from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS
+from pytest_shadowcheck.errors import SourceRef
+from pytest_shadowcheck.scenario.durations import parse_duration
 from pytest_shadowcheck.scenario.loader import load_scenario_file
 from pytest_shadowcheck.scenario.model import Scenario
 
@@ -37,6 +39,11 @@ __all__ = [
     "settle",
     "topology_data",
 ]
+
+#: SafetyNetHoldTime when a scenario sets none (BEHAVIOURS' default: two days)
+DEFAULT_HOLD = 2 * 86400.0
+#: a Safety Net is swept of expired entries once a minute (SN-3)
+SAFETY_NET_SWEEP = 60.0
 
 #: behaviours exploration never exercises, on any target, and why
 NEVER_EXPLORED = {
@@ -158,6 +165,16 @@ class ExplorationPlan:
                         beats.append(parse_seconds(value))
         return max(spans), max(beats)
 
+    def _hold(self, kept: Sequence[Operation]) -> float:
+        """SafetyNetHoldTime at the end: the start's, or the last one an operation set."""
+        hold = float(self.settings.get("SafetyNetHoldTime", DEFAULT_HOLD))
+        for op in kept:
+            for step in op.steps:
+                values = step.get("set_settings", {}).get("values", {})
+                if "SafetyNetHoldTime" in values:
+                    hold = parse_seconds(values["SafetyNetHoldTime"])
+        return hold
+
     def recovery(self, kept: Sequence[Operation]) -> float:
         """How long the cluster needs after a fault ends: a promotion, two heartbeats,
         a retry of the delivery and a margin for a loaded machine."""
@@ -216,6 +233,16 @@ class ExplorationPlan:
         # Shadow Safety Net of each shadow told to discard it (SN-1, SN-2): a shadow
         # that deletes a discarded copy shows only here
         look(("active", "shadow", "safetynet_primary", "safetynet_shadow"))
+        if snapshots and topology_data(self.topology).get("clock") == "virtual":
+            # the Safety Nets' hold time, on the nodes' clock: half a minute short of it
+            # the latest deliveries are still held (SN-1, SN-2), a sweep past it nothing
+            # delivered is (SN-3)
+            hold = self._hold(kept)
+            for advance in (hold - 30.0, 30.0 + SAFETY_NET_SWEEP + 60.0):
+                # the model reads a look as made up to its slack (2 s) earlier: the clock
+                # moved before that
+                steps += [{"advance": seconds_text(advance)}, {"wait": "2.5s"}]
+                look(("safetynet_primary", "safetynet_shadow"))
         # every ID the model judges: its FAIL names the one whose prediction failed
         judged = set(MODEL_BEHAVIOURS) - set(NEVER_EXPLORED)
         behaviours = sorted({b for op in kept for b in op.behaviours} | judged, key=behaviour_order)
@@ -302,9 +329,5 @@ def behaviour_order(bid: str) -> tuple[str, int]:
 
 
 def parse_seconds(value: Any) -> float:
-    if isinstance(value, (int, float)):
-        return float(value)
-    text = str(value).strip()
-    if text.endswith("ms"):
-        return float(text[:-2]) / 1000
-    return float(text.rstrip("s"))
+    """A duration the generator wrote ("0.5s", "1d", "11h50m", a number), in seconds."""
+    return parse_duration(value, SourceRef(Path("<explored scenario>")))

@@ -334,3 +334,29 @@ def test_placement_sends_go_where_the_site_preference_shows() -> None:
             preferred.add(explored.settings.get("ShadowMessagePreferenceSetting"))
     assert placed >= 10, placed
     assert {None, "RemoteOnly"} <= preferred, preferred
+
+
+def test_a_virtual_clock_ending_looks_at_the_safety_nets_either_side_of_the_hold(
+    tmp_path: Path,
+) -> None:
+    """Once quiet, on the nodes' clock: half a minute short of SafetyNetHoldTime the
+    latest deliveries are still held (SN-1, SN-2), past it and a sweep nothing is (SN-3);
+    the look follows the advance by more than the model's 2 s slack."""
+    index = next(
+        i
+        for i in range(60)
+        if plan(11, i, capabilities=ALL, length=16).topology.endswith("virtual")
+    )
+    explored = plan(11, index, capabilities=ALL, length=16)
+    steps = _steps(explored.scenario(directory=tmp_path))
+    quiet = max(i for i, (kind, arg) in enumerate(steps) if kind == "wait" and arg.until == "quiet")
+    advances = [(i, arg) for i, (kind, arg) in enumerate(steps) if kind == "advance" and i > quiet]
+    assert len(advances) == 2, steps[quiet:]
+    hold = float(explored.settings["SafetyNetHoldTime"])
+    (first, short), (second, past) = advances
+    assert short.seconds == hold - 30.0
+    assert short.seconds + past.seconds > hold + 60 + 2
+    for at in (first, second):
+        assert steps[at + 1][0] == "wait" and steps[at + 1][1].timeout > 2
+        looked = {(a.node, a.queue) for k, a in steps[at + 2 : at + 8] if k == "snapshot"}
+        assert {q for _, q in looked} == {"safetynet_primary", "safetynet_shadow"}
