@@ -17,15 +17,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pytest_shadowcheck.checks.model.wire import Session, discard_pages
+from pytest_shadowcheck.checks.model.wire import COPY_LINE, QUERY_LINE, Session, discard_pages
 
 if TYPE_CHECKING:
     from pytest_shadowcheck.checks.model.rules import Judge
 
 __all__ = ["heartbeat_rules"]
 
-_COPY = re.compile(r"^XSHADOWCOPY\s+(\S+)", re.IGNORECASE)
-_QUERY = re.compile(r"^XQDISCARD\b", re.IGNORECASE)
 _ADVERT = re.compile(r"^250[- ]XSHADOW\b", re.IGNORECASE)
 _QUIT = re.compile(r"^QUIT\b", re.IGNORECASE)
 #: what a session says before it does anything: greeting, authentication, ending
@@ -69,7 +67,7 @@ def _held(j: Judge, sessions: list[Session], nodes: set[str]) -> list[_Held]:
         mid: str | None = None
         content = False
         for t, what, direction, text in s.events:
-            found = _COPY.match(text) if what == "line" and direction == "c2s" else None
+            found = COPY_LINE.match(text) if what == "line" and direction == "c2s" else None
             if found:
                 mid, content = found.group(1), False
             elif what == "data" and mid is not None:
@@ -101,9 +99,7 @@ def _upset(j: Judge, s: Session, since: float) -> float:
 
 def _steady(j: Judge, shadow: str, primary: str, a: float, b: float) -> bool:
     """Both nodes up, not restarted, the shadow able to reach the primary over [a, b]."""
-    if j.tl.node_states(shadow, a, b) != {"up"} or j.tl.reachable(shadow, primary, a, b) != {
-        True
-    }:
+    if j.tl.node_states(shadow, a, b) != {"up"} or j.tl.reachable(shadow, primary, a, b) != {True}:
         return False
     return not any(
         s.step.kind in _OUTAGES
@@ -137,7 +133,7 @@ def _query_in_every_session(j: Judge, sessions: list[Session], held: list[_Held]
         if not work:
             continue
         j.exercised["DI-2"] += 1
-        if any(_QUERY.match(c) for c in work):
+        if any(QUERY_LINE.match(c) for c in work):
             continue
         j.diverged(
             "DI-2",
@@ -159,7 +155,7 @@ def _query_every_heartbeat(j: Judge, sessions: list[Session], held: list[_Held])
     queries: dict[tuple[str, str], list[float]] = {}
     for s in sessions:
         for t, what, direction, text in s.events:
-            if what == "line" and direction == "c2s" and _QUERY.match(text):
+            if what == "line" and direction == "c2s" and QUERY_LINE.match(text):
                 queries.setdefault(s.ends, []).append(t)
     for h in sorted(held, key=lambda h: h.since):
         beat = j.tl.one_setting(h.shadow, "ShadowHeartbeatFrequency", h.since, h.until)

@@ -24,7 +24,9 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.scenario.model import Step
 
 __all__ = [
+    "COPY_LINE",
     "KNOWN_SETTINGS",
+    "QUERY_LINE",
     "DiscardPage",
     "Session",
     "discard_pages",
@@ -39,8 +41,8 @@ KNOWN_SETTINGS = frozenset({"ReceiveConnectionInactivityTimeout", "ReceiveConnec
 
 _FINAL = re.compile(r"^\d{3}(?:\s|$)")
 _SHADOW_VERB = re.compile(r"^(XSHADOW|XSHADOWCOPY|XQDISCARD)\b", re.IGNORECASE)
-_COPY = re.compile(r"^XSHADOWCOPY\s+(\S+)", re.IGNORECASE)
-_QUERY = re.compile(r"^XQDISCARD\b", re.IGNORECASE)
+COPY_LINE = re.compile(r"^XSHADOWCOPY\s+(\S+)", re.IGNORECASE)
+QUERY_LINE = re.compile(r"^XQDISCARD\b", re.IGNORECASE)
 _ACK = re.compile(r"^XQDISCARD\b.*\bACK\s*$", re.IGNORECASE)
 _DISCARD = re.compile(r"^250[- ]DISCARD\s+(\S+)", re.IGNORECASE)
 _OUTAGES = frozenset({"kill", "power_cut", "wipe", "restart"})
@@ -389,7 +391,7 @@ def discard_pages(sessions: list[Session], nodes: set[str]) -> list[DiscardPage]
             if what != "line":
                 continue
             if direction == "c2s":
-                current = DiscardPage(t, primary, shadow, []) if _QUERY.match(text) else None
+                current = DiscardPage(t, primary, shadow, []) if QUERY_LINE.match(text) else None
                 acking = bool(_ACK.match(text))
                 continue
             if current is None:
@@ -420,7 +422,7 @@ def _copies(
             continue
         pending: str | None = None
         for _t, what, direction, text in s.events:
-            found = _COPY.match(text) if what == "line" and direction == "c2s" else None
+            found = COPY_LINE.match(text) if what == "line" and direction == "c2s" else None
             if found:
                 pending = found.group(1)
                 shadows, ref = out.setdefault((primary, pending), (set(), None))
