@@ -34,6 +34,10 @@ Event kinds (``Event.kind``) and the keys their ``data`` carries:
               (pytest_shadowcheck.engine.lag): the machine or the harness was
               overloaded, and everything it relayed, answered and stamped then ran
               late too; stamped when it woke
+``wait``      a node's processes were ready to run but waited ``waited`` seconds
+              for a CPU, waits that ended in the ``over`` seconds before the stamp
+              (``node``; pytest_shadowcheck.engine.lag): an MTA starved by the
+              machine is late by as much, whatever its design
 ============  ===============================================================
 
 ``t`` is seconds since the history was created, from a monotonic clock, so
@@ -53,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EVENT_KINDS", "Event", "History", "plain_text", "plain_value"]
+__all__ = ["EVENT_KINDS", "Event", "History", "Lateness", "plain_text", "plain_value"]
 
 EVENT_KINDS = frozenset(
     {
@@ -70,8 +74,23 @@ EVENT_KINDS = frozenset(
         "note",
         "storage",
         "lag",
+        "wait",
     }
 )
+
+
+@dataclass(frozen=True)
+class Lateness:
+    """The machine's share of a delay (:meth:`History.lateness`): what a timing check
+    grants before it blames the MTA."""
+
+    harness: float
+    node: str | None
+    node_wait: float
+
+    @property
+    def total(self) -> float:
+        return self.harness + self.node_wait
 
 
 @dataclass(frozen=True)
@@ -209,6 +228,32 @@ class History:
             total += max(0.0, min(event.t, until) - max(event.t - late, since))
         return total
 
+    def node_wait(self, since: float, until: float) -> tuple[str | None, float]:
+        """The node that waited longest for a CPU within ``[since, until]`` (``wait``
+        events), with those seconds; ``(None, 0.0)`` when none waited."""
+        per_node: dict[str, float] = {}
+        for event in self.events(kind="wait", since=since):
+            # the kernel adds a wait to its total when the wait ends: a reading holds the
+            # waits that ended in its interval, so one may reach back before the interval
+            waited = float(event.data["waited"])
+            span = max(float(event.data.get("over", 0.0)), waited)
+            start = event.t - span
+            if span <= 0 or start > until:
+                continue
+            share = (min(event.t, until) - max(start, since)) / span
+            node = str(event.data.get("node"))
+            per_node[node] = per_node.get(node, 0.0) + waited * share
+        if not per_node:
+            return None, 0.0
+        node = max(per_node, key=lambda n: per_node[n])
+        return node, per_node[node]
+
+    def lateness(self, since: float, until: float) -> Lateness:
+        """How late the machine made what was observed within ``[since, until]``: the
+        harness's own lateness and the longest any node waited for a CPU."""
+        node, waited = self.node_wait(since, until)
+        return Lateness(self.lag(since, until), node, waited)
+
     def excerpt(
         self,
         around: float,
@@ -224,9 +269,11 @@ class History:
         than ``limit`` events match, the ones closest to ``around`` are kept and
         the cut is stated. Returns "  (no events)" when nothing matches.
         """
-        # the harness's own lateness is no event on the wire: the checks say it in words
+        # the machine's lateness is no event on the wire: the checks say it in words
         window = [
-            e for e in self.events(since=around - before, until=around + after) if e.kind != "lag"
+            e
+            for e in self.events(since=around - before, until=around + after)
+            if e.kind not in ("lag", "wait")
         ]
         wanted = set(links) if links is not None else None
         chosen = [e for e in window if wanted is None or e.link is None or e.link in wanted]

@@ -27,6 +27,7 @@ from pytest_shadowcheck.checks.events import (
     times,
     why_not,
 )
+from pytest_shadowcheck.checks.lateness import said
 from pytest_shadowcheck.checks.prose import (
     describe_event,
     describe_matcher,
@@ -35,7 +36,7 @@ from pytest_shadowcheck.checks.prose import (
     pattern_words,
     session_fact,
 )
-from pytest_shadowcheck.history import Event
+from pytest_shadowcheck.history import Event, Lateness
 from pytest_shadowcheck.network.smtp_text import header_section
 from pytest_shadowcheck.verdict import CheckResult, Status
 
@@ -135,7 +136,8 @@ async def check_delivered(run: Run, step: Step) -> CheckResult:
     late = 0.0
     if not await poll(arrived, within):
         # a delivery the harness itself took late to take: wait out its delay once more
-        late = run.history.lag(began, run.history.now())
+        machine = run.history.lateness(began, run.history.now())
+        late = machine.total
         if not (late > 0 and await poll(arrived, late)):
             late = 0.0
     found = counted()
@@ -177,8 +179,8 @@ async def check_delivered(run: Run, step: Step) -> CheckResult:
             f"delivered {ref}",
             Status.INCONCLUSIVE,
             expected,
-            f"{observed}: after the window, but within the {late:.3f}s the harness itself "
-            "ran late during it (an overloaded machine): no verdict on the MTA",
+            f"{observed}: after the window, but within the {late:.3f}s the machine ran late "
+            f"during it ({said(machine)}: an overloaded machine): no verdict on the MTA",
             where=str(step.where),
             excerpt=run.excerpt(around, msg.links(all_nodes=True)),
             harness_late=True,
@@ -310,7 +312,7 @@ async def check_timing(run: Run, step: Step) -> CheckResult:
         if "at_most" in arg:
             limit = max(0.0, a[0] + arg["at_most"] + tolerance - run.history.now()) + POLL
         await await_event(run, arg["to"], limit)
-        late = run.history.lag(a[0], run.history.now())
+        late = run.history.lateness(a[0], run.history.now()).total
         if "at_most" in arg and late > 0 and find_event(run, arg["to"]) is None:
             # what the harness relays or stamps is late by the harness's own delay
             await await_event(run, arg["to"], late)
@@ -342,25 +344,25 @@ async def check_timing(run: Run, step: Step) -> CheckResult:
     delta = b[0] - a[0]
     observed = f"{b[1]} {delta:.3f}s after {a[1]} {_at(a[0])}"
     excerpt = run.excerpt(b[0], matcher_links(run, arg["from"], arg["to"]), before=delta + 1)
-    miss, late = 0.0, 0.0
+    miss, machine = 0.0, Lateness(0.0, None, 0.0)
     if "at_least" in arg and delta < arg["at_least"] - tolerance:
         # too early: the start stamped late, or the MTA's own clock started at an event of
         # its own just before it (a heartbeat) that the overloaded machine ran early
         # relative to it; the second before the start, no further (a stall while the
         # nodes started says nothing of this window)
         miss = arg["at_least"] - tolerance - delta
-        late = run.history.lag(a[0] - BEFORE_START, a[0] + STALL_ENDED)
+        machine = run.history.lateness(a[0] - BEFORE_START, a[0] + STALL_ENDED)
     if "at_most" in arg and delta > arg["at_most"] + tolerance:
         miss = delta - arg["at_most"] - tolerance
-        late = run.history.lag(a[0], b[0])
-    if 0 < miss <= late:
+        machine = run.history.lateness(a[0], b[0])
+    if 0 < miss <= machine.total:
         return CheckResult(
             "timing",
             Status.INCONCLUSIVE,
             expected,
-            f"{observed}: {miss:.3f}s outside the window, but the harness itself ran "
-            f"{late:.3f}s late in that interval (an overloaded machine), which could "
-            "explain the miss: no verdict on the MTA",
+            f"{observed}: {miss:.3f}s outside the window, but {said(machine)} in that "
+            "interval (an overloaded machine), which could explain the miss: no verdict "
+            "on the MTA",
             where=str(step.where),
             excerpt=excerpt,
             harness_late=True,

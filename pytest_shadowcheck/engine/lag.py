@@ -9,38 +9,101 @@ miss the harness's own delay could explain.
 
 A task sleeps one :data:`PERIOD` at a time and records how much later than asked it
 woke, when that is at least :data:`THRESHOLD` (a quiet machine records nothing).
+
+The MTA's own processes are starved on such a machine too: ready to run, they wait in
+the kernel's run queue, and a timer the MTA set fires late for no fault of its design.
+Every :data:`NODE_PERIOD` the same task reads how long each node's processes waited so
+(``/proc/PID/task/*/schedstat``, its second field, for the nodes whose pid the target
+reports) and records ``wait`` events from :data:`THRESHOLD` up. Where the kernel keeps
+no such figure (no ``/proc``, a container's pid not given) nothing is recorded and the
+checks grant the harness's lateness alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
 
 from pytest_shadowcheck.history import History
 
-__all__ = ["PERIOD", "THRESHOLD", "watching_lag"]
+__all__ = ["NODE_PERIOD", "PERIOD", "THRESHOLD", "run_queue_wait", "watching_lag"]
 
 #: how often the loop is probed: short enough that a stall of a tenth of a second shows
 PERIOD = 0.05
 #: lateness below this is timer noise, not load
 THRESHOLD = 0.01
+#: how often the nodes' run-queue waits are read (a few small /proc files per node, some
+#: microseconds): a wait is spread evenly over its interval, so short intervals keep a
+#: window's share of it close to the truth
+NODE_PERIOD = 0.05
+
+#: the nodes' pids by node name, asked afresh each time (a restarted node has a new one)
+Pids = Callable[[], Mapping[str, "int | None"]]
 
 
-async def _watch(history: History) -> None:
+def run_queue_wait(pid: int) -> float | None:
+    """Seconds the threads of process ``pid`` have spent ready to run but waiting for a
+    CPU, since each started; None when the kernel does not say (or the process is gone)."""
+    total = 0
+    try:
+        for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                total += int(stat.read_text().split()[1])
+    except OSError:
+        return None
+    return total / 1e9 if total else None
+
+
+class _NodeWaits:
+    """The run-queue wait of each node since the last reading."""
+
+    def __init__(self, pids: Pids) -> None:
+        self._pids = pids
+        #: node -> (pid, its wait so far, when read)
+        self._last: dict[str, tuple[int, float, float]] = {}
+
+    def read(self, history: History) -> None:
+        for node, pid in self._pids().items():
+            now = run_queue_wait(pid) if pid else None
+            if pid is None or now is None:
+                self._last.pop(node, None)
+                continue
+            last = self._last.get(node)
+            at = history.now()
+            self._last[node] = (pid, now, at)
+            if last is None or last[0] != pid:
+                continue  # a first reading, or a new process: nothing to compare
+            waited = now - last[1]
+            if waited >= THRESHOLD:
+                # over: the interval really read (a late loop reads less often)
+                history.record(
+                    "wait", node=node, waited=round(waited, 4), over=round(at - last[2], 4)
+                )
+
+
+async def _watch(history: History, pids: Pids | None) -> None:
     loop = asyncio.get_running_loop()
+    nodes = _NodeWaits(pids) if pids is not None else None
+    every = max(1, round(NODE_PERIOD / PERIOD))
+    tick = 0
     while True:
         asked = loop.time() + PERIOD
         await asyncio.sleep(PERIOD)
         late = loop.time() - asked
         if late >= THRESHOLD:
             history.record("lag", late=round(late, 4))
+        tick += 1
+        if nodes is not None and tick % every == 0:
+            nodes.read(history)
 
 
 @contextlib.asynccontextmanager
-async def watching_lag(history: History) -> AsyncIterator[None]:
-    """Record the loop's lateness into ``history`` for as long as the block runs."""
-    task = asyncio.create_task(_watch(history), name="shadowcheck-lag")
+async def watching_lag(history: History, pids: Pids | None = None) -> AsyncIterator[None]:
+    """Record the loop's lateness into ``history`` for as long as the block runs, and,
+    given ``pids``, how long the nodes' processes waited for a CPU."""
+    task = asyncio.create_task(_watch(history, pids), name="shadowcheck-lag")
     try:
         yield
     finally:

@@ -582,7 +582,8 @@ def run_scenario(
 
     async def main() -> None:
         try:
-            async with watching_lag(history):
+            # the nodes' pids as the target reports them (a restart attaches a new one)
+            async with watching_lag(history, lambda: {n: h.pid for n, h in run.handles.items()}):
                 await asyncio.wait_for(_run(run, verdict, hooks), timeout)
         except TimeoutError:
             verdict.inconclusive(

@@ -1,14 +1,21 @@
-"""The harness's own lateness is recorded and never blamed on the MTA.
+"""The harness's own lateness, and the MTA's processes starved of a CPU, are recorded
+and never blamed on the MTA.
 
 Real reference nodes; the harness's event loop is really blocked (as an overloaded
 machine blocks it) right after the sender got its 250, through the scenario hook every
 run calls. The delivery that follows is relayed and stamped late by exactly that stall:
 a timing check that misses by no more than the stall says INCONCLUSIVE, naming the
-harness's delay; a miss beyond it (the next hop really slow) is still a FAIL."""
+harness's delay; a miss beyond it (the next hop really slow) is still a FAIL. The node
+is really starved too: pinned to one CPU beside busy processes of the highest priority,
+it waits in the kernel's run queue, and the miss is granted to that wait."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -129,3 +136,91 @@ def test_the_stall_is_in_the_history(tmp_path: Path) -> None:
     events = json.loads((tmp_path / "history.json").read_text())["events"]
     late = [e["data"]["late"] for e in events if e["kind"] == "lag"]
     assert late and max(late) >= 0.45, late
+
+
+class StarveNode:
+    """Scenario hooks that starve ``node``'s process of a CPU for ``seconds`` once the
+    sender has its 250: the node pinned to CPU 0, where three processes at nice -20
+    then spin (an overloaded machine, as the kernel sees it). The spinners start with
+    the scenario and wait on a pipe, so their start-up costs nothing in the window; the
+    harness keeps CPU 1, so its own lateness stays out of the figure."""
+
+    def __init__(self, node: str, seconds: float) -> None:
+        self.node, self.seconds = node, seconds
+        self.tasks: list[asyncio.Task[None]] = []
+        self.hogs: list[subprocess.Popen[bytes]] = []
+
+    def shadowcheck_scenario_started(self, scenario: Any, target: Any, history: History) -> None:
+        spin = f"import sys,time\nsys.stdin.read(1)\nt=time.time()+{self.seconds}\n"
+        spin += "while time.time()<t: pass"
+        self.hogs = [
+            subprocess.Popen(
+                [sys.executable, "-c", spin],
+                stdin=subprocess.PIPE,
+                preexec_fn=lambda: (os.sched_setaffinity(0, {0}), os.nice(-20)),
+            )
+            for _ in range(3)
+        ]
+
+        async def starve() -> None:
+            while not _replied(history):
+                await asyncio.sleep(0.001)
+            pid = target.handles[self.node].pid
+            for task in os.listdir(f"/proc/{pid}/task"):
+                os.sched_setaffinity(int(task), {0})
+            for hog in self.hogs:
+                assert hog.stdin is not None
+                hog.stdin.write(b"x")
+                hog.stdin.flush()
+
+        self.tasks.append(asyncio.get_running_loop().create_task(starve()))
+
+    def shadowcheck_scenario_finished(self, **_: Any) -> None:
+        for hog in self.hogs:
+            hog.kill()
+            hog.wait()
+
+
+@pytest.mark.skipif(
+    not Path(f"/proc/{os.getpid()}/schedstat").exists() or (os.cpu_count() or 1) < 2,
+    reason="the kernel keeps no run-queue figures here, or one CPU only",
+)
+def test_a_miss_the_starved_node_caused_is_no_verdict(tmp_path: Path) -> None:
+    source = tmp_path / "s.yaml"
+    source.write_text(SCENARIO.format(slow=""))
+    (scenario,) = load_scenario_file(source)
+    harness = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {1})
+    try:
+        verdict = run_scenario(
+            scenario,
+            ReferenceTarget(),
+            workdir=tmp_path / "run",
+            hooks=StarveNode("mbx1", 2.0),
+            history_file=tmp_path / "history.json",
+        )
+    finally:
+        os.sched_setaffinity(0, harness)
+    (timing,) = [c for c in verdict.checks if c.name == "timing"]
+    events = json.loads((tmp_path / "history.json").read_text())["events"]
+    waited = sum(e["data"]["waited"] for e in events if e["kind"] == "wait")
+    assert timing.status == Status.INCONCLUSIVE, (timing.observed, waited)
+    assert "mbx1's processes waited" in timing.observed, timing.observed
+    assert waited > 0, waited
+
+
+def test_a_node_wait_counts_the_part_of_its_interval_in_the_window() -> None:
+    history = History()
+    start = time.monotonic() - history.now()  # the history's origin on the monotonic clock
+    history.record_at(start + 1.0, "wait", node="mbx1", waited=0.4, over=0.5)
+    history.record_at(start + 1.0, "wait", node="mbx2", waited=0.1, over=0.5)
+    history.record_at(start + 3.0, "wait", node="mbx2", waited=0.3, over=0.05)
+    node, waited = history.node_wait(0.0, 2.0)
+    assert (node, round(waited, 3)) == ("mbx1", 0.4)
+    # half of mbx1's interval (0.5-1.0) lies in the window; mbx2's later wait of 0.3 s,
+    # read 0.05 s after the reading before, began 0.3 s before it was read
+    node, waited = history.node_wait(0.75, 3.0)
+    assert (node, round(waited, 3)) == ("mbx2", 0.35)
+    node, waited = history.node_wait(2.85, 3.0)
+    assert (node, round(waited, 3)) == ("mbx2", 0.15)
+    assert history.lateness(5.0, 6.0).total == 0.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pytest_shadowcheck.checks.lateness import said
 from pytest_shadowcheck.checks.model import explain
 from pytest_shadowcheck.verdict import CheckResult, Status
 
@@ -41,7 +42,8 @@ async def check_model(run: Run, step: Step) -> CheckResult:
         # The model's windows are met by the events the harness stamps: a harness that
         # itself ran late stamps them late. Granted that lateness as more slack, does
         # the run still diverge? (A divergence that remains is judged with it.)
-        late = run.history.lag(max(0.0, found.t - LAG_HORIZON), found.t)
+        machine = run.history.lateness(max(0.0, found.t - LAG_HORIZON), found.t)
+        late = machine.total
         if late > 0:
             widened = explain(run.scenario, run.history, slack=slack + late)
             if widened.divergence is None:
@@ -49,7 +51,7 @@ async def check_model(run: Run, step: Step) -> CheckResult:
                     name,
                     Status.INCONCLUSIVE,
                     found.expected,
-                    f"{found.observed}; but the harness itself ran {late:.3f}s late in the "
+                    f"{found.observed}; but {said(machine)} in the "
                     f"{LAG_HORIZON:g}s before (an overloaded machine), and with that much "
                     "more time every observation is among the outcomes the catalogue "
                     "allows: no verdict on the MTA",
