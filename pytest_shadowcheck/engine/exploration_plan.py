@@ -151,29 +151,25 @@ class ExplorationPlan:
     def name(self) -> str:
         return explored_name(self.seed, self.index)
 
-    def _timers(self, kept: Sequence[Operation]) -> tuple[float, float]:
-        """The longest ShadowResubmitTimeSpan and ShadowHeartbeatFrequency in force."""
-        spans = [float(self.settings["ShadowResubmitTimeSpan"])]
-        beats = [float(self.settings["ShadowHeartbeatFrequency"])]
+    def _set(self, kept: Sequence[Operation], name: str) -> list[float]:
+        """``name``'s values in seconds: the start's, then each one an operation set."""
+        values = [parse_seconds(self.settings[name])] if name in self.settings else []
         for op in kept:
             for step in op.steps:
-                values = step.get("set_settings", {}).get("values", {})
-                for key, value in values.items():
-                    if key == "ShadowResubmitTimeSpan":
-                        spans.append(parse_seconds(value))
-                    elif key == "ShadowHeartbeatFrequency":
-                        beats.append(parse_seconds(value))
-        return max(spans), max(beats)
+                if name in (changed := step.get("set_settings", {}).get("values", {})):
+                    values.append(parse_seconds(changed[name]))
+        return values
+
+    def _timers(self, kept: Sequence[Operation]) -> tuple[float, float]:
+        """The longest ShadowResubmitTimeSpan and ShadowHeartbeatFrequency in force."""
+        return (
+            max(self._set(kept, "ShadowResubmitTimeSpan")),
+            max(self._set(kept, "ShadowHeartbeatFrequency")),
+        )
 
     def _hold(self, kept: Sequence[Operation]) -> float:
         """SafetyNetHoldTime at the end: the start's, or the last one an operation set."""
-        hold = float(self.settings.get("SafetyNetHoldTime", DEFAULT_HOLD))
-        for op in kept:
-            for step in op.steps:
-                values = step.get("set_settings", {}).get("values", {})
-                if "SafetyNetHoldTime" in values:
-                    hold = parse_seconds(values["SafetyNetHoldTime"])
-        return hold
+        return (self._set(kept, "SafetyNetHoldTime") or [DEFAULT_HOLD])[-1]
 
     def recovery(self, kept: Sequence[Operation]) -> float:
         """How long the cluster needs after a fault ends: a promotion, two heartbeats,
