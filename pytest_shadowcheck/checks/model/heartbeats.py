@@ -17,7 +17,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pytest_shadowcheck.checks.model.wire import COPY_LINE, QUERY_LINE, Session, discard_pages
+from pytest_shadowcheck.checks.model.wire import (
+    COPY_LINE,
+    OUTAGES,
+    QUERY_LINE,
+    Session,
+    discard_pages,
+)
 
 if TYPE_CHECKING:
     from pytest_shadowcheck.checks.model.rules import Judge
@@ -28,7 +34,8 @@ _ADVERT = re.compile(r"^250[- ]XSHADOW\b", re.IGNORECASE)
 _QUIT = re.compile(r"^QUIT\b", re.IGNORECASE)
 #: what a session says before it does anything: greeting, authentication, ending
 _PREAMBLE = re.compile(r"^(EHLO|HELO|AUTH|NOOP|RSET|QUIT)\b", re.IGNORECASE)
-_OUTAGES = frozenset({"kill", "power_cut", "wipe", "restart", "pause"})
+#: a paused node is no outage of its queue, but it neither asks nor answers meanwhile
+_INTERRUPTIONS = OUTAGES | {"pause"}
 
 
 @dataclass(frozen=True)
@@ -90,7 +97,7 @@ def _upset(j: Judge, s: Session, since: float) -> float:
         if applied.t < since:
             continue
         arg = applied.step.arg
-        if applied.step.kind in _OUTAGES and getattr(arg, "node", None) in (a, b):
+        if applied.step.kind in _INTERRUPTIONS and getattr(arg, "node", None) in (a, b):
             return applied.t
         if applied.step.kind == "fault" and getattr(arg, "link", None) in links:
             return applied.t
@@ -102,7 +109,7 @@ def _steady(j: Judge, shadow: str, primary: str, a: float, b: float) -> bool:
     if j.tl.node_states(shadow, a, b) != {"up"} or j.tl.reachable(shadow, primary, a, b) != {True}:
         return False
     return not any(
-        s.step.kind in _OUTAGES
+        s.step.kind in _INTERRUPTIONS
         and getattr(s.step.arg, "node", None) in (shadow, primary)
         and s.t <= b
         and s.t_next >= a

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COPY_LINE",
     "KNOWN_SETTINGS",
+    "OUTAGES",
     "QUERY_LINE",
     "DiscardPage",
     "Session",
@@ -45,7 +46,8 @@ COPY_LINE = re.compile(r"^XSHADOWCOPY\s+(\S+)", re.IGNORECASE)
 QUERY_LINE = re.compile(r"^XQDISCARD\b", re.IGNORECASE)
 _ACK = re.compile(r"^XQDISCARD\b.*\bACK\s*$", re.IGNORECASE)
 _DISCARD = re.compile(r"^250[- ]DISCARD\s+(\S+)", re.IGNORECASE)
-_OUTAGES = frozenset({"kill", "power_cut", "wipe", "restart"})
+#: the steps after which a node may have lost what it held (its queue or its memory)
+OUTAGES = frozenset({"kill", "power_cut", "wipe", "restart"})
 
 
 def modelled_step(step: Step) -> bool:
@@ -481,7 +483,7 @@ def _judge_one(
         confirmed is not None
         and confirmed < page.t
         and not any(
-            s.step.kind in _OUTAGES
+            s.step.kind in OUTAGES
             and getattr(s.step.arg, "node", None) == page.primary
             and s.t <= page.t
             and s.t_next >= confirmed - j.slack
