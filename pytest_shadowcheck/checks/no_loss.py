@@ -78,7 +78,7 @@ def _taken(run: Run, ref: str) -> list[str]:
     replies = [r for r in (msg.result.replies if msg.result else []) if r.command == "RCPT"]
     if not msg.rcpt_to or len(replies) != len(msg.rcpt_to):
         return []
-    return [a.lower() for a, r in zip(msg.rcpt_to, replies, strict=True) if r.code < 400]
+    return _owed(run, ref)
 
 
 def _for_good(run: Run, ref: str) -> set[str]:
