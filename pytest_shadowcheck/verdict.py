@@ -117,6 +117,11 @@ class Verdict:
     explored: dict[str, Any] | None = None
     #: why this verdict is a second run's: the first one's summary (plugin/lanes.py)
     retried: str = ""
+    #: a behaviour is evidenced only by the checks that name it (an explored scenario,
+    #: which lists every behaviour its model may judge): a check that names none of the
+    #: scenario's (an invariant, a step's replies) decides the scenario's outcome, not a
+    #: behaviour's verdict
+    named_evidence: bool = False
 
     def add(self, result: CheckResult) -> None:
         self.checks.append(result)
@@ -143,7 +148,23 @@ class Verdict:
 
     def evidence(self, behaviour: str) -> list[CheckResult]:
         """The checks that evidence ``behaviour``."""
-        return [c for c in self.checks if not c.behaviours or behaviour in c.behaviours]
+        return [
+            c
+            for c in self.checks
+            if behaviour in c.behaviours or not (c.behaviours or self.named_evidence)
+        ]
+
+    def _unnamed(self) -> list[CheckResult]:
+        """With :attr:`named_evidence`, the checks that evidence none of the scenario's
+        behaviours but still decide its outcome when they do not pass."""
+        if not self.named_evidence:
+            return []
+        return [
+            c
+            for c in self.checks
+            if not set(c.behaviours) & set(self.behaviours)
+            and c.status in (Status.FAIL, Status.INCONCLUSIVE, Status.OUTSIDE_GUARANTEE)
+        ]
 
     def behaviour_status(self, behaviour: str) -> Status:
         checks = [c.status for c in self.evidence(behaviour)]
@@ -173,8 +194,12 @@ class Verdict:
 
     @property
     def status(self) -> Status:
-        """The scenario's outcome: the strongest of its behaviours' statuses."""
-        return strongest(list(self.by_behaviour.values()), default=Status.NOT_APPLICABLE)
+        """The scenario's outcome: the strongest of its behaviours' statuses (and of the
+        checks that name none of them, in an explored scenario)."""
+        return strongest(
+            [*self.by_behaviour.values(), *(c.status for c in self._unnamed())],
+            default=Status.NOT_APPLICABLE,
+        )
 
     @property
     def failures(self) -> list[CheckResult]:
@@ -189,6 +214,8 @@ class Verdict:
             why = next(
                 (self.behaviour_reason(b) for b, s in self.by_behaviour.items() if s == status),
                 "",
+            ) or next(
+                (f"{c.name}: {c.observed}" for c in self._unnamed() if c.status == status), ""
             )
         text = why
         others = [f"{b} {s}" for b, s in self.by_behaviour.items() if s != status]
@@ -199,7 +226,8 @@ class Verdict:
     def rule_tested(self, check: CheckResult, rules: Mapping[str, str], stated: set[str]) -> str:
         """The rule(s) ``check`` tested, in the catalogue's words (``rules``: behaviour ID
         -> sentence); a rule already in ``stated`` is only named, and is added to it."""
-        ids = [b for b in (check.behaviours or self.behaviours) if b in rules]
+        named = check.behaviours or ([] if self.named_evidence else self.behaviours)
+        ids = [b for b in named if b in rules]
         fresh = [b for b in ids if b not in stated]
         parts = [f"{b} - {rules[b]}" for b in fresh]
         if len(fresh) < len(ids):
@@ -291,4 +319,5 @@ class Verdict:
             workloads=list(data.get("workloads", [])),
             caveats=list(data.get("caveats", [])),
             retried=data.get("retried", ""),
+            named_evidence=bool(data.get("named_evidence", False)),
         )

@@ -176,8 +176,8 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
                     "shadow failing together is outside the guarantee (PR-4)"
                 )
             else:
-                blamed = [b for b in run.scenario.behaviours if b not in PROMOTIONS]
-                blamed = blamed or [INVARIANT]
+                blamed = [] if run.scenario.named_evidence else run.scenario.behaviours
+                blamed = [b for b in blamed if b not in PROMOTIONS] or [INVARIANT]
                 said = (
                     f"{ref} lost with the only node that held it ({why}); no other node was "
                     "seen holding a copy, and no transport keeps what the one node holding "

@@ -247,6 +247,9 @@ class ExplorationPlan:
             "title": f"explored from seed {self.seed}, scenario {self.index}: "
             + (", ".join(op.label for op in kept) or "no operation"),
             "behaviours": behaviours,
+            # the behaviours are all the model may judge: only a check naming one (the
+            # model's own) evidences it; an invariant's or a step's FAIL fails the scenario
+            "evidence": "named",
             "topology": self.topology,
             "settings": {
                 k: seconds_text(v) if isinstance(v, float) else v for k, v in self.settings.items()

@@ -156,5 +156,8 @@ class WireDrawer:
             )
         )
         ((name, value),) = values.items()
+        # the change names the limit it conflicts with too, at the value in force: a
+        # target that cannot be given that one is never told the conflict (UNTESTABLE)
+        values = {**{k: _seconds(v) for k, v in WIRE_SETTINGS.items()}, **values}
         step = {"set_settings": {"values": values, "result": "rejected"}}
         return (f"wire set {name}={value} (refused)", (step,), ("TO-3",))

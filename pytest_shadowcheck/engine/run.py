@@ -569,7 +569,12 @@ def run_scenario(
     replay_command: str = "",
 ) -> Verdict:
     """Run ``scenario`` on ``target`` (blocking) and return its verdict."""
-    verdict = verdict or Verdict(scenario.name, scenario.behaviours, source=str(scenario.where))
+    verdict = verdict or Verdict(
+        scenario.name,
+        scenario.behaviours,
+        source=str(scenario.where),
+        named_evidence=scenario.named_evidence,
+    )
     history = History()
     run = Run(scenario, target, history, progress or Progress(scenario.name), workdir)
     run.workload_scale, run.workload_seed = workload_scale, workload_seed

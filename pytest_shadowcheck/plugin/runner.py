@@ -95,6 +95,7 @@ def _run_once(state: ShadowcheckState, scenario: Scenario, nodeid: str, location
         behaviours=scenario.behaviours,
         source=str(scenario.where),
         title=scenario.title,
+        named_evidence=scenario.named_evidence,
     )
     budget = state.config.getoption("shadowcheck_stretch_budget", DEFAULT_STRETCH_BUDGET)
     why = why_untestable(scenario, target, budget)

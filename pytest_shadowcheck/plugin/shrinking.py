@@ -79,7 +79,12 @@ def attempt_run(
     """One fresh run of a shrinking attempt: ``scenario`` (with only ``selections`` of
     its workloads played); its workdir goes."""
     config = state.config
-    verdict = Verdict(scenario.name, scenario.behaviours, source=str(scenario.where))
+    verdict = Verdict(
+        scenario.name,
+        scenario.behaviours,
+        source=str(scenario.where),
+        named_evidence=scenario.named_evidence,
+    )
     workdir = state.workdir(scenario.name)
     try:
         run_scenario(

@@ -338,6 +338,7 @@ def load_scenario_file(path: Path, timers: dict[str, float] | None = None) -> li
                 given=scenario_given,
                 timer_settings=dict(context.timer_settings),
                 needs_settings=tuple(raw.get("needs_settings", ())),
+                named_evidence=raw.get("evidence", "scenario") == "named",
             )
         )
     return out

@@ -176,6 +176,9 @@ class Scenario:
     #: settings that must reach the MTA for the scenario to mean anything (a warning
     #: about a configuration is only owed by an MTA that was given it)
     needs_settings: tuple[str, ...] = ()
+    #: a behaviour is evidenced only by the checks that name it (``evidence: named``: an
+    #: explored scenario, whose behaviours are all its model may judge)
+    named_evidence: bool = False
 
     def setting_values(self, name: str) -> list[Any]:
         """Every value the scenario gives ``name``: at start, per node, in set_settings."""

@@ -254,6 +254,8 @@ def scenario_document(scenario: Scenario) -> dict[str, Any]:
         doc["node_settings"] = {n: _settings(v) for n, v in scenario.node_settings.items()}
     if scenario.needs_settings:
         doc["needs_settings"] = list(scenario.needs_settings)
+    if scenario.named_evidence:
+        doc["evidence"] = "named"
     if scenario.given is not None:
         doc["given"] = scenario.given
     if scenario.permitted_headers:

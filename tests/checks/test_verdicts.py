@@ -355,3 +355,25 @@ def test_a_kept_workdir_is_named_without_the_machines_temporary_path(
         assert shown.startswith("t/shadowcheck-rejects_but_logs_fine"), shown
         directory = pytester.path / shown
     assert directory.is_dir()  # the user finds it (an external target writes nothing there)
+
+
+def test_an_explored_scenario_credits_a_behaviour_only_with_checks_naming_it() -> None:
+    """An explored scenario lists every behaviour its model may judge: a stranger's
+    refused XSHADOW (a step's reply check, naming none) is no PASS of the Safety Net, and
+    a damaged copy (an invariant) fails the scenario without failing SN-1 or XS-3."""
+    from pytest_shadowcheck.verdict import CheckResult, Status, Verdict
+
+    verdict = Verdict("explore_s1_000", ["SN-1", "XS-3"], named_evidence=True)
+    verdict.add(CheckResult("reply to XSHADOW", Status.PASS, "a refusal", "`550`"))
+    verdict.add(CheckResult("the catalogue model", Status.PASS, "", "", behaviours=["XS-3"]))
+    assert verdict.by_behaviour == {"SN-1": Status.NOT_APPLICABLE, "XS-3": Status.PASS}
+    assert verdict.status == Status.PASS
+    verdict.add(CheckResult("integrity of m2", Status.FAIL, "m2 as sent", "line 39 broken"))
+    assert verdict.by_behaviour == {"SN-1": Status.NOT_APPLICABLE, "XS-3": Status.PASS}
+    assert verdict.status == Status.FAIL
+    assert verdict.summary().startswith("integrity of m2: line 39 broken")
+    again = Verdict.from_dict(json.loads(json.dumps(verdict.to_dict())))
+    assert again.status == Status.FAIL and again.by_behaviour == verdict.by_behaviour
+    # the same checks in a hand-written scenario evidence every behaviour it lists
+    written = Verdict("s", ["SN-1", "XS-3"], checks=list(verdict.checks))
+    assert written.by_behaviour == {"SN-1": Status.FAIL, "XS-3": Status.FAIL}

@@ -361,3 +361,20 @@ def test_a_virtual_clock_ending_looks_at_the_safety_nets_either_side_of_the_hold
         assert steps[at + 1][0] == "wait" and steps[at + 1][1].timeout > 2
         looked = {(a.node, a.queue) for k, a in steps[at + 2 : at + 8] if k == "snapshot"}
         assert {q for _, q in looked} == {"safetynet_primary", "safetynet_shadow"}
+
+
+def test_a_change_the_mta_must_reject_names_the_limit_it_conflicts_with() -> None:
+    """TO-3: a target that cannot be given ReceiveConnectionTimeout is never told the
+    conflict, so the change names it too (the description's guard then says UNTESTABLE)."""
+    rejected = [
+        step["set_settings"]["values"]
+        for seed in range(1, 40)
+        for op in plan(seed, 0, capabilities=ALL, length=16).operations
+        for step in op.steps
+        if step.get("set_settings", {}).get("result") == "rejected"
+    ]
+    assert rejected
+    for values in rejected:
+        assert set(values) == {"ReceiveConnectionInactivityTimeout", "ReceiveConnectionTimeout"}
+        idle, whole = (parse_duration(values[k], None) for k in sorted(values))  # type: ignore[arg-type]
+        assert idle >= whole, values

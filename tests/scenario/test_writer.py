@@ -32,6 +32,7 @@ def _arg(step: Step) -> object:
 
 def _same(a: Scenario, b: Scenario) -> None:
     assert b.name == a.name and b.title == a.title and b.behaviours == a.behaviours
+    assert b.named_evidence == a.named_evidence
     assert b.topology == a.topology
     assert (b.settings, b.node_settings) == (a.settings, a.node_settings)
     assert (b.timeout, b.settle, b.given, b.requires) == (a.timeout, a.settle, a.given, a.requires)
@@ -54,6 +55,9 @@ def test_generated_scenarios_round_trip(tmp_path: Path) -> None:
             scenario = plan(seed, index, capabilities=frozenset(CAPABILITIES), length=16).scenario(
                 directory=tmp_path / "generated"
             )
+            # it lists every behaviour its model may judge: only a check naming one is
+            # evidence of it
+            assert scenario.named_evidence
             back = _round_trip(scenario, tmp_path)
             _same(scenario, back)
             # and the text is a fixed point: written again, it reads the same
