@@ -142,8 +142,13 @@ def _judge_the_find(row: Row, certification: Path, work: Path, env: dict[str, st
     if failed is None:
         return
     under = sorted(b for b, v in failed["by_behaviour"].items() if v["status"] == "FAIL")
-    row.under = ", ".join(under) if len(under) <= 4 else f"{len(under)} behaviours (an invariant)"
+    row.under = ", ".join(under)
     row.elsewhere = not variant_behaviours(row.variant) & set(under)
+    if not under:
+        # an explored scenario's invariant (a loss, a damaged copy) fails the scenario and
+        # no behaviour: named by its check
+        checks = [c["name"] for c in failed.get("checks", []) if c["status"] == "FAIL"]
+        row.under, row.elsewhere = f"an invariant ({', '.join(checks[:2])})", False
     scenario = row.file or failed["source"].rpartition(":")[0]
     junit = work / f"{row.variant}-reference.xml"
     command = [
