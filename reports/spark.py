@@ -42,7 +42,12 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 """
 
 
-_DRIVER_JIT = os.environ.get("SHADOWCHECK_DRIVER_JIT", "-XX:TieredStopAtLevel=1")
+# C1 alone (see start_spark); its code cache, 48 MB by default without the optimising
+# tier, fills after four or five builds in one JVM (each build's queries are new classes)
+# and the JVM then stops compiling: later builds ran interpreted, 15-90 % slower
+_DRIVER_JIT = os.environ.get(
+    "SHADOWCHECK_DRIVER_JIT", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
+)
 
 
 class SparkSettingsError(ValueError):
