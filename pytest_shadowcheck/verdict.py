@@ -190,7 +190,15 @@ class Verdict:
 
     @property
     def by_behaviour(self) -> dict[str, Status]:
-        return {bid: self.behaviour_status(bid) for bid in self.behaviours}
+        """Each behaviour's status; with :attr:`named_evidence`, only the behaviours a
+        check named (or all, when the run broke): the others were listed because the
+        model might judge them, and it did not - no verdict of this scenario, not even a
+        NOT-APPLICABLE that would hide another scenario's UNTESTABLE."""
+        return {
+            bid: self.behaviour_status(bid)
+            for bid in self.behaviours
+            if not self.named_evidence or self.overall is not None or self.evidence(bid)
+        }
 
     @property
     def status(self) -> Status:

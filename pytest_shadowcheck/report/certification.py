@@ -119,7 +119,8 @@ def _behaviour_entry(
         decided_by = [
             {"name": c["name"], "status": c["status"], "where": c.get("where", "")}
             for c in r["checks"]
-            if not c.get("behaviours") or bid in c["behaviours"]
+            if bid in (c.get("behaviours") or ())
+            or not (c.get("behaviours") or r.get("named_evidence"))
         ]
         scenarios.append(
             {

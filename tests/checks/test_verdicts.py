@@ -366,14 +366,19 @@ def test_an_explored_scenario_credits_a_behaviour_only_with_checks_naming_it() -
     verdict = Verdict("explore_s1_000", ["SN-1", "XS-3"], named_evidence=True)
     verdict.add(CheckResult("reply to XSHADOW", Status.PASS, "a refusal", "`550`"))
     verdict.add(CheckResult("the catalogue model", Status.PASS, "", "", behaviours=["XS-3"]))
-    assert verdict.by_behaviour == {"SN-1": Status.NOT_APPLICABLE, "XS-3": Status.PASS}
+    # SN-1 was listed because the model might judge it, and it did not: no verdict of
+    # this scenario (a NOT-APPLICABLE would hide another scenario's UNTESTABLE)
+    assert verdict.by_behaviour == {"XS-3": Status.PASS}
     assert verdict.status == Status.PASS
     verdict.add(CheckResult("integrity of m2", Status.FAIL, "m2 as sent", "line 39 broken"))
-    assert verdict.by_behaviour == {"SN-1": Status.NOT_APPLICABLE, "XS-3": Status.PASS}
+    assert verdict.by_behaviour == {"XS-3": Status.PASS}
     assert verdict.status == Status.FAIL
     assert verdict.summary().startswith("integrity of m2: line 39 broken")
     again = Verdict.from_dict(json.loads(json.dumps(verdict.to_dict())))
     assert again.status == Status.FAIL and again.by_behaviour == verdict.by_behaviour
+    # a run that broke says so for every behaviour listed
+    verdict.untestable("no template renders ReceiveConnectionTimeout")
+    assert verdict.by_behaviour == {"SN-1": Status.UNTESTABLE, "XS-3": Status.UNTESTABLE}
     # the same checks in a hand-written scenario evidence every behaviour it lists
     written = Verdict("s", ["SN-1", "XS-3"], checks=list(verdict.checks))
     assert written.by_behaviour == {"SN-1": Status.FAIL, "XS-3": Status.FAIL}

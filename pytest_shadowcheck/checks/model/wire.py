@@ -260,11 +260,12 @@ _RCPT = re.compile(r"^RCPT TO:\s*<([^>]*)>", re.IGNORECASE)
 
 
 def session_message_rule(j: Judge, sessions: list[Session], history: History) -> None:
-    """CR-8: a message a ``session`` step's sender got a 250 for is processed and
-    delivered by its primary at once, whatever becomes of the sender's session (kept
-    open, then ended by the node's timeout): delivered by the 250 +
+    """CR-8: a message a ``session`` step's sender got a 250 for, after its primary made
+    a shadow copy, is processed and delivered by its primary at once though the sender
+    never ends the session (kept open, then ended by a timeout): delivered by the 250 +
     TransientFailureRetryInterval + slack + 1s when the primary could deliver
     throughout (up, its links to the next hops healthy, the next hops accepting)."""
+    nodes = set(j.tl.scenario.topology.nodes)
     for applied in j.tl.steps:
         if applied.step.kind != "session":
             continue
@@ -282,7 +283,11 @@ def session_message_rule(j: Judge, sessions: list[Session], history: History) ->
                 elif what == "data" and text.rsplit(".", 1)[0] in refs:
                     content = text.rsplit(".", 1)[0]
                 elif content and what == "line" and direction == "s2c" and _FINAL.match(text):
-                    if text.startswith("250"):
+                    if (
+                        text.startswith("250")
+                        and _abandoned(s, t)
+                        and _copied(history, via, content, nodes)
+                    ):
                         m = Sent(content, via, tuple(rcpts), applied.t, applied.t_next, 250)
                         m.t_reply = t
                         m.deliveries = [
@@ -300,6 +305,27 @@ def session_message_rule(j: Judge, sessions: list[Session], history: History) ->
                     content, rcpts = None, []
                 elif what == "line" and direction == "c2s" and text.upper().startswith("MAIL"):
                     rcpts = []
+
+
+def _abandoned(s: Session, replied: float) -> bool:
+    """The sender did not end the session itself after the reply at ``replied``: it stayed
+    silent, or kept it open, until the node's timeout or its own broke it off (CR-8's
+    premise: a sender session that times out)."""
+    return not any(
+        t > replied and direction == "c2s" and text.upper().startswith("QUIT")
+        for t, _, direction, text in s.events
+    )
+
+
+def _copied(history: History, via: str, content: str, nodes: set[str]) -> bool:
+    """``via`` sent the message's content to another node (a shadow copy): CR-8 is about
+    a session that times out *after* the copy was made."""
+    return any(
+        (e.link or "").partition("->")[0] == via
+        and (e.link or "").partition("->")[2] in nodes
+        and str(e.data.get("trace", "")).rsplit(".", 1)[0] == content
+        for e in history.events(kind="data")
+    )
 
 
 def _processed(j: Judge, m: Sent) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS, unmodelled
 
 from .built import Built, sentence
@@ -284,7 +286,11 @@ KEPT_OPEN = (
 )
 
 
-def kept_open(b: Built, delivered: float | None) -> None:
+def kept_open(
+    b: Built, delivered: float | None, copied: bool = True, quit_at: float | None = None
+) -> None:
+    """The sender stays connected after its 250 (NOOPs) until mbx1 ends the session;
+    mbx1 copied w1 to mbx2 first (``copied``), or the sender said QUIT (``quit_at``)."""
     link = "client->mbx1"
     # the session step (built.Built.step reads a describe() sessions do not have)
     b.at(0.5, "step", text="session via=mbx1", line=b.scenario.steps[0].where.line)
@@ -297,13 +303,19 @@ def kept_open(b: Built, delivered: float | None) -> None:
     b.line(0.64, link, "c2s", "RCPT TO:<alice@corp.test>")
     b.line(0.65, link, "s2c", "250 OK")
     b.content(0.7, link, "w1")
+    if copied:
+        b.copy(0.75, "mbx1", "w1")
+        b.heartbeats("mbx2", "mbx1", 1.0, 13.9)
     b.line(0.8, link, "s2c", "250 2.6.0 queued")
     t = 1.3
-    while t < 6.5:  # the sender's NOOPs until the node ends the session
+    while t < (quit_at or 6.5):  # the sender's NOOPs until the node ends the session
         b.line(t, link, "c2s", "NOOP")
         b.line(t + 0.01, link, "s2c", "250 OK")
         t += 0.5
-    b.at(6.6, "close", link, conn=1, reason="server closed")
+    if quit_at is not None:
+        b.line(quit_at, link, "c2s", "QUIT")
+        b.line(quit_at + 0.01, link, "s2c", "221 Bye")
+    b.at(6.6 if quit_at is None else quit_at + 0.02, "close", link, conn=1, reason="closed")
     if delivered is not None:
         b.delivered(delivered, "w1", "mbx1", "alice@corp.test")
     b.at(14.0, "note", text="end")
@@ -324,3 +336,19 @@ def test_cr8_a_message_acknowledged_in_a_kept_session_is_delivered_at_once(
     kept_open(ok, delivered=0.9)
     outcome = ok.explain()
     assert outcome.divergence is None and outcome.exercised["CR-8"] == 1
+
+
+@pytest.mark.parametrize(
+    ("copied", "quit_at"), [(False, None), (True, 1.0)], ids=["no-copy", "sender-quit"]
+)
+def test_cr8_is_not_judged_without_its_premise(
+    tmp_path: Path, copied: bool, quit_at: float | None
+) -> None:
+    # "Sender session times out *after* the copy was made": an MTA that makes no copy,
+    # or a sender that ends its session itself, is no case of it (a late delivery there
+    # is for other rules to judge)
+    b = Built(tmp_path, KEPT_OPEN)
+    kept_open(b, delivered=6.7, copied=copied, quit_at=quit_at)
+    outcome = b.explain()
+    assert outcome.exercised["CR-8"] == 0
+    assert outcome.divergence is None or outcome.divergence.behaviour != "CR-8"
