@@ -70,11 +70,28 @@ def _show(data: bytes, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def _line_difference(a: bytes, b: bytes) -> str:
+    """Where two versions of one line part, shown around that octet: a long line cut
+    or wrapped differs only near its end, past what a plain quote of its start shows."""
+    at = next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+    start = max(0, at - 30)
+    lead = "..." if start else ""
+
+    def around(line: bytes) -> str:
+        shown = _show(line[start : at + 30], limit=90)
+        return f"'{lead}{shown}'" + (" (the line ends there)" if len(line) <= at + 30 else "")
+
+    sizes = f"sent {len(a)} octets, delivered {len(b)}" if len(a) != len(b) else f"{len(a)} octets"
+    return f"{sizes}, first different at octet {at + 1}: sent {around(a)}, delivered {around(b)}"
+
+
 def _first_difference(sent: bytes, got: bytes) -> str:
     sent_lines, got_lines = sent.split(b"\r\n"), got.split(b"\r\n")
     for n, (a, b) in enumerate(zip(sent_lines, got_lines, strict=False), start=1):
         if a != b:
-            return f"body line {n}: sent '{_show(a)}', delivered '{_show(b)}'"
+            return f"body line {n}: " + _line_difference(a, b)
     return (
         f"the body was {len(sent)} bytes ({len(sent_lines)} lines), "
         f"delivered {len(got)} bytes ({len(got_lines)} lines)"

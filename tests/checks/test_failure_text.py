@@ -69,3 +69,16 @@ def test_history_excerpts_merge_in_time_order() -> None:
         "  +3.000s - STEP kill mbx1",
         "  ... more events in these windows not shown",
     ]
+
+
+def test_a_wrapped_long_line_is_shown_where_it_parts() -> None:
+    """sendmail's L=990 wraps a 998-octet line: the text shows the octet where the two
+    part and both ends, not two identical quotes of the line's start."""
+    from pytest_shadowcheck.checks.integrity import _first_difference
+
+    sent = b"first\r\n" + b"L" + b"a" * 990 + b"bcdefgh\r\nlast\r\n"
+    wrapped = b"first\r\n" + b"L" + b"a" * 989 + b"\r\n abcdefgh\r\nlast\r\n"
+    said = _first_difference(sent, wrapped)
+    assert said.startswith("body line 2: sent 998 octets, delivered 990, first different at")
+    assert "abcdefgh' (the line ends there)" in said
+    assert said.count("(the line ends there)") == 2
