@@ -155,16 +155,20 @@ class Verdict:
         ]
 
     def _unnamed(self) -> list[CheckResult]:
-        """With :attr:`named_evidence`, the checks that evidence none of the scenario's
-        behaviours but still decide its outcome when they do not pass."""
-        if not self.named_evidence:
-            return []
-        return [
-            c
-            for c in self.checks
-            if not set(c.behaviours) & set(self.behaviours)
-            and c.status in (Status.FAIL, Status.INCONCLUSIVE, Status.OUTSIDE_GUARANTEE)
-        ]
+        """The checks that evidence none of the scenario's behaviours but still decide its
+        outcome when they do not pass: with :attr:`named_evidence`, every such check; in
+        any scenario, an invariant's FAIL that it blames on no behaviour of the scenario
+        (a damaged copy no fault came near is a defect of the MTA, not of its recovery)."""
+
+        def decides(c: CheckResult) -> bool:
+            if set(c.behaviours) & set(self.behaviours):
+                return False  # judged with the behaviours it names
+            if self.named_evidence:
+                return c.status in (Status.FAIL, Status.INCONCLUSIVE, Status.OUTSIDE_GUARANTEE)
+            # unnamed checks evidence every behaviour already
+            return bool(c.behaviours) and c.status == Status.FAIL
+
+        return [c for c in self.checks if decides(c)]
 
     def behaviour_status(self, behaviour: str) -> Status:
         checks = [c.status for c in self.evidence(behaviour)]

@@ -157,7 +157,9 @@ def workload_copies(run: RunView, permitted: frozenset[str]) -> list[CheckResult
     attempts: dict[str, list[dict[str, Any]]] = {}
     for event in run.history.events(kind="attempt"):
         if "body_sha256" in event.data:
-            attempts.setdefault(str(event.data["workload"]), []).append(event.data)
+            attempts.setdefault(str(event.data["workload"]), []).append(
+                {**event.data, "_t": event.t}
+            )
     deliveries = [(name, d) for name, sink in run.sinks.items() for d in sink.deliveries]
     by_trace: dict[str, list[tuple[str, Delivery]]] = {}
     by_id: dict[str, list[tuple[str, Delivery]]] = {}
@@ -167,10 +169,11 @@ def workload_copies(run: RunView, permitted: frozenset[str]) -> list[CheckResult
             by_trace.setdefault(str(trace), []).append((name, d))
         if d.message_id:
             by_id.setdefault(d.message_id, []).append((name, d))
+    faults = _fault_windows(run)
     results = []
     for workload, sent in attempts.items():
         ids = [a.get("message_id") for a in sent]
-        problems: list[tuple[float, str, str]] = []
+        problems: list[tuple[float, str, str, bool]] = []
         copies = messages = 0
         for attempt in sent:
             if attempt.get("trace"):
@@ -188,8 +191,10 @@ def workload_copies(run: RunView, permitted: frozenset[str]) -> list[CheckResult
                     f"the copy of {attempt['ref']} that {node} delivered to {sink} "
                     f"for {domains} at +{d.t:.2f}s"
                 )
+                crossed = any(a <= d.t and attempt["_t"] <= b for a, b in faults)
                 problems += [
-                    (d.t, node, f"{copy}: {p}") for p in compare_digest(attempt, d, permitted)
+                    (d.t, node, f"{copy}: {p}", crossed)
+                    for p in compare_digest(attempt, d, permitted)
                 ]
         if not copies:
             continue
@@ -207,17 +212,36 @@ def workload_copies(run: RunView, permitted: frozenset[str]) -> list[CheckResult
         more = f"; and {len(problems) - LISTED} more" if len(problems) > LISTED else ""
         said = (
             f"{len(problems)} difference(s) in {copies} copies: "
-            + "; ".join(p for _, _, p in problems[:LISTED])
+            + "; ".join(p for _, _, p, _ in problems[:LISTED])
             + more
         )
         excerpt = run.excerpt(problems[0][0], [f"{problems[0][1]}->*"])
         results.append(
             CheckResult(
                 name, Status.FAIL, expected, said, excerpt=excerpt,
-                behaviours=_blamed(run, {str(a.get("trace")) for a in sent}),
+                behaviours=(
+                    _blamed(run, {str(a.get("trace")) for a in sent})
+                    if all(crossed for *_, crossed in problems)
+                    # copies no fault came near are damaged too: how the MTA handles
+                    # every message, a FAIL of the invariant and of no fault's behaviour
+                    else ["integrity"]
+                ),
             )
         )  # fmt: skip
     return results
+
+
+def _fault_windows(run: RunView) -> list[tuple[float, float]]:
+    """When the nemesis's faults began and ended (one still on at the end: until then)."""
+    began: dict[Any, float] = {}
+    windows = []
+    for event in run.history.events(kind="note"):
+        mark = event.data.get("nemesis")
+        if mark == "start":
+            began[event.data.get("index")] = event.t
+        elif mark == "end" and event.data.get("index") in began:
+            windows.append((began.pop(event.data.get("index")), event.t))
+    return windows + [(t, run.history.now()) for t in began.values()]
 
 
 def _blamed(run: RunView, traces: set[str]) -> list[str]:

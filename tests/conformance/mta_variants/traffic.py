@@ -26,6 +26,33 @@ def _shadow_truncates_long_lines() -> None:
     Shadowing.store_copy = store_copy  # type: ignore[method-assign]
 
 
+#: where the variant breaks a long line, as sendmail's SMTP mailer does (``L=990``)
+WRAP_AT = 990
+
+
+def _wraps_long_lines() -> None:
+    # Every line longer than 990 octets goes to the next hop broken in two, the rest on
+    # a continuation line, as sendmail's default SMTP mailer does: the message is altered
+    # on every delivery, fault or not, so it is no defect of any recovery.
+    import dataclasses
+
+    from reference_impl.delivery import _Session
+
+    original = _Session.deliver
+
+    async def deliver(self: _Session, route: Any, message: Any, fork: Any) -> tuple[str, str]:
+        lines = []
+        for line in message.content.split(b"\r\n"):
+            while len(line) > WRAP_AT:
+                lines.append(line[:WRAP_AT])
+                line = b" " + line[WRAP_AT:]
+            lines.append(line)
+        wrapped = dataclasses.replace(message, content=b"\r\n".join(lines))
+        return await original(self, route, wrapped, fork)
+
+    _Session.deliver = deliver  # type: ignore[method-assign]
+
+
 VARIANTS = [
     Variant(
         name="shadow-truncates-long-lines",
@@ -35,5 +62,12 @@ VARIANTS = [
         ),
         fails=("durability_backlog_promotion",),
         apply=_shadow_truncates_long_lines,
+    ),
+    Variant(
+        name="wraps-long-lines",
+        breaks="breaks every body line longer than 990 octets in two on its way to the next "
+        "hop (sendmail's L=990), with or without a fault",
+        fails=("durability_kill",),
+        apply=_wraps_long_lines,
     ),
 ]
