@@ -27,6 +27,7 @@ import json
 import os
 import re
 import shlex
+import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -714,6 +715,7 @@ def scenario_entry(nodeid: str, data: dict[str, Any], duration_s: float) -> dict
         "workloads": data.get("workloads", []),
         "caveats": data.get("caveats", []),
         "retried": data.get("retried", ""),
+        "named_evidence": bool(data.get("named_evidence", False)),
     }
 
 
@@ -725,4 +727,9 @@ def _relative(source: str) -> str:
     try:
         return f"{Path(path).relative_to(Path.cwd())}:{line}"
     except ValueError:
-        return source
+        pass
+    if Path(path).is_relative_to(tempfile.gettempdir()):
+        # a generated scenario's file (exploration): this machine's temporary path means
+        # nothing to a reader; its name says which scenario of which seed it was
+        return f"{Path(path).name}:{line}"
+    return source

@@ -137,3 +137,31 @@ def test_the_page_opens_with_the_summary_and_shows_the_history_once() -> None:
     assert all("history around it" not in r for r in rendered)
     assert own["history"] == "  +1.486s client->mbx1 #1 S: 250 2.0.0 Ok: queued"
     assert page.count("history around it (once for the scenario)") == 1
+
+
+def test_an_explored_scenario_leaves_the_library_its_verdicts_and_names_its_evidence() -> None:
+    """An explored scenario lists every behaviour its model may judge: the ones it did
+    not judge keep the library's verdict (an UNTESTABLE is not hidden under its
+    NOT-APPLICABLE), only checks naming a behaviour are listed as deciding it, and its
+    generated file is named without this machine's temporary path."""
+    import tempfile
+
+    explored = Verdict(
+        "explore_s2027_000",
+        ["CR-1", "SN-5"],
+        source=f"{tempfile.gettempdir()}/shadowcheck-explore/r1/explore_s2027_000.yaml:3",
+        named_evidence=True,
+    )
+    explored.add(CheckResult("the catalogue model", Status.PASS, "", "", behaviours=["CR-1"]))
+    explored.add(CheckResult("integrity of m2", Status.FAIL, "m2 as sent", "line 39 parted"))
+    entries = [_entry(v) for v in _verdicts()] + [_entry(explored)]
+    report = build_report(
+        entries, run_id="r1", target="postfix", target_version="3.7",
+        started_at="2024-11-26T08:26:00+00:00",
+    )  # fmt: skip
+    behaviours = {b["id"]: b for b in report["behaviours"]}
+    assert behaviours["SN-5"]["status"] == "UNTESTABLE"
+    (judged,) = [s for s in behaviours["CR-1"]["scenarios"] if s["scenario"] == explored.scenario]
+    assert [c["name"] for c in judged["decided_by"]] == ["the catalogue model"]
+    (entry,) = [e for e in entries if e["scenario"] == explored.scenario]
+    assert entry["verdict"] == "FAIL" and entry["source"] == "explore_s2027_000.yaml:3"
