@@ -123,7 +123,7 @@ def test_concurrent_records_are_all_kept() -> None:
 
 def test_event_kinds_cover_the_contract() -> None:
     assert {"connect", "close", "line", "data", "fault", "reply", "attempt", "delivery",
-            "step", "snapshot", "note", "storage", "lag"} == EVENT_KINDS
+            "step", "snapshot", "note", "storage", "lag", "wait"} == EVENT_KINDS
 
 
 def test_an_event_from_another_process_goes_in_at_its_time() -> None:
