@@ -12,7 +12,7 @@ woke, when that is at least :data:`THRESHOLD` (a quiet machine records nothing).
 
 The MTA's own processes are starved on such a machine too: ready to run, they wait in
 the kernel's run queue, and a timer the MTA set fires late for no fault of its design.
-Every :data:`NODE_PERIOD` the same task reads how long each node's processes waited so
+At each of its wakings the same task reads how long each node's processes waited so
 (``/proc/PID/task/*/schedstat``, its second field, for the nodes whose pid the target
 reports) and records ``wait`` events from :data:`THRESHOLD` up. Where the kernel keeps
 no such figure (no ``/proc``, a container's pid not given) nothing is recorded and the
@@ -28,17 +28,12 @@ from pathlib import Path
 
 from pytest_shadowcheck.history import History
 
-__all__ = ["NODE_PERIOD", "PERIOD", "THRESHOLD", "run_queue_wait", "watching_lag"]
+__all__ = ["PERIOD", "THRESHOLD", "run_queue_wait", "watching_lag"]
 
 #: how often the loop is probed: short enough that a stall of a tenth of a second shows
 PERIOD = 0.05
 #: lateness below this is timer noise, not load
 THRESHOLD = 0.01
-#: how often the nodes' run-queue waits are read (a few small /proc files per node, some
-#: microseconds): a wait is spread evenly over its interval, so short intervals keep a
-#: window's share of it close to the truth
-NODE_PERIOD = 0.05
-
 #: the nodes' pids by node name, asked afresh each time (a restarted node has a new one)
 Pids = Callable[[], Mapping[str, "int | None"]]
 
@@ -86,17 +81,14 @@ class _NodeWaits:
 async def _watch(history: History, pids: Pids | None) -> None:
     loop = asyncio.get_running_loop()
     nodes = _NodeWaits(pids) if pids is not None else None
-    every = max(1, round(NODE_PERIOD / PERIOD))
-    tick = 0
     while True:
         asked = loop.time() + PERIOD
         await asyncio.sleep(PERIOD)
         late = loop.time() - asked
         if late >= THRESHOLD:
             history.record("lag", late=round(late, 4))
-        tick += 1
-        if nodes is not None and tick % every == 0:
-            nodes.read(history)
+        if nodes is not None:
+            nodes.read(history)  # a few small /proc files per node: microseconds
 
 
 @contextlib.asynccontextmanager
