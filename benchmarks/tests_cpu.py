@@ -81,6 +81,13 @@ def cgroup_base() -> Path:
     return group
 
 
+def machine_busy() -> float:
+    """CPU-seconds the whole machine has spent busy since boot (/proc/stat)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle and iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--top", type=int, default=25, help="how many tests to list")
@@ -96,10 +103,12 @@ def main() -> int:
             "TESTS_CPU_OUT": str(out),
             "PYTHONPATH": os.pathsep.join(filter(None, [tmp, os.environ.get("PYTHONPATH")])),
         }
+        busy_before = machine_busy()
         began = time.monotonic()
         command = [sys.executable, "-m", "pytest", "-p", "tests_cpu_plugin", *args.pytest_args]
         rc = subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
         wall = time.monotonic() - began
+        busy = machine_busy() - busy_before
         groups = dict(line.split("\t") for line in Path(f"{out}.groups").read_text().splitlines())
         tests = []
         for line in out.read_text().splitlines():
@@ -114,6 +123,9 @@ def main() -> int:
     print(f"\n{len(tests)} tests, exit {rc}: wall {wall:.0f} s, {total:.0f} CPU-seconds counted")
     floor = total / cores
     print(f"CPU floor on {cores} cores: {floor:.0f} s (wall / floor {wall / floor:.2f})")
+    # docker's containers run under dockerd, outside the tests' groups: the machine's
+    # own count shows them (and anything else that ran meanwhile)
+    print(f"the machine was busy {busy:.0f} CPU-seconds ({busy / (wall * cores):.0%} of its cores)")
     folders: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
     for nodeid, cpu, test_wall in tests:
         folder = "/".join(nodeid.split("::")[0].split("/")[:2])

@@ -11,6 +11,16 @@ a message where only a Shadow Safety Net or an expiring shadow copy decides its 
 - ``expiry`` (SN-4): the primary's link to the next hop cut, the primary keeping its
   message (MessageExpirationTimeout 7 days); the clock moved to 30 seconds short of
   the shadow's SafetyNetHoldTime + MessageExpirationTimeout: its copy is still there.
+- ``window`` (SN-5): four messages, the second processed a second after the first and
+  the fourth a second after the third, the clock standing still at each delivery; a
+  resubmission of the window from the second's moment to the fourth's: the second and
+  the third come back; the first (a second early) and the fourth (at the window's end,
+  which is excluded) do not.
+- ``taken`` (SN-5): a message for two recipients of two databases, the next hop
+  deferring the first (451) until told to accept and taking the second; after the retry,
+  a resubmission for the second's database must bring its copy back: the Safety Net
+  keeps a message for every recipient it was delivered to, not only those of the attempt
+  that completed it.
 
 Each drill is several :class:`Drawn` operations, so that shrinking can keep a part of it;
 the snapshots of the Shadow Safety Net it takes are the model's evidence.
@@ -41,6 +51,8 @@ DRILLS: dict[str, frozenset[str]] = {
     "broadcast": frozenset({"kill", "restart"}),
     "recreated": frozenset({"kill", "wipe_queue_db"}),
     "expiry": frozenset(),
+    "window": frozenset(),
+    "taken": frozenset(),
 }
 
 
@@ -59,6 +71,87 @@ def _delivered(ref: str, via: str, rcpt: str, shadow: str, ids: tuple[str, ...])
         {"snapshot": {"node": shadow, "queue": "safetynet_shadow"}},
     )
     return Drawn(f"send {ref} via {via}, delivered, seen by {shadow}", steps, behaviours=ids)
+
+
+def _processed(ref: str, via: str, rcpt: str, then: float) -> Drawn:
+    """Send ``ref`` through ``via`` and wait for its delivery, the virtual clock standing
+    still (the moment it was processed is exact), then move the clock ``then`` seconds."""
+    steps: tuple[dict[str, Any], ...] = (
+        {"send": {"id": ref, "via": via, "to": [rcpt], "timeout": "20s"}},
+        {"wait": {"delivered": ref, "timeout": "10s"}},
+        # the model places a processing up to half a second after the sink's reply: an
+        # advance in that time would leave the moment uncertain against the window's edges
+        {"wait": "1s"},
+        {"advance": _seconds(then)},
+    )
+    return Drawn(
+        f"send {ref} via {via}, delivered; advance {_seconds(then)}", steps, behaviours=("SN-5",)
+    )
+
+
+def _window_drill(
+    rng: random.Random, ref: str, primary: str, other: str, rcpt: str, database: str
+) -> list[Drawn]:
+    """Messages processed at T, T+1s, T+1s+gap and T+2s+gap; a resubmission for
+    [T+1s, T+2s+gap), asked a minute later: its edges fall on the second and fourth."""
+    gap = float(rng.choice((60, 600, 1800)))
+    refs = [ref, f"{ref}b", f"{ref}c", f"{ref}d"]
+    # settled before the first send: the model judges no redelivery across a change
+    day = ({"set_settings": {"values": {"SafetyNetHoldTime": "1d"}}}, {"wait": "3s"})
+    ops = [Drawn("SafetyNetHoldTime=1d", day, behaviours=("SN-3",))]
+    ops += [
+        _processed(r, primary, rcpt, then)
+        for r, then in zip(refs, (1.0, gap, 1.0, 60.0), strict=True)
+    ]
+    start, end = _seconds(60.0 + gap + 1.0), _seconds(60.0)
+    # asked of the primary, or of another node that must ask the primary, once
+    asked = rng.choice((primary, other))
+    request = {
+        "resubmit": {"node": asked, "database": database, "start": f"-{start}", "end": f"-{end}"}
+    }
+    ops.append(
+        Drawn(
+            f"resubmit {database} on {asked}, {refs[1]} to {refs[3]}",
+            # then heartbeats on the moving clock: a request asked again would be served again
+            (request, {"wait": "5s"}, {"advance": "5m"}, {"wait": "3s"}),
+            behaviours=("SN-5",),
+        )
+    )
+    return ops
+
+
+def _taken_first_drill(
+    rng: random.Random, ref: str, primary: str, databases: dict[str, str], sink: str
+) -> list[Drawn]:
+    """The next hop defers one recipient and takes another of another database; after
+    the retry, a resubmission for the taken one's database must bring its copy back."""
+    deferred, taken = rng.sample(sorted(databases), 2)
+    while databases[deferred] == databases[taken]:
+        deferred, taken = rng.sample(sorted(databases), 2)
+    day = ({"set_settings": {"values": {"SafetyNetHoldTime": "1d"}}}, {"wait": "3s"})
+    busy = "451 4.2.1 mailbox busy, try later"
+    steps: tuple[dict[str, Any], ...] = (
+        {"sink": {"name": sink, "rcpt": {deferred: busy}}},
+        {"send": {"id": ref, "via": primary, "to": [deferred, taken], "timeout": "20s"}},
+        {"wait": {"delivered": ref, "timeout": "10s"}},
+        {"wait": "1s"},
+        {"sink": {"name": sink, "reply": "accept"}},
+        # on a virtual clock the retry waits for the clock
+        {"advance": "1m"},
+        {"wait": "3s"},
+    )
+    database = databases[taken]
+    # a minute on again: the message's last delivery (the retry) is inside the window too
+    request = {"resubmit": {"node": primary, "database": database, "start": "-1h", "end": "now"}}
+    return [
+        Drawn("SafetyNetHoldTime=1d", day, behaviours=("SN-3",)),
+        Drawn(f"{sink} defers {deferred}; send {ref} via {primary}", steps, behaviours=("SN-5",)),
+        Drawn(
+            f"resubmit {database} on {primary}, {taken} taken first",
+            ({"advance": "1m"}, request, {"wait": "5s"}),
+            behaviours=("SN-5",),
+        ),
+    ]
 
 
 def safety_net_drill(
@@ -107,6 +200,10 @@ def safety_net_drill(
             Drawn(f"restart {primary}", ({"restart": primary}, wait), ("up", primary)),
         ]
         return ops
+    if kind == "taken":
+        return _taken_first_drill(rng, ref, primary, databases, sinks[0])
+    if kind == "window":
+        return _window_drill(rng, ref, primary, shadow, rcpt, database)
     if kind == "recreated":
         request["resubmit"]["node"] = primary
         return [

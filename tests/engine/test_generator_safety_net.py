@@ -4,6 +4,7 @@ written as a scenario the suite loads."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pytest_shadowcheck.engine.generator import plan, untestable_by_exploration
@@ -19,13 +20,15 @@ def _kinds(capabilities: frozenset[str], seeds: range) -> set[str]:
             drawn = plan(seed, index, capabilities=capabilities, length=16)
             labels = " | ".join(op.label for op in drawn.operations)
             found |= {"broadcast"} if "advance 11h50m" in labels else set()
-            found |= {"recreated"} if "b via" in labels else set()
+            found |= {"recreated"} if re.search(r"b via \S+, delivered, seen by", labels) else set()
             found |= {"expiry"} if "expiry 7d/2d" in labels else set()
+            found |= {"window"} if re.search(r"resubmit \S+ on \S+, m", labels) else set()
+            found |= {"taken"} if "taken first" in labels else set()
     return found
 
 
 def test_every_drill_is_drawn_for_a_target_that_can_do_it() -> None:
-    assert _kinds(ALL, range(1, 12)) == {"broadcast", "recreated", "expiry"}
+    assert _kinds(ALL, range(1, 12)) == {"broadcast", "recreated", "expiry", "window", "taken"}
 
 
 def test_no_drill_without_a_virtual_clock_and_the_behaviours_say_why() -> None:
@@ -48,3 +51,35 @@ def test_a_drill_is_a_scenario_that_looks_at_the_shadow_safety_net(tmp_path: Pat
     ]
     assert looks and {"SN-4", "SN-7", "SN-8", "SN-11"} <= set(scenario.behaviours)
     assert any(s.kind == "resubmit" for s in scenario.steps)
+
+
+def test_a_window_drill_puts_its_edges_on_two_of_its_messages_to_the_second(
+    tmp_path: Path,
+) -> None:
+    """SN-5's window is half-open: the drill's resubmission must start exactly when its
+    second message was processed and end exactly when its fourth was, on the virtual
+    clock the scenario moves (nothing else moves it while a drill runs)."""
+    drills = 0
+    for seed in range(1, 12):
+        for index in range(6):
+            drawn = plan(seed, index, capabilities=ALL, length=16)
+            labels = [
+                re.search(r"resubmit \S+ on \S+, (m\d+)b to", op.label) for op in drawn.operations
+            ]
+            firsts = [found.group(1) for found in labels if found]
+            if not firsts:
+                continue
+            clock, sent = 0.0, {}
+            for step in drawn.scenario(directory=tmp_path).steps:
+                if step.kind == "advance":
+                    clock += step.arg.seconds
+                elif step.kind == "send":
+                    sent[step.arg.id] = clock
+                elif step.kind == "resubmit" and step.arg.end.written != "now":
+                    first = firsts.pop(0)
+                    a, b, c, d = (sent[first + s] for s in ("", "b", "c", "d"))
+                    start, end = step.arg.start.on(clock), step.arg.end.on(clock)
+                    assert (a, b, d) == (b - 1, start, end), (drawn.name, sent, start, end)
+                    assert b < c < d and c - b >= 60, (drawn.name, sent)
+                    drills += 1
+    assert drills >= 2

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pytest_shadowcheck.checks.model.expiry import expiry_governs
 from pytest_shadowcheck.checks.model.refusals import may_be_refused
 from pytest_shadowcheck.checks.model.rules import DELIVERY_ALLOWANCE
 from pytest_shadowcheck.checks.model.state import seconds
@@ -390,6 +391,11 @@ def safety_net_rule(j: Judge, m: Sent) -> None:
             ) != {True}:
                 continue
             if not j.copy_kept(m, snap.node, snap.t):
+                continue
+            if expiry_governs(j, m, snap.node, done):
+                # the copy may have expired before the discard could move it (SN-4):
+                # then there is nothing to keep (seed 2027: a week-long cut, then a
+                # look at the Shadow Safety Net)
                 continue
             behaviour, after = "SN-2", done + beat + j.slack
         else:

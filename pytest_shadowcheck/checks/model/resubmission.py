@@ -1,5 +1,5 @@
 """Rules about resubmission from Safety Net (the ``resubmit`` step): SN-5 (every message
-of the database inside the window is delivered again, none outside), SN-12 (never one
+of the database inside the window is delivered again, once, none outside), SN-12 (never one
 that crossed the boundary) and SN-9 (no DSN from a resubmission).
 
 The window is on the nodes' clock and half-open, ``[start, end)``: it takes what was
@@ -116,6 +116,7 @@ def resubmission_rule(j: Judge, m: Sent) -> None:
             if got[0].t < applied.t:
                 _owed_again(j, m, rcpt, database, applied, got)
         _not_again(j, m, rcpt, database, requests, got)
+        _once_per_request(j, m, rcpt, database, requests, got)
 
 
 def _owed_again(
@@ -212,6 +213,48 @@ def _not_again(
         f"{rcpt} got {m.ref} again at {j.when(again.t)} (by {again.by}), after it was "
         f"delivered at {j.when(got[0].t)}",
         again.t,
+    )
+
+
+def _once_per_request(
+    j: Judge,
+    m: Sent,
+    rcpt: str,
+    database: str | None,
+    requests: list[AppliedStep],
+    got: list[Delivery],
+) -> None:
+    """A request resubmits a message once: more deliveries after the first than requests
+    that took it, with nothing else that could send it again, are a request served more
+    than once (a coordinator asking its primary again after the primary answered)."""
+    if len(got) < 3 or database is None or any(a.t < got[0].t for a in requests):
+        return
+    last = got[-1]
+    if j.tl.node_states(m.via, got[0].t, last.t) != {"up"}:
+        return
+    if j.tl.changed(m.t_send - j.slack, last.t, {m.via, *j.candidates(m.via, m.t_send, last.t)}):
+        return
+    taking = 0
+    for applied in requests:
+        if applied.t > last.t or applied.step.arg.database != database:
+            continue
+        placed = _placed(j, applied, got[0])
+        if placed is None:
+            return
+        taking += placed[0] == "in"
+    if len(got) - 1 <= taking:
+        return
+    j.exercised["SN-5"] += 1
+    extra = got[taking + 1]
+    j.diverged(
+        "SN-5",
+        f"a resubmission request takes a message once: {rcpt} gets {m.ref} again "
+        f"{taking} time{'s' * (taking != 1)} after its delivery, one for each request that "
+        f"takes it",
+        f"{rcpt} got {m.ref} {len(got)} times, at "
+        + ", ".join(j.when(d.t) for d in got)
+        + f"; the delivery at {j.when(extra.t)} (by {extra.by}) answers no request",
+        extra.t,
     )
 
 

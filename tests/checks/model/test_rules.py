@@ -499,6 +499,19 @@ def test_sn5_none_outside_the_window(tmp_path: Path) -> None:
     assert "got m1 again" in found.observed
 
 
+def test_sn5_a_request_resubmits_a_message_once(tmp_path: Path) -> None:
+    # "... every Safety Net message for that database inside the window is resubmitted":
+    # once a request (a coordinator asking its primary again after it answered, as
+    # remote-primary-answer-not-recorded does, resubmits the window at every heartbeat)
+    twice = (("m2", "alice@corp.test"),) * 2
+    found = resubmitted(tmp_path, DB1, *twice).explain().divergence
+    assert found is not None and found.behaviour == "SN-5"
+    assert "takes a message once" in found.expected and "again 1 time after" in found.expected
+    assert "got m2 3 times" in found.observed and "answers no request" in found.observed
+    ok = resubmitted(tmp_path, DB1, ("m2", "alice@corp.test")).explain()
+    assert ok.divergence is None
+
+
 def test_sn12_a_message_that_crossed_the_boundary_is_never_resubmitted(tmp_path: Path) -> None:
     # "A message that crossed the boundary successfully is never resubmitted from Safety Net."
     found = resubmitted(tmp_path, DB3, ("m3", "frank@branch.test")).explain().divergence

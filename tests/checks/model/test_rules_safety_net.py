@@ -178,6 +178,45 @@ def test_sn4_an_unacknowledged_copy_outlives_the_hold_time(tmp_path: Path) -> No
     assert gone.divergence is None and gone.exercised["SN-4"] == 0
 
 
+def expired_then_delivered(tmp_path: Path, advance: str, *kept: str) -> Built:
+    """As ``unacknowledged``, then the link healed after ``advance``: m1 is delivered and
+    mbx2's Shadow Safety Net looked at."""
+    b = Built(
+        tmp_path,
+        "settings: {SafetyNetHoldTime: 1h}\n"
+        "steps:\n  - set_settings: {nodes: [mbx1], values: {MessageExpirationTimeout: 7d}}\n"
+        "  - set_settings: {nodes: [mbx2], values: {MessageExpirationTimeout: 2d}}\n"
+        "  - fault: {link: mbx1->mailbox, kind: cut}\n  - wait: 3s\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n  - wait: 1s\n"
+        f"  - advance: {advance}\n  - wait: 2s\n  - heal: mbx1->mailbox\n  - wait: 5s\n"
+        "  - snapshot: {node: mbx2, queue: safetynet_shadow}\n",
+        topology="two-node-dag-virtual",
+    )
+    b.steps(0.1, 0.2, 0.3, 0.4)
+    b.step(3.4)
+    b.reply(3.5, "mbx1", 250)
+    b.steps(3.6, 4.6, 4.7, 6.7, 6.8)
+    b.delivered(7.0, "m1", "mbx1", "alice@corp.test")
+    b.step(11.8)
+    b.looked(11.9, "mbx2", "safetynet_shadow", *kept)
+    return b
+
+
+def test_sn2_not_judged_for_a_copy_that_may_have_expired_before_its_delivery(
+    tmp_path: Path,
+) -> None:
+    # "After DI-4 the shadow keeps the message in its Shadow Safety Net" - a copy it
+    # still holds: past SafetyNetHoldTime + MessageExpirationTimeout it may have expired
+    # (SN-4) before the delivery's discard, and then there is nothing to keep (the
+    # reference, seed 2027 of the slice)
+    found = expired_then_delivered(tmp_path, "1h - 5m").explain().divergence
+    assert found is not None and found.behaviour == "SN-2", found
+    assert "Shadow Safety Net of mbx2 did not hold it" in found.observed
+    assert expired_then_delivered(tmp_path, "1h - 5m", "m1").explain().divergence is None
+    gone = expired_then_delivered(tmp_path, "2d + 1h + 5m").explain()
+    assert gone.divergence is None and gone.exercised["SN-2"] == 0
+
+
 # -- SN-11: a Shadow Safety Net copy categorised afresh ----------------------------------
 
 
