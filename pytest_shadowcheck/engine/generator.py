@@ -208,6 +208,8 @@ class Drawer:
         #: how long the cluster needs after a fault ends (ExplorationPlan.recovery)
         self.recovery = 10.0
         self.resubmits = 0
+        #: the Safety Net drills drawn so far (a second of one kind finds little new)
+        self.drilled: set[str] = set()
         #: nodes that accepted mail while a next-hop fault was on: they may hold it
         self.holding: set[str] = set()
         #: the node fault on was already waited out past the promotion window
@@ -645,16 +647,20 @@ def _drills(drawer: Drawer, quiet: bool) -> list[str]:
     return [
         k
         for k in kinds
-        if (k != "recreated" or not drawer.single_holder) and (k != "taken" or one_hop)
+        if (k != "recreated" or not drawer.single_holder)
+        and (k != "taken" or one_hop)
+        and k not in drawer.drilled
     ]
 
 
 def _drill(drawer: Drawer, kinds: list[str], settings: dict[str, Any]) -> list[Operation]:
     drawer.resubmits += 1
     drawer.sent += 1
+    kind = drawer.rng.choice(kinds)
+    drawer.drilled.add(kind)
     databases = {r: str(d) for r, d in drawer.databases.items()}
     drill = safety_net_drill(
-        drawer.rng, kinds=kinds, nodes=drawer.nodes, databases=databases, sinks=drawer.sinks,
+        drawer.rng, kinds=[kind], nodes=drawer.nodes, databases=databases, sinks=drawer.sinks,
         ref=f"m{drawer.sent}", recovery=drawer.recovery, hold=float(settings["SafetyNetHoldTime"]),
     )  # fmt: skip
     return [Operation(*drawn) for drawn in drill]
