@@ -210,6 +210,10 @@ class Drawer:
         self.resubmits = 0
         #: the Safety Net drills drawn so far (a second of one kind finds little new)
         self.drilled: set[str] = set()
+        #: whether the split-discards drill ran (once a scenario)
+        self.split = False
+        #: whether the group drill ran (its scenario then judges SN-10 alone)
+        self.grouped = False
         #: nodes that accepted mail while a next-hop fault was on: they may hold it
         self.holding: set[str] = set()
         #: the node fault on was already waited out past the promotion window
@@ -462,6 +466,10 @@ def plan(
     ops: list[Operation] = []
     temp = ExplorationPlan(seed, index, topology, settings, ops, capabilities)
     ops += [Operation(*added) for added in boundary.first(temp.recovery(ops))]
+    if not ops and random.Random(f"shadowcheck-explore-split:{seed}:{index}").random() < 0.5:
+        # half the scenarios where one primary's copies can be split over two shadows
+        # start with the split-discards drill (drawn later, it is rarely drawn at all)
+        ops += _split(drawer, topology, settings)
 
     def drawn_apart() -> int:  # what the drills of their own streams added
         return wire.drawn + durable.drawn + lagged.drawn + grouped.drawn + boundary.drawn
@@ -491,6 +499,15 @@ def plan(
             topology_data(topology), drawer.state.answering()
         ):
             weights.append(("placement", 2))
+        if (
+            quiet
+            and not drawer.split
+            and drawer.can("pause")
+            and drawer.can("set_settings")
+            and generator_placement.splits(topology_data(topology), drawer.state.answering())
+        ):
+            # one primary's copies on two shadows, one frozen as both discards fall due
+            weights.append(("split", 3))
         if not drawer.state.faulted("hop"):
             # where messages fork over next hops, the deferred fork is the topology's point
             # (CR-10: the copy kept until every fork is done)
@@ -548,6 +565,9 @@ def plan(
             )
             if drawer.state.faulted("hop"):
                 drawer.holding.add(op.steps[0]["send"]["via"])
+        elif kind == "split":
+            *split, op = _split(drawer, topology, settings)
+            ops += split
         elif kind == "without_route":
             drawer.sent += 1
             for drawn in generator_placement.without_route(
@@ -616,13 +636,18 @@ def plan(
         changed = lagged.after(drawer.state.answering(), hold)
         if changed:
             ops.append(Operation(changed[0], changed[1], behaviours=changed[2]))
-        regrouped = grouped.after(
-            quiet=drawer.state.quiet(),
-            answering=drawer.state.answering(),
-            recovery=temp.recovery(ops),
-            length=length,
-        )
+        # the group drill's directory change leaves only SN-10 judged in its scenario
+        # (checks/model): never where a Safety Net drill ran, whose rules it would void
+        regrouped = None
+        if not drawer.drilled:
+            regrouped = grouped.after(
+                quiet=drawer.state.quiet(),
+                answering=drawer.state.answering(),
+                recovery=temp.recovery(ops),
+                length=length,
+            )
         if regrouped:
+            drawer.grouped = True
             ops.append(Operation(regrouped[0], regrouped[1], behaviours=regrouped[2]))
         state = drawer.state
         quiet, copies = state.quiet(), drawer.redundancy
@@ -634,11 +659,27 @@ def plan(
     return temp
 
 
+def _split(drawer: Drawer, topology: str, settings: dict[str, Any]) -> list[Operation]:
+    """The split-discards drill (engine/generator_placement.py) where the topology and
+    the target allow it (none elsewhere)."""
+    data = topology_data(topology)
+    vias = generator_placement.splits(data, drawer.state.answering())
+    if drawer.split or not vias or not (drawer.can("pause") and drawer.can("set_settings")):
+        return []
+    drawer.sent += 1
+    drawer.split = True
+    preference = str(settings.get("ShadowMessagePreferenceSetting", "PreferRemote"))
+    drawn = generator_placement.split_discards(
+        drawer.rng, f"m{drawer.sent}", vias, data, preference
+    )
+    return [Operation(*d) for d in drawn]
+
+
 def _drills(drawer: Drawer, quiet: bool) -> list[str]:
     """The Safety Net drills (engine/generator_safety_net.py) the target can do now: once
     a plan or twice, on a virtual clock, in a quiet cluster, never where a wipe could lose
     mail."""
-    if not (drawer.virtual and quiet and drawer.resubmits < 2):
+    if not (drawer.virtual and quiet and drawer.resubmits < 2) or drawer.grouped:
         return []
     have = drawer.capabilities
     kinds = [k for k, need in DRILLS.items() if SAFETY_NET_CAPABILITIES | need <= have]

@@ -26,6 +26,8 @@ __all__ = [
     "placement_vias",
     "refuse_for_good",
     "single_site_preference",
+    "split_discards",
+    "splits",
     "start_settings",
     "unrouted",
     "without_route",
@@ -179,6 +181,76 @@ def placement_send(
     via = rng.choice(vias)
     spec = {"id": ref, "via": via, "to": [rng.choice(recipients)], "timeout": "20s"}
     return f"send {ref} via {via} (placement)", ({"send": spec},), ("", ""), ("CR-7",)
+
+
+def splits(topology: dict[str, Any], answering: list[str]) -> list[str]:
+    """The nodes whose copies can be split over two shadows: in a DAG over two AD sites,
+    with a peer in the node's own site and one in another (placement_vias)."""
+    if any(spec.get("dag") is None for spec in topology["nodes"].values()):
+        return []
+    return placement_vias(topology, answering)
+
+
+def split_discards(
+    rng: random.Random, ref: str, vias: list[str], topology: dict[str, Any], preference: str
+) -> list[Drawn]:
+    """DI-3: a primary with copies on two shadows whose notifications fall due at once,
+    one shadow frozen: the other's queries must get only its own. The next hop defers
+    everything; a message's copy goes to the remote-site shadow, the link to it is cut
+    for a second message, whose copy falls back to the local one; the link healed, the
+    local shadow paused, the next hop accepting: the remote shadow asks alone while both
+    notifications are due. Everything is back as it was at the end, ``preference`` too
+    (the drill sets PreferRemote while the cluster runs where another is in force)."""
+    nodes = topology["nodes"]
+    via = rng.choice(vias)
+    site = nodes[via].get("site")
+    local = rng.choice(sorted(n for n in nodes if n != via and nodes[n].get("site") == site))
+    remote = rng.choice(sorted(n for n in nodes if nodes[n].get("site") != site))
+    hops = topology["next_hops"]
+    rcpt = rng.choice(
+        sorted(
+            r
+            for r in topology["directory"]["recipients"]
+            if hops.get(r.rsplit("@", 1)[-1], {}).get("sink")
+            and hops[r.rsplit("@", 1)[-1]].get("kind") != "boundary"
+        )
+    )
+    sink = hops[rcpt.rsplit("@", 1)[-1]]["sink"]
+    first, second = ref, f"{ref}b"
+    link = f"{via}->{remote}"
+    prefer: tuple[dict[str, Any], ...] = ()
+    restore: tuple[dict[str, Any], ...] = ()
+    if preference != "PreferRemote":
+        name = "ShadowMessagePreferenceSetting"
+        prefer = ({"set_settings": {"values": {name: "PreferRemote"}}}, {"wait": "2s"})
+        restore = ({"set_settings": {"values": {name: preference}}}, {"wait": "2s"})
+    copies: tuple[dict[str, Any], ...] = (
+        *prefer,
+        {"sink": {"name": sink, "reply": "451 4.3.0 mailbox busy, try later"}},
+        {"send": {"id": first, "via": via, "to": [rcpt], "timeout": "20s"}},
+        {"wait": "1s"},
+        {"fault": {"link": link, "kind": "cut"}},
+        {"send": {"id": second, "via": via, "to": [rcpt], "timeout": "20s"}},
+        {"heal": link},
+        {"wait": "1s"},
+    )
+    release: tuple[dict[str, Any], ...] = (
+        {"pause": local},
+        {"sink": {"name": sink, "reply": "accept"}},
+        {"wait": "4s"},
+        {"resume": local},
+        {"wait": "3s"},
+        *restore,
+    )
+    return [
+        (
+            f"split copies: {first} via {via} to {remote}, {second} to {local} ({link} cut)",
+            copies,
+            ("", ""),
+            ("CR-7",),
+        ),
+        (f"discards due, {local} paused: {remote} asks alone", release, ("", ""), ("DI-3",)),
+    ]
 
 
 def unrouted(topology: dict[str, Any]) -> list[tuple[str, str]]:

@@ -383,3 +383,47 @@ def test_a_change_the_mta_must_reject_names_the_limit_it_conflicts_with() -> Non
         assert set(values) == {"ReceiveConnectionInactivityTimeout", "ReceiveConnectionTimeout"}
         idle, whole = (parse_duration(values[k], None) for k in sorted(values))  # type: ignore[arg-type]
         assert idle >= whole, values
+
+
+def test_a_split_discards_drill_splits_one_primarys_copies_and_leaves_all_as_it_was() -> None:
+    """DI-3 (hands-out-every-notification is found by nothing else): in a DAG over two
+    sites, a primary's copies on its remote and its local shadow, the local one frozen
+    while both notifications fall due; the next hop, the cut link, the frozen node and the
+    site preference are back as they were when the drill ends."""
+    drills = 0
+    for index in range(40):
+        explored = plan(11, index, capabilities=ALL, length=16)
+        labels = [op.label for op in explored.operations]
+        at = next((i for i, label in enumerate(labels) if label.startswith("split copies")), None)
+        if at is None:
+            continue
+        drills += 1
+        nodes = topology_data(explored.topology)["nodes"]
+        steps = [step for op in explored.operations[at : at + 2] for step in op.steps]
+        kinds = [next(iter(step)) for step in steps]
+        (cut,) = [s["fault"]["link"] for s in steps if "fault" in s]
+        via, remote = cut.split("->")
+        (paused,) = [s["pause"] for s in steps if "pause" in s]
+        assert nodes[via]["site"] != nodes[remote]["site"]
+        assert nodes[paused]["site"] == nodes[via]["site"] and paused != via
+        assert {"heal": cut} in steps and {"resume": paused} in steps
+        assert kinds.index("fault") < kinds.index("heal") < kinds.index("pause")
+        replies = [s["sink"]["reply"] for s in steps if "sink" in s]
+        assert replies[0].startswith("451") and replies[-1] == "accept"
+        sends = [s["send"] for s in steps if "send" in s]
+        assert len(sends) == 2 and {s["via"] for s in sends} == {via}
+        preference = explored.settings.get("ShadowMessagePreferenceSetting", "PreferRemote")
+        changes = [s["set_settings"]["values"] for s in steps if "set_settings" in s]
+        name = "ShadowMessagePreferenceSetting"
+        if preference == "PreferRemote":
+            assert changes == []
+        else:
+            assert changes == [{name: "PreferRemote"}, {name: preference}], changes
+    assert drills >= 3
+    # never for a target that cannot freeze a node or change a setting while it runs
+    for capabilities in (ALL - {"pause"}, ALL - {"set_settings"}):
+        for index in range(40):
+            labels = [
+                op.label for op in plan(11, index, capabilities=capabilities, length=16).operations
+            ]
+            assert not any(label.startswith("split copies") for label in labels)
