@@ -405,9 +405,13 @@ def safety_net_rule(j: Judge, m: Sent) -> None:
         hold = j.tl.one_setting(snap.node, "SafetyNetHoldTime", done, snap.t)
         if not isinstance(hold, int | float):
             continue
-        # a resubmitted copy enters the Safety Net again when it is delivered again
+        # a resubmitted copy may enter the Safety Net again when it is delivered again
+        # (the catalogue does not say): it must stay for SafetyNetHoldTime from its first
+        # delivery, and may stay for as long from its last (seed 11, scenario 27: the
+        # reference keeps no resubmitted copy)
         latest = max(d.t for d in m.deliveries if d.t <= snap.t - j.slack)
-        least, most = j.tl.timer_elapsed(latest, snap.t - j.slack)
+        least, _ = j.tl.timer_elapsed(latest, snap.t - j.slack)
+        _, most = j.tl.timer_elapsed(done, snap.t - j.slack)
         if _resubmitted(j, snap.t):
             least = j.tl.timer_elapsed(_since_resubmission(j, m, snap.t), snap.t - j.slack)[0]
         if most < hold:

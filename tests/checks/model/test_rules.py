@@ -437,6 +437,40 @@ def test_sn3_safety_net_lets_go_after_the_hold_time(tmp_path: Path) -> None:
     assert ok.divergence is None and ok.exercised["SN-3"] == 1
 
 
+def test_sn1_a_resubmitted_copy_need_not_enter_the_safety_net_again(tmp_path: Path) -> None:
+    # "... the message moves ... to the Primary Safety Net": the catalogue does not say
+    # whether a copy resubmitted and delivered again enters it again, so the entry must
+    # stay SafetyNetHoldTime from the first delivery, not from the last (the reference
+    # keeps no resubmitted copy; seed 11, scenario 27)
+    def run(advance: str, *held: str) -> Built:
+        b = Built(
+            tmp_path,
+            "settings: {SafetyNetHoldTime: 1h}\n"
+            "steps:\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n  - wait: 1s\n"
+            "  - advance: 30m\n"
+            "  - resubmit: {node: mbx1, database: DB1, start: -1h, end: now}\n  - wait: 4s\n"
+            f"  - advance: {advance}\n  - wait: 3s\n"
+            "  - snapshot: {node: mbx1, queue: safetynet_primary}\n",
+            topology="two-node-dag-virtual",
+        )
+        b.step(1.0)
+        b.reply(1.1, "mbx1", 250)
+        b.delivered(1.2, "m1", "mbx1", "alice@corp.test")
+        b.steps(1.3, 2.3, 2.4)
+        b.delivered(2.6, "m1", "mbx1", "alice@corp.test")
+        b.steps(6.4, 6.5)
+        b.step(9.5)
+        b.looked(9.6, "mbx1", "safetynet_primary", *held)
+        return b
+
+    # 45 minutes after the resubmitted copy, 75 after the first: either may be the case
+    assert run("45m").explain().divergence is None
+    assert run("45m", "m1").explain().divergence is None
+    # 20 minutes after the resubmitted copy, 50 after the first: the first entry is owed
+    found = run("20m").explain().divergence
+    assert found is not None and found.behaviour == "SN-1", found
+
+
 # -- SN-5, SN-12, SN-9: resubmission from Safety Net ------------------------------------
 
 
