@@ -211,7 +211,17 @@ def safety_net_drill(
             _delivered(ref, primary, rcpt, shadow, ("SN-2",)),
             Drawn(
                 f"wipe {primary}",
-                ({"advance": "5m"}, {"wipe": primary}, wait, {"advance": "5m"}),
+                # waits of more than the model's slack around the second advance: the
+                # new database's creation is then known to be before it, and the message
+                # after it is not sent at the node's return (SN-8 judges it)
+                (
+                    {"advance": "5m"},
+                    {"wipe": primary},
+                    wait,
+                    {"wait": "3s"},
+                    {"advance": "5m"},
+                    {"wait": "3s"},
+                ),
                 ("up", primary),
                 ("SN-8",),
             ),

@@ -77,10 +77,10 @@ def test_sn7_nothing_from_a_shadow_before_the_12_hours(tmp_path: Path) -> None:
 # -- SN-8: a partial window after the queue database was recreated ------------------------
 
 
-def recreated(tmp_path: Path, *again: tuple[float, str, str]) -> Built:
+def recreated(tmp_path: Path, *again: tuple[float, str, str], tail: str = "") -> Built:
     """m1 delivered by mbx1 and seen in mbx2's Shadow Safety Net; 5 minutes later mbx1's
     queue database recreated; 5 minutes later m2 likewise; a request to mbx1 for the last
-    hour; ``again``: redeliveries (t, ref, by)."""
+    hour; ``again``: redeliveries (t, ref, by); ``tail``: one step more, at +16s."""
     b = Built(
         tmp_path,
         "steps:\n  - set_settings: {values: {SafetyNetHoldTime: 1d}}\n"
@@ -91,7 +91,7 @@ def recreated(tmp_path: Path, *again: tuple[float, str, str]) -> Built:
         "  - advance: 2m\n  - snapshot: {node: mbx2, queue: safetynet_shadow}\n"
         "  - advance: 1m\n"
         '  - resubmit: {node: mbx1, database: DB1, start: "-1h", end: "now"}\n'
-        "  - wait: 8s\n  - snapshot: {node: mbx1, queue: active}\n",
+        "  - wait: 8s\n  - snapshot: {node: mbx1, queue: active}\n" + tail,
         topology="two-node-dag-virtual",
     )
     b.step(0.1)
@@ -113,6 +113,8 @@ def recreated(tmp_path: Path, *again: tuple[float, str, str]) -> Built:
         b.delivered(t, ref, by, "alice@corp.test")
     b.step(15.5)
     b.looked(15.6, "mbx1", "active")
+    if tail:
+        b.step(16.0)
     return b
 
 
@@ -135,6 +137,19 @@ def test_sn8_the_part_after_the_creation_never_comes_from_a_shadow(tmp_path: Pat
     assert found is not None and found.behaviour == "SN-8"
     assert "broadcasts only the part of the window before that creation" in found.expected
     assert "got m2 again" in found.observed and "from mbx2" in found.observed
+
+
+def test_sn8_what_happens_after_the_requests_deadline_excuses_nothing(tmp_path: Path) -> None:
+    # a node killed once the request's deadline is past cannot have caused mbx2's
+    # redelivery of m2 before it (seed 11, scenario 27: the rest of the scenario's faults
+    # left SN-8 unjudged)
+    b = recreated(
+        tmp_path, (7.6, "m2", "mbx1"), (7.7, "m1", "mbx2"), (7.8, "m2", "mbx2"),
+        tail="  - kill: mbx2\n",
+    )  # fmt: skip
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "SN-8", found
+    assert "got m2 again" in found.observed
 
 
 # -- SN-4: an unacknowledged shadow copy expires after hold + expiration -------------------
