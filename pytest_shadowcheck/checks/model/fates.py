@@ -397,6 +397,11 @@ def safety_net_rule(j: Judge, m: Sent) -> None:
                 # then there is nothing to keep (seed 2027: a week-long cut, then a
                 # look at the Shadow Safety Net)
                 continue
+            # the shadow learns of the delivery at its next heartbeat, on the nodes' clock:
+            # a virtual one must have moved a heartbeat's worth (seed 11, scenario 31: 15 s
+            # of real time without an advance, and rightly no query)
+            if j.tl.timer_elapsed(done, snap.t - j.slack)[0] < beat:
+                continue
             behaviour, after = "SN-2", done + beat + j.slack
         else:
             continue

@@ -193,9 +193,10 @@ def test_sn4_an_unacknowledged_copy_outlives_the_hold_time(tmp_path: Path) -> No
     assert gone.divergence is None and gone.exercised["SN-4"] == 0
 
 
-def expired_then_delivered(tmp_path: Path, advance: str, *kept: str) -> Built:
-    """As ``unacknowledged``, then the link healed after ``advance``: m1 is delivered and
-    mbx2's Shadow Safety Net looked at."""
+def expired_then_delivered(tmp_path: Path, advance: str, *kept: str, then: str = "1m") -> Built:
+    """As ``unacknowledged``, then the link healed after ``advance``: m1 is delivered, the
+    clock moved ``then`` (the heartbeat that tells mbx2) and mbx2's Shadow Safety Net
+    looked at."""
     b = Built(
         tmp_path,
         "settings: {SafetyNetHoldTime: 1h}\n"
@@ -203,7 +204,8 @@ def expired_then_delivered(tmp_path: Path, advance: str, *kept: str) -> Built:
         "  - set_settings: {nodes: [mbx2], values: {MessageExpirationTimeout: 2d}}\n"
         "  - fault: {link: mbx1->mailbox, kind: cut}\n  - wait: 3s\n"
         "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n  - wait: 1s\n"
-        f"  - advance: {advance}\n  - wait: 2s\n  - heal: mbx1->mailbox\n  - wait: 5s\n"
+        f"  - advance: {advance}\n  - wait: 2s\n  - heal: mbx1->mailbox\n  - wait: 1s\n"
+        f"  - advance: {then}\n  - wait: 4s\n"
         "  - snapshot: {node: mbx2, queue: safetynet_shadow}\n",
         topology="two-node-dag-virtual",
     )
@@ -212,7 +214,7 @@ def expired_then_delivered(tmp_path: Path, advance: str, *kept: str) -> Built:
     b.reply(3.5, "mbx1", 250)
     b.steps(3.6, 4.6, 4.7, 6.7, 6.8)
     b.delivered(7.0, "m1", "mbx1", "alice@corp.test")
-    b.step(11.8)
+    b.steps(7.8, 7.9, 11.8)
     b.looked(11.9, "mbx2", "safetynet_shadow", *kept)
     return b
 
@@ -230,6 +232,19 @@ def test_sn2_not_judged_for_a_copy_that_may_have_expired_before_its_delivery(
     assert expired_then_delivered(tmp_path, "1h - 5m", "m1").explain().divergence is None
     gone = expired_then_delivered(tmp_path, "2d + 1h + 5m").explain()
     assert gone.divergence is None and gone.exercised["SN-2"] == 0
+
+
+def test_sn2_on_a_virtual_clock_the_shadow_learns_of_a_delivery_at_its_next_heartbeat(
+    tmp_path: Path,
+) -> None:
+    # "After DI-4 the shadow keeps the message in its Shadow Safety Net": DI-4 comes with
+    # the shadow's discard query, every ShadowHeartbeatFrequency on the nodes' clock; a
+    # virtual clock that has not moved since the delivery has rung no heartbeat (the
+    # reference, seed 11, scenario 31)
+    still = expired_then_delivered(tmp_path, "1h - 5m", then="0.2s").explain()
+    assert still.divergence is None and still.exercised["SN-2"] == 0
+    moved = expired_then_delivered(tmp_path, "1h - 5m", then="1s").explain().divergence
+    assert moved is not None and moved.behaviour == "SN-2"
 
 
 # -- SN-11: a Shadow Safety Net copy categorised afresh ----------------------------------
