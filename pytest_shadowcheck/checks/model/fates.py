@@ -369,6 +369,21 @@ def _copy_never_acknowledged(j: Judge, m: Sent, shadow: str) -> bool:
     return True
 
 
+def _heartbeat_after(j: Judge, t: float, beat: float) -> float:
+    """When a shadow's heartbeat surely came after ``t``: a heartbeat later on a real
+    clock; on a virtual one at the end of the advance that took the clock a heartbeat past
+    ``t`` (the clock stands still between advances, and so do the heartbeats)."""
+    if j.tl.scenario.topology.clock != "virtual":
+        return t + beat
+    moved = 0.0
+    for s in j.tl.steps:
+        if s.step.kind == "advance" and s.t >= t:
+            moved += s.step.arg.seconds
+            if moved >= beat:
+                return s.t_next
+    return j.tl.end
+
+
 def safety_net_rule(j: Judge, m: Sent) -> None:
     """SN-1 / SN-2: a delivered message is kept in the primary's Safety Net and its
     shadow's Shadow Safety Net; SN-3: until SafetyNetHoldTime, then no longer."""
@@ -378,6 +393,7 @@ def safety_net_rule(j: Judge, m: Sent) -> None:
     for snap in j.obs.snapshots:
         if snap.t <= done + j.slack:
             continue
+        heartbeat = 0.0
         if snap.queue == "safetynet_primary" and snap.node == m.via:
             behaviour, after = "SN-1", done + j.slack
         elif (
@@ -403,6 +419,7 @@ def safety_net_rule(j: Judge, m: Sent) -> None:
             if j.tl.timer_elapsed(done, snap.t - j.slack)[0] < beat:
                 continue
             behaviour, after = "SN-2", done + beat + j.slack
+            heartbeat = float(beat)
         else:
             continue
         if snap.t < after or len(j.tl.database_ids(snap.node, done, snap.t)) > 1:
@@ -415,6 +432,9 @@ def safety_net_rule(j: Judge, m: Sent) -> None:
         # delivery, and may stay for as long from its last (seed 11, scenario 27: the
         # reference keeps no resubmitted copy)
         latest = max(d.t for d in m.deliveries if d.t <= snap.t - j.slack)
+        if behaviour == "SN-2":
+            # the shadow's entry dates from the heartbeat that told it
+            latest = _heartbeat_after(j, latest, heartbeat)
         least, _ = j.tl.timer_elapsed(latest, snap.t - j.slack)
         _, most = j.tl.timer_elapsed(done, snap.t - j.slack)
         if _resubmitted(j, snap.t):

@@ -266,3 +266,35 @@ def test_sn11_a_resubmitted_shadow_copy_is_categorised_afresh(tmp_path: Path) ->
     # an MTA whose own delivery shows no stamp is not judged
     unstamped = unavailable(tmp_path, (3.6, "mbx2"), stamps=((), ())).explain()
     assert unstamped.divergence is None and unstamped.exercised["SN-11"] == 0
+
+
+def test_sn3_a_shadow_safety_net_entry_dates_from_the_heartbeat_that_told_the_shadow(
+    tmp_path: Path,
+) -> None:
+    # "Messages leave the Safety Net after SafetyNetHoldTime": the shadow's entry is made
+    # when it learns of the delivery (DI-4), at a heartbeat; on a virtual clock the first
+    # comes with the advance after the delivery (9 minutes here), so 14 minutes after the
+    # delivery a 10-minute hold may have run only 5 minutes (the reference, seed 11,
+    # scenario 31); and it may have been stamped as early as the delivery, so it is owed
+    # only up to 10 minutes after that
+    def run(later: str, *held: str) -> Built:
+        b = Built(
+            tmp_path,
+            "settings: {SafetyNetHoldTime: 10m}\n"
+            "steps:\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n  - wait: 1s\n"
+            f"  - advance: 9m\n  - wait: 3s\n  - advance: {later}\n  - wait: 3s\n"
+            "  - snapshot: {node: mbx2, queue: safetynet_shadow}\n",
+            topology="two-node-dag-virtual",
+        )
+        b.step(0.1)
+        b.reply(0.2, "mbx1", 250)
+        b.delivered(0.3, "m1", "mbx1", "alice@corp.test")
+        b.steps(0.4, 1.4, 1.5, 4.5, 4.6, 7.6)
+        b.looked(7.7, "mbx2", "safetynet_shadow", *held)
+        return b
+
+    kept = run("5m", "m1").explain()
+    assert kept.divergence is None, kept.divergence
+    assert run("5m").explain().divergence is None
+    found = run("30s").explain().divergence
+    assert found is not None and found.behaviour == "SN-2", found
