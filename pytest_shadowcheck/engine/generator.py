@@ -212,8 +212,6 @@ class Drawer:
         self.drilled: set[str] = set()
         #: whether the split-discards drill ran (once a scenario)
         self.split = False
-        #: whether the group drill ran (its scenario then judges SN-10 alone)
-        self.grouped = False
         #: nodes that accepted mail while a next-hop fault was on: they may hold it
         self.holding: set[str] = set()
         #: the node fault on was already waited out past the promotion window
@@ -469,7 +467,9 @@ def plan(
     if not ops and random.Random(f"shadowcheck-explore-split:{seed}:{index}").random() < 0.5:
         # half the scenarios where one primary's copies can be split over two shadows
         # start with the split-discards drill (drawn later, it is rarely drawn at all)
-        ops += _split(drawer, topology, settings)
+        for opening in _split(drawer, topology, settings):
+            drawer.state.apply(opening.effect)
+            ops.append(opening)
 
     def drawn_apart() -> int:  # what the drills of their own streams added
         return wire.drawn + durable.drawn + lagged.drawn + grouped.drawn + boundary.drawn
@@ -567,7 +567,9 @@ def plan(
                 drawer.holding.add(op.steps[0]["send"]["via"])
         elif kind == "split":
             *split, op = _split(drawer, topology, settings)
-            ops += split
+            for extra in split:
+                drawer.state.apply(extra.effect)
+                ops.append(extra)
         elif kind == "without_route":
             drawer.sent += 1
             for drawn in generator_placement.without_route(
@@ -637,7 +639,9 @@ def plan(
         if changed:
             ops.append(Operation(changed[0], changed[1], behaviours=changed[2]))
         # the group drill's directory change leaves only SN-10 judged in its scenario
-        # (checks/model): never where a Safety Net drill ran, whose rules it would void
+        # (checks/model): never where a Safety Net drill ran, whose rules it would void.
+        # (A Safety Net drill may still follow it, rarely: the group drill's stream must
+        # not change the operations the generator's own stream draws.)
         regrouped = None
         if not drawer.drilled:
             regrouped = grouped.after(
@@ -647,7 +651,6 @@ def plan(
                 length=length,
             )
         if regrouped:
-            drawer.grouped = True
             ops.append(Operation(regrouped[0], regrouped[1], behaviours=regrouped[2]))
         state = drawer.state
         quiet, copies = state.quiet(), drawer.redundancy
@@ -679,7 +682,7 @@ def _drills(drawer: Drawer, quiet: bool) -> list[str]:
     """The Safety Net drills (engine/generator_safety_net.py) the target can do now: once
     a plan or twice, on a virtual clock, in a quiet cluster, never where a wipe could lose
     mail."""
-    if not (drawer.virtual and quiet and drawer.resubmits < 2) or drawer.grouped:
+    if not (drawer.virtual and quiet and drawer.resubmits < 2):
         return []
     have = drawer.capabilities
     kinds = [k for k, need in DRILLS.items() if SAFETY_NET_CAPABILITIES | need <= have]

@@ -246,10 +246,16 @@ def split_discards(
         (
             f"split copies: {first} via {via} to {remote}, {second} to {local} ({link} cut)",
             copies,
-            ("", ""),
+            # the next hop holds mail back until the second operation (or the ending)
+            ("script", sink),
             ("CR-7",),
         ),
-        (f"discards due, {local} paused: {remote} asks alone", release, ("", ""), ("DI-3",)),
+        (
+            f"discards due, {local} paused: {remote} asks alone",
+            release,
+            ("unscript", sink),
+            ("DI-3",),
+        ),
     ]
 
 
