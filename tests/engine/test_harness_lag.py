@@ -191,18 +191,24 @@ def test_a_miss_the_starved_node_caused_is_no_verdict(tmp_path: Path) -> None:
     (scenario,) = load_scenario_file(source)
     harness = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {1})
+    # the premise is a miss: a node starved too late to delay its delivery past the
+    # 0.4 s (CI once saw 0.375 s, a right PASS) is run again, three runs at most
     try:
-        verdict = run_scenario(
-            scenario,
-            ReferenceTarget(),
-            workdir=tmp_path / "run",
-            hooks=StarveNode("mbx1", 2.0),
-            history_file=tmp_path / "history.json",
-        )
+        for attempt in range(3):
+            history_file = tmp_path / f"history-{attempt}.json"
+            verdict = run_scenario(
+                scenario,
+                ReferenceTarget(),
+                workdir=tmp_path / f"run-{attempt}",
+                hooks=StarveNode("mbx1", 2.0),
+                history_file=history_file,
+            )
+            (timing,) = [c for c in verdict.checks if c.name == "timing"]
+            if timing.status != Status.PASS:
+                break
     finally:
         os.sched_setaffinity(0, harness)
-    (timing,) = [c for c in verdict.checks if c.name == "timing"]
-    events = json.loads((tmp_path / "history.json").read_text())["events"]
+    events = json.loads(history_file.read_text())["events"]
     waited = sum(e["data"]["waited"] for e in events if e["kind"] == "wait")
     assert timing.status == Status.INCONCLUSIVE, (timing.observed, waited)
     assert "mbx1's processes waited" in timing.observed, timing.observed
