@@ -155,17 +155,23 @@ def test_sn8_what_happens_after_the_requests_deadline_excuses_nothing(tmp_path: 
 # -- SN-4: an unacknowledged shadow copy expires after hold + expiration -------------------
 
 
+#: mbx1 (MessageExpirationTimeout 7 days) cut from the next hop, mbx2's expiration 2 days,
+#: SafetyNetHoldTime 1 hour; m1 sent through mbx1 (its first five steps)
+CUT_FOR_A_WEEK = (
+    "settings: {SafetyNetHoldTime: 1h}\n"
+    "steps:\n  - set_settings: {nodes: [mbx1], values: {MessageExpirationTimeout: 7d}}\n"
+    "  - set_settings: {nodes: [mbx2], values: {MessageExpirationTimeout: 2d}}\n"
+    "  - fault: {link: mbx1->mailbox, kind: cut}\n  - wait: 3s\n"
+    "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n  - wait: 1s\n"
+)
+
+
 def unacknowledged(tmp_path: Path, advance: str, *held: str) -> Built:
     """mbx1 cannot reach the next hop and keeps m1 (its MessageExpirationTimeout 7 days);
     mbx2's copy looked at after ``advance`` (SafetyNetHoldTime 1h, its expiration 2d)."""
     b = Built(
         tmp_path,
-        "settings: {SafetyNetHoldTime: 1h}\n"
-        "steps:\n  - set_settings: {nodes: [mbx1], values: {MessageExpirationTimeout: 7d}}\n"
-        "  - set_settings: {nodes: [mbx2], values: {MessageExpirationTimeout: 2d}}\n"
-        "  - fault: {link: mbx1->mailbox, kind: cut}\n  - wait: 3s\n"
-        "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n  - wait: 1s\n"
-        "  - snapshot: {node: mbx2, queue: shadow}\n"
+        CUT_FOR_A_WEEK + "  - snapshot: {node: mbx2, queue: shadow}\n"
         f"  - advance: {advance}\n  - wait: 2s\n  - snapshot: {{node: mbx2, queue: shadow}}\n",
         topology="two-node-dag-virtual",
     )
@@ -199,12 +205,8 @@ def expired_then_delivered(tmp_path: Path, advance: str, *kept: str, then: str =
     looked at."""
     b = Built(
         tmp_path,
-        "settings: {SafetyNetHoldTime: 1h}\n"
-        "steps:\n  - set_settings: {nodes: [mbx1], values: {MessageExpirationTimeout: 7d}}\n"
-        "  - set_settings: {nodes: [mbx2], values: {MessageExpirationTimeout: 2d}}\n"
-        "  - fault: {link: mbx1->mailbox, kind: cut}\n  - wait: 3s\n"
-        "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n  - wait: 1s\n"
-        f"  - advance: {advance}\n  - wait: 2s\n  - heal: mbx1->mailbox\n  - wait: 1s\n"
+        CUT_FOR_A_WEEK
+        + f"  - advance: {advance}\n  - wait: 2s\n  - heal: mbx1->mailbox\n  - wait: 1s\n"
         f"  - advance: {then}\n  - wait: 4s\n"
         "  - snapshot: {node: mbx2, queue: safetynet_shadow}\n",
         topology="two-node-dag-virtual",
