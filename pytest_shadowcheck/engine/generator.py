@@ -499,13 +499,7 @@ def plan(
             topology_data(topology), drawer.state.answering()
         ):
             weights.append(("placement", 2))
-        if (
-            quiet
-            and not drawer.split
-            and drawer.can("pause")
-            and drawer.can("set_settings")
-            and generator_placement.splits(topology_data(topology), drawer.state.answering())
-        ):
+        if quiet and _split_vias(drawer, topology):
             # one primary's copies on two shadows, one frozen as both discards fall due
             weights.append(("split", 3))
         if not drawer.state.faulted("hop"):
@@ -662,18 +656,25 @@ def plan(
     return temp
 
 
+def _split_vias(drawer: Drawer, topology: str) -> list[str]:
+    """The nodes the split-discards drill may go through now (none once it ran, or where
+    the target cannot pause a node or change a setting while it runs)."""
+    if drawer.split or not (drawer.can("pause") and drawer.can("set_settings")):
+        return []
+    return generator_placement.splits(topology_data(topology), drawer.state.answering())
+
+
 def _split(drawer: Drawer, topology: str, settings: dict[str, Any]) -> list[Operation]:
     """The split-discards drill (engine/generator_placement.py) where the topology and
     the target allow it (none elsewhere)."""
-    data = topology_data(topology)
-    vias = generator_placement.splits(data, drawer.state.answering())
-    if drawer.split or not vias or not (drawer.can("pause") and drawer.can("set_settings")):
+    vias = _split_vias(drawer, topology)
+    if not vias:
         return []
     drawer.sent += 1
     drawer.split = True
     preference = str(settings.get("ShadowMessagePreferenceSetting", "PreferRemote"))
     drawn = generator_placement.split_discards(
-        drawer.rng, f"m{drawer.sent}", vias, data, preference
+        drawer.rng, f"m{drawer.sent}", vias, topology_data(topology), preference
     )
     return [Operation(*d) for d in drawn]
 
