@@ -112,6 +112,13 @@ _SLOW_BEAT = 4.0
 #: all topologies: the Safety Net's drills need it, and 300 s of exploring reached
 #: about one such scenario in twelve
 _VIRTUAL = 0.25
+#: scenarios in which two sends carry one Message-ID (a message resent by its author, a
+#: list's second copy): two messages all the same, which a duplicate filter keyed on the
+#: Message-ID loses (the harness tells them apart by its trace). Deep scenarios only:
+#: a queue listing cannot tell the two apart, so the model leaves them to the invariants,
+#: and the bounded slice's shorter scenarios keep every message judged by the model
+_SHARED_ID = 0.4
+_SHARED_ID_MIN_LENGTH = 16
 
 #: the settings exploration changes while the cluster runs, and the values it draws
 _LIVE = {
@@ -218,6 +225,10 @@ class Drawer:
         self.outlasted = False
         #: a burst was sent (once a plan: it costs a few seconds)
         self.bursts = 0
+        #: plain sends drawn so far, and the two of them (1-based) that share one
+        #: Message-ID, with that ID (none: every send has its own)
+        self.plain = 0
+        self.shared_id: tuple[frozenset[int], str] | None = None
 
     def can(self, kind: str) -> bool:
         need = STEP_CAPABILITY.get(kind)
@@ -240,6 +251,9 @@ class Drawer:
         held = [n for n in self.held_back() if n in answering]
         via = self.rng.choice(held if held and self.rng.random() < 0.7 else answering)
         spec: dict[str, Any] = {"id": ref, "via": via, "to": to}
+        self.plain += 1
+        if self.shared_id is not None and self.plain in self.shared_id[0]:
+            spec["message_id"] = self.shared_id[1]
         if self.state.faulted("hop"):
             self.holding.add(via)
         if self.rng.random() < 0.3:
@@ -439,6 +453,14 @@ def plan(
         settings["SafetyNetHoldTime"] = rng.choice((600.0, 3600.0))
     drawer = Drawer(rng, topology, capabilities)
     drawer.reject = bool(settings["RejectMessageOnShadowFailure"])
+    shared = random.Random(f"shadowcheck-explore-message-id:{seed}:{index}")
+    if length >= _SHARED_ID_MIN_LENGTH and shared.random() < _SHARED_ID:
+        # its own stream, and only what the sends say changes: every draw stays as it was
+        first = shared.randint(2, 3)
+        drawer.shared_id = (
+            frozenset({first, first + shared.randint(1, 3)}),
+            f"<explore.s{seed}.{index}.resent@shadowcheck.test>",
+        )
     drawer.single_holder = not drawer.reject
     # wire operations come in addition, from a stream of their own: the others stay as drawn
     wire_rng = random.Random(f"shadowcheck-explore-wire:{seed}:{index}")

@@ -310,6 +310,24 @@ def test_some_bounces_have_three_recipients() -> None:
     assert sizes.count(1) > sizes.count(3) > 0, sizes
 
 
+def test_some_deep_scenarios_send_two_messages_with_one_message_id() -> None:
+    """A resent message, or a list's second copy: two messages, one Message-ID
+    (suppresses-repeated-message-id). Deep scenarios only: the slice's stay as they were."""
+    shared = 0
+    for index in range(40):
+        for length, caps in ((16, ALL), (16, PROCESS_ONLY), (10, ALL)):
+            ids = [
+                step["send"].get("message_id")
+                for op in plan(11, index, capabilities=caps, length=length).operations
+                for step in op.steps
+                if "send" in step
+            ]
+            given = [i for i in ids if i]
+            assert not given or (length == 16 and len(given) <= 2 and len(set(given)) == 1)
+            shared += len(given) == 2
+    assert 10 <= shared <= 40, shared
+
+
 def test_some_scenarios_start_with_a_heartbeat_long_beside_the_slack() -> None:
     """A shadow asking every other heartbeat is late by one heartbeat: at 0.5-1 s that is
     inside the model's 2 s slack, at 4 s it is not (heartbeats-too-rarely)."""

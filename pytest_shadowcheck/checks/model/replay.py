@@ -4,6 +4,9 @@ the harness looked at (``snapshot`` events) with the messages they held.
 
 A message is known by the harness's identity: the trace a delivery carries
 (``REF.TOKEN``), or its Message-ID (``<REF.TOKEN@...>``, or the one its send step gave).
+Messages whose send steps give them one Message-ID are left out: a queue listing names
+a message by its Message-ID only, so no look could tell which of them a queue holds. The
+invariant checks, which go by the trace, judge their fates.
 """
 
 from __future__ import annotations
@@ -90,6 +93,8 @@ class Observations:
     #: message contents carried node->node (a copy, a relay): (t of its final dot, link,
     #: conn, ref)
     contents: list[tuple[float, str, int | None, str]] = field(default_factory=list)
+    #: messages left out: their send steps share a Message-ID with another's
+    twins: set[str] = field(default_factory=set)
 
 
 def _ref_of(value: Any, by_id: dict[str, str], token: str | None = None) -> str | None:
@@ -179,7 +184,25 @@ def observe(timeline: Timeline, history: History) -> Observations:
                 text = str(event.data.get("text", ""))
                 start = began.setdefault((event.link, event.conn), event.t)
                 obs.peer_lines.append((event.t, event.link, event.direction or "", text, start))
+    _leave_out_twins(obs, timeline)
     return obs
+
+
+def _leave_out_twins(obs: Observations, timeline: Timeline) -> None:
+    """Drop the messages whose send steps share a Message-ID (after their replies were
+    matched, so that no other message's reply is taken for theirs)."""
+    refs: dict[str, list[str]] = {}
+    for applied in timeline.steps:
+        if applied.step.kind == "send" and applied.step.arg.message_id:
+            refs.setdefault(applied.step.arg.message_id, []).append(applied.step.arg.id)
+    obs.twins = {ref for shared in refs.values() if len(shared) > 1 for ref in shared}
+    if not obs.twins:
+        return
+    for ref in obs.twins:
+        obs.sent.pop(ref, None)
+    for snap in obs.snapshots:
+        snap.refs -= obs.twins
+    obs.contents = [c for c in obs.contents if c[3] not in obs.twins]
 
 
 def _replies(obs: Observations, events: list[Event], timeline: Timeline) -> None:

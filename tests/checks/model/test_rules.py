@@ -844,3 +844,35 @@ def test_di5_not_judged_before_a_heartbeat_after_the_shadow_is_back(tmp_path: Pa
     # resumed by 4.2 (sure from 4.2 + slack): a heartbeat and the slack later is 8.7
     early = delivered_paused_restarted(tmp_path, "m1", look=8.0).explain()
     assert early.divergence is None and "DI-5" not in early.exercised
+
+
+def test_messages_sharing_a_message_id_are_left_to_the_invariants(tmp_path: Path) -> None:
+    # m1 and m2 carry one Message-ID. m1 waits on mbx1 (its link to the mailbox cut), its
+    # copy on mbx2; m2, through mbx2, is delivered at once. mbx2's shadow queue then lists
+    # the shared Message-ID: m1's copy, rightly kept, which no look can tell from m2's
+    shared = "message_id: '<resent@shadowcheck.test>'"
+    b = Built(
+        tmp_path,
+        "steps:\n  - fault: {link: mbx1->mailbox, kind: cut}\n"
+        f"  - send: {{id: m1, via: mbx1, to: [alice@corp.test], {shared}}}\n"
+        f"  - send: {{id: m2, via: mbx2, to: [alice@corp.test], {shared}}}\n"
+        "  - wait: 5s\n",
+    )
+    b.step(0.5)
+    b.step(1.0)
+    b.reply(1.1, "mbx1", 250)
+    b.step(1.2)
+    b.reply(1.3, "mbx2", 250)
+    b.delivered(1.4, "m2", "mbx2", "alice@corp.test")
+    b.step(1.5)
+    b.heartbeats("mbx1", "mbx2", 1.5, 6.0)
+    b.heartbeats("mbx2", "mbx1", 1.5, 6.0)
+    for i, (node, queue) in enumerate([("mbx1", "active"), ("mbx2", "shadow")]):
+        answer = [{"message_id": "<resent@shadowcheck.test>"}]
+        b.at(6.0 + i * 0.01, "snapshot", node=node, queue=queue, answer=answer)
+    b.looked(6.1, "mbx1", "shadow")
+    b.looked(6.2, "mbx2", "active")
+    outcome = b.explain()
+    assert outcome.divergence is None, outcome.divergence
+    # neither is judged by the model (their fates are the invariants', by the trace)
+    assert outcome.exercised["PR-4"] == 0 and outcome.exercised["DI-2"] == 0
