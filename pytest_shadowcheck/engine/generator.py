@@ -99,6 +99,8 @@ _SINK_POINTS = ({"before_reply": "EOD"}, {"after": "EOD"}, {"before_reply": "RCP
 #: not a delivery the no-loss invariant sees)
 _TEMPFAILS = ("451 4.3.0 mailbox busy, try later", "421 4.3.2 service shutting down")
 _SIZES = (None, None, 4_000, 40_000, 400_000)
+#: SendConnectionInactivityTimeout (s): how soon a session to a frozen node is given up
+_GIVE_UP = 1.0
 #: ShadowResubmitTimeSpan at the start (s): the longest leaves a primary killed and back
 #: at once well inside the span, give or take the model's slack
 _SPANS = (2.0, 3.0, 4.0, 6.0)
@@ -118,7 +120,8 @@ _VIRTUAL = 0.25
 #: a queue listing cannot tell the two apart, so the model leaves them to the invariants,
 #: and the bounded slice's shorter scenarios keep every message judged by the model
 _SHARED_ID = 0.4
-_SHARED_ID_MIN_LENGTH = 16
+#: deep exploration's scenario length: what only its scenarios get
+_DEEP = 16
 
 #: the settings exploration changes while the cluster runs, and the values it draws
 _LIVE = {
@@ -229,6 +232,7 @@ class Drawer:
         #: Message-ID, with that ID (none: every send has its own)
         self.plain = 0
         self.shared_id: tuple[frozenset[int], str] | None = None
+        self.shared_via: str | None = None
 
     def can(self, kind: str) -> bool:
         need = STEP_CAPABILITY.get(kind)
@@ -254,6 +258,9 @@ class Drawer:
         self.plain += 1
         if self.shared_id is not None and self.plain in self.shared_id[0]:
             spec["message_id"] = self.shared_id[1]
+            # resent to the node that took the first, as to one MX (drawn all the same)
+            first = self.shared_via or via
+            via = spec["via"] = self.shared_via = first if first in answering else via
         if self.state.faulted("hop"):
             self.holding.add(via)
         if self.rng.random() < 0.3:
@@ -291,12 +298,17 @@ class Drawer:
         return Operation(f"wait {seconds:g}s", ({"wait": seconds_text(seconds)},))
 
     def outlast(self) -> Operation:
-        """A node down past the promotion window: time for its shadow to promote and
-        deliver (``recovery`` covers the span, two heartbeats and a retry)."""
-        seconds = round(self.recovery + 1.0, 1)
+        """A node down or frozen past the promotion window: time for its shadow to
+        promote and deliver (``recovery`` covers the span, two heartbeats and a retry; a
+        heartbeat to a frozen node gives up only after SendConnectionInactivityTimeout)."""
         self.outlasted = True
-        down = sorted(self.state.down)
-        return Operation(f"wait {seconds:g}s ({down[0]} down)", ({"wait": seconds_text(seconds)},))
+        if self.state.down:
+            seconds = round(self.recovery + 1.0, 1)
+            label = f"{sorted(self.state.down)[0]} down"
+        else:
+            seconds = round(self.recovery + 1.0 + _GIVE_UP, 1)
+            label = f"{sorted(self.state.paused)[0]} paused"
+        return Operation(f"wait {seconds:g}s ({label})", ({"wait": seconds_text(seconds)},))
 
     def start_fault(self, category: str) -> Operation:
         """A node fault (``node``: a kill, pause, restart, wipe, or a cut between two
@@ -436,7 +448,7 @@ def plan(
         "ShadowResubmitTimeSpan": rng.choice(_SPANS),
         "TransientFailureRetryInterval": 0.5,
         # a heartbeat or a copy to a frozen node gives up after this
-        "SendConnectionInactivityTimeout": 1.0,
+        "SendConnectionInactivityTimeout": _GIVE_UP,
         "RejectMessageOnShadowFailure": rng.random() < 0.75,
     }
     settings.update(generator_placement.start_settings(rng, topology_data(topology)))
@@ -454,7 +466,7 @@ def plan(
     drawer = Drawer(rng, topology, capabilities)
     drawer.reject = bool(settings["RejectMessageOnShadowFailure"])
     shared = random.Random(f"shadowcheck-explore-message-id:{seed}:{index}")
-    if length >= _SHARED_ID_MIN_LENGTH and shared.random() < _SHARED_ID:
+    if length >= _DEEP and shared.random() < _SHARED_ID:
         # its own stream, and only what the sends say changes: every draw stays as it was
         first = shared.randint(2, 3)
         drawer.shared_id = (
@@ -506,9 +518,13 @@ def plan(
         for category, start, end in (("node", 6 if held else 1, 3), ("hop", 3, 1)):
             on = drawer.state.faulted(category)
             weights.append(("end_" + category, end) if on else ("start_" + category, start))
-        if drawer.state.down & drawer.holding and not drawer.outlasted:
-            # a primary down holding mail: as likely kept past the promotion window as
-            # brought back (a long wait elsewhere costs time and finds nothing new)
+        # a frozen primary outlasted in deep scenarios only: the wait would make the
+        # bounded slice longer, and its plans are the ones certified
+        outages = drawer.state.down | (drawer.state.paused if length >= _DEEP else set())
+        if outages & drawer.holding and not drawer.outlasted:
+            # a primary down or frozen holding mail: as likely kept past the promotion
+            # window as brought back (a long wait elsewhere costs time and finds nothing
+            # new); a frozen one still accepts connections, and a heartbeat must give up
             weights.append(("outlast", 3))
         if set(drawer.held_back()) & set(drawer.state.answering()) and not drawer.bursts:
             # released together when the link heals: one discard answer names them all

@@ -146,11 +146,16 @@ def promotion_rule(j: Judge, m: Sent) -> None:
     if early:
         _not_early(j, m, early[0].t, early[0].by)
     for applied in j.tl.steps:
-        if applied.step.kind not in ("kill", "power_cut") or applied.step.arg.node != m.via:
+        if applied.step.kind not in _OUTAGES or applied.step.arg.node != m.via:
             continue
         if applied.t < m.t_reply or _delivered_before(m, applied.t):
             continue
-        _promoted_in_time(j, m, applied.t, applied.t_next, shadows)
+        _promoted_in_time(j, m, applied.t, applied.t_next, shadows, _OUTAGES[applied.step.kind])
+
+
+#: the node faults after which a shadow cannot open a session to the primary, and the
+#: state the primary is in meanwhile
+_OUTAGES = {"kill": "down", "power_cut": "down", "pause": "paused"}
 
 
 def _not_early(j: Judge, m: Sent, t: float, by: str) -> None:
@@ -189,15 +194,24 @@ def _not_early(j: Judge, m: Sent, t: float, by: str) -> None:
     )
 
 
-def _promoted_in_time(j: Judge, m: Sent, lo: float, hi: float, shadows: set[str]) -> None:
+def _promoted_in_time(
+    j: Judge, m: Sent, lo: float, hi: float, shadows: set[str], outage: str
+) -> None:
     bounds = j.span_bounds(next(iter(shadows)), lo, hi) if shadows else None
     if bounds is None or j.tl.scenario.topology.clock == "virtual" or len(shadows) != 1:
         return
     (shadow,) = shadows
     deadline = hi + bounds[1] + j.slack + DELIVERY_ALLOWANCE
+    if outage == "paused":
+        # a frozen primary still takes the connection: the heartbeat fails only when the
+        # shadow gives up waiting for its greeting (TO-4)
+        give_up = j.tl.setting(shadow, "SendConnectionInactivityTimeout", lo, deadline)
+        if not give_up or not all(isinstance(v, int | float) for v in give_up):
+            return
+        deadline += float(max(give_up))
     if deadline > j.tl.end:
         return  # the run ended before the window closed
-    if j.tl.node_states(m.via, hi, deadline) != {"down"}:
+    if j.tl.node_states(m.via, hi, deadline) != {outage}:
         return  # back before the window closed: PR-3 / PR-2 territory
     if not j.can_deliver(shadow, m, lo, deadline) or j.span_bounds(shadow, lo, deadline) != bounds:
         return
@@ -210,9 +224,11 @@ def _promoted_in_time(j: Judge, m: Sent, lo: float, hi: float, shadows: set[str]
     seen = f"it arrived at {j.when(got.t)} (by {got.by})" if got else "it never arrived"
     j.diverged(
         "PR-1",
-        f"{m.via} went down at {j.when(lo)} holding {m.ref}; {shadow}, holding its shadow copy, "
-        f"promotes it within ShadowResubmitTimeSpan + ShadowHeartbeatFrequency "
-        f"({seconds(bounds[1])}) and delivers it by {j.when(deadline)}",
+        f"{m.via} {'went down' if outage == 'down' else 'froze'} at {j.when(lo)} holding "
+        f"{m.ref}; {shadow}, holding its shadow copy, promotes it within "
+        f"ShadowResubmitTimeSpan + ShadowHeartbeatFrequency ({seconds(bounds[1])}"
+        + (" and the heartbeat's SendConnectionInactivityTimeout" if outage == "paused" else "")
+        + f") and delivers it by {j.when(deadline)}",
         f"{m.ref} was not delivered by then: {seen}",
         deadline,
     )

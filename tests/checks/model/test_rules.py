@@ -340,6 +340,36 @@ def test_pr1_the_shadow_promotes_after_the_span(tmp_path: Path) -> None:
     assert ok.explain().exercised["PR-1"] == 2  # not early, not late
 
 
+def test_pr1_a_frozen_primary_is_one_the_shadow_cannot_open_a_session_to(
+    tmp_path: Path,
+) -> None:
+    # the primary hangs (its port open, nothing answers): each heartbeat fails once the
+    # shadow gives up waiting (SendConnectionInactivityTimeout 1s), and it promotes
+    def frozen() -> Built:
+        b = held_back(
+            tmp_path,
+            "  - pause: mbx1\n  - heal: mbx1->mailbox\n  - wait: 9s\n",
+        )
+        b.scenario.settings["SendConnectionInactivityTimeout"] = 1.0
+        b.steps(0.5, 1.0)
+        b.reply(1.1, "mbx1", 250)
+        b.steps(1.2, 1.3, 1.4)
+        return b
+
+    b = frozen()
+    b.at(10.4, "note", text="end")
+    found = b.explain().divergence
+    # span 3s + heartbeat 0.5s + give-up 1s + slack 2s + 1s to deliver, from 1.3s
+    assert found is not None and found.behaviour == "PR-1"
+    assert "mbx1 froze at" in found.expected and "by +8.8s" in found.expected
+    assert "never arrived" in found.observed
+    ok = frozen()
+    ok.delivered(5.6, "m1", "mbx2", "alice@corp.test")
+    ok.at(10.4, "note", text="end")
+    assert ok.explain().divergence is None
+    assert ok.explain().exercised["PR-1"] == 2  # not early, not late
+
+
 def test_pr1_not_before_the_span(tmp_path: Path) -> None:
     # with the slack of a loaded machine, a 3s span leaves half a second of it to judge
     b = killed(tmp_path, span="10s")
