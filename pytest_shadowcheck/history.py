@@ -11,6 +11,8 @@ Event kinds (``Event.kind``) and the keys their ``data`` carries:
 ============  ===============================================================
 ``connect``   a connection opened on ``link``; ``peer``, ``upstream``
 ``close``     a connection closed; ``reason`` ("client closed", "cut", ...)
+``shutdown``  the client ended its side of a proxied connection (``c2s``) while the
+              server may still answer; its ``close`` follows once the server does
 ``line``      one SMTP command (``c2s``) or reply (``s2c``) line; ``text``
               (decoded; credentials of AUTH exchanges masked)
 ``data``      a DATA body summary; ``size`` (bytes on the wire, dot-stuffed,
@@ -63,6 +65,7 @@ EVENT_KINDS = frozenset(
     {
         "connect",
         "close",
+        "shutdown",
         "line",
         "data",
         "fault",
@@ -340,6 +343,8 @@ def _describe_body(event: Event) -> str:
         )
     if kind == "close":
         return f"closed ({data.get('reason', 'unknown')})"
+    if kind == "shutdown":
+        return "client ended its side"
     if kind == "connect":
         return f"connected{_params(data)}"
     if kind in ("step", "note") and "text" in data:

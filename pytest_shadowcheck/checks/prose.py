@@ -449,6 +449,8 @@ def describe_event(run: Run, event: Event) -> str:
         return f"{client} opened SMTP session #{event.conn} to {server}"
     if event.kind == "close":
         return f"session #{event.conn} from {client} to {server} ended ({event.data.get('reason')})"
+    if event.kind == "shutdown":
+        return f"{client} closed its end of session #{event.conn} to {server}"
     if event.kind == "step":
         line = event.data.get("line")
         for step in run.scenario.steps:

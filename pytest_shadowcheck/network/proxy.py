@@ -416,7 +416,10 @@ class _Connection:
                 task.result()  # surface pump errors to _handle_client
             if pumps[0] in done and not pumps[1].done() and self.close_reason == "client closed":
                 # a half-close (shutdown(SHUT_WR) after a pipelined QUIT, as Exim does):
-                # pass the FIN on and let the server's last replies through
+                # pass the FIN on and let the server's last replies through. The client
+                # ended its side now: a client giving up on a silent server (TO-4) shows
+                # here, not only once the server answers or the wait below ends
+                proxy.history.record("shutdown", proxy.link, self.number, "c2s")
                 with contextlib.suppress(OSError, RuntimeError):
                     if server_writer.can_write_eof():
                         server_writer.write_eof()

@@ -122,7 +122,7 @@ def test_concurrent_records_are_all_kept() -> None:
 
 
 def test_event_kinds_cover_the_contract() -> None:
-    assert {"connect", "close", "line", "data", "fault", "reply", "attempt", "delivery",
+    assert {"connect", "close", "shutdown", "line", "data", "fault", "reply", "attempt", "delivery",
             "step", "snapshot", "note", "storage", "lag", "wait"} == EVENT_KINDS
 
 

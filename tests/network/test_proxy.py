@@ -198,6 +198,38 @@ def test_a_client_half_close_still_gets_the_servers_last_replies(
     assert close.data["reason"] == "client closed"
 
 
+def test_a_client_giving_up_on_a_silent_server_is_recorded_when_it_does(
+    run: Run, history: History
+) -> None:
+    """A frozen node takes the connection and says nothing; the client that gives up
+    closes its side at once, and the history says so then (TO-4 reads it), though the
+    proxy still waits for the server's last word before it records the close."""
+
+    async def scenario() -> float:
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read()  # until the client's FIN, then still nothing
+            await asyncio.sleep(30)
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        proxy = await open_proxy(history, server.sockets[0].getsockname()[:2])
+        _reader, writer = await asyncio.open_connection(*proxy.address)
+        await asyncio.sleep(0.3)
+        gave_up = history.now()
+        writer.close()
+        assert await eventually(lambda: bool(history.events(kind="shutdown")))
+        await proxy.stop()
+        server.close()
+        return gave_up
+
+    gave_up = run(scenario())
+    (shutdown,) = history.events(kind="shutdown")
+    assert shutdown.direction == "c2s" and shutdown.conn == 1
+    assert shutdown.t >= gave_up
+    # recorded on the client's FIN, not on the server's answer or the half-close wait
+    closes = history.events(kind="close")
+    assert all(c.t >= shutdown.t for c in closes)
+
+
 def test_cut_closes_existing_and_refuses_new_until_switched_off(run: Run, history: History) -> None:
     async def scenario() -> None:
         upstream = LineServer()

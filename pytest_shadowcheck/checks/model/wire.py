@@ -61,7 +61,8 @@ def modelled_step(step: Step) -> bool:
 class Session:
     link: str
     conn: int | None
-    #: (t, what, direction, text): what is connect, line, data or close
+    #: (t, what, direction, text): what is connect, line, data, shutdown (the client
+    #: ended its side; the proxy sees the close only once the server answers) or close
     events: list[tuple[float, str, str, str]] = field(default_factory=list)
 
     @property
@@ -76,7 +77,7 @@ class Session:
 def sessions_of(history: History) -> list[Session]:
     out: dict[tuple[str, int | None], Session] = {}
     for e in history.events():
-        if e.kind not in ("connect", "line", "data", "close") or not e.link:
+        if e.kind not in ("connect", "line", "data", "shutdown", "close") or not e.link:
             continue
         s = out.setdefault((e.link, e.conn), Session(e.link, e.conn))
         text = str(e.data.get("text", e.data.get("trace", "")))
@@ -142,6 +143,8 @@ def _outbound(
 ) -> None:
     judged = copying = False
     for (t, what, direction, text), nxt in _silences(j, s):
+        if what == "shutdown":
+            break  # the client ended the session: it waits on nothing more
         limit = _limit(j, client, "SendConnectionInactivityTimeout", t, nxt)
         if limit is None or not _steady(j, client, s.link, t, nxt):
             continue
@@ -167,7 +170,7 @@ def _outbound(
         if server in nodes and _sending(j, client, t):
             # the shadow's turn while the sender waits: the copy attempt must be given up
             copying = True
-            if not _stalled(j, sessions, client, t, nxt, due):
+            if not _stalled(j, sessions, client, server, t, nxt, due):
                 continue
             after = "the connection opened" if what == "connect" else f"`{text}`"
             j.diverged(
@@ -189,11 +192,12 @@ def _outbound(
 
 
 def _stalled(
-    j: Judge, sessions: list[Session], client: str, t: float, nxt: float, due: float
+    j: Judge, sessions: list[Session], client: str, server: str, t: float, nxt: float, due: float
 ) -> bool:
-    """Whether ``client``, waiting on its copy session since ``t``, still did nothing by
-    ``due``: no word on the session, no new session of its own, no reply to a sender
-    (the proxy may see a closing only once the other end answers)."""
+    """Whether ``client``, waiting on its copy session to ``server`` since ``t``, still
+    did nothing by ``due``: no word on the session, no end to it, no session to another
+    node (a copy tried elsewhere), no reply to a sender. A new session to the silent
+    server is no sign: heartbeats to it go on, and a retry would end this one first."""
     if nxt <= due or due >= j.tl.end:
         return False
     if any(
@@ -201,7 +205,10 @@ def _stalled(
         for m in j.obs.sent.values()
     ):
         return False
-    return not any(t < o.events[0][0] <= due for o in sessions if o.link.startswith(f"{client}->"))
+    elsewhere = {
+        f"{client}->{n}" for n in j.tl.scenario.topology.nodes if n not in (client, server)
+    }
+    return not any(t < o.events[0][0] <= due for o in sessions if o.link in elsewhere)
 
 
 def _sending(j: Judge, node: str, t: float) -> bool:

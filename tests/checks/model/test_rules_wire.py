@@ -68,7 +68,8 @@ def test_to2_a_frozen_node_or_an_unset_timeout_is_not_judged(tmp_path: Path) -> 
 def copy_to_silent_shadow(b: Built, *, retried: bool) -> None:
     b.steps(0.5, 1.0)
     b.at(1.01, "connect", "mbx1->mbx2", conn=1)
-    if retried:  # given up after the timeout: a new attempt
+    if retried:  # given up after the timeout (its end, as the proxy records it): again
+        b.at(2.01, "shutdown", "mbx1->mbx2", conn=1, direction="c2s")
         b.at(2.02, "connect", "mbx1->mbx2", conn=2)
         b.reply(3.1, "mbx1", 250, copied=False)  # the shadow is frozen: no copy
     b.at(20.0, "close", "mbx1->mbx2", conn=1, reason="client closed")
@@ -93,6 +94,29 @@ def test_to4_a_copy_session_to_a_silent_shadow_is_given_up(tmp_path: Path) -> No
     copy_to_silent_shadow(ok, retried=True)
     outcome = ok.explain()
     assert outcome.divergence is None and outcome.exercised["TO-4"] >= 1
+
+
+def test_to4_sessions_to_the_silent_shadow_are_no_sign_of_giving_up(tmp_path: Path) -> None:
+    # heartbeats to the frozen shadow go on (mbx1 holds its copies too): each is a new
+    # session to it, none ends the one the sender waits on (waits-for-the-shadow-for-ever)
+    body = FAST + (
+        "steps:\n  - pause: mbx2\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test], timeout: 20s}\n"
+    )
+    b = Built(tmp_path, body)
+    for n in range(2, 40):  # every half second to the end
+        b.at(0.5 * n, "connect", "mbx1->mbx2", conn=n)
+    copy_to_silent_shadow(b, retried=False)
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "TO-4"
+    # a session to another node is: a copy tried elsewhere
+    other = Built(tmp_path, body, topology="outages-three-node")
+    other.at(2.5, "connect", "mbx1->mbx3", conn=1)
+    other.line(2.51, "mbx1->mbx3", "s2c", "220 mbx3 ready")
+    other.line(2.52, "mbx1->mbx3", "c2s", "QUIT")
+    other.at(2.53, "close", "mbx1->mbx3", conn=1, reason="client closed")
+    copy_to_silent_shadow(other, retried=False)
+    assert other.explain().divergence is None
 
 
 # -- TO-1: the harness's inbound sessions ---------------------------------------------
