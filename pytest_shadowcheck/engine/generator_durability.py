@@ -19,8 +19,8 @@ drills do, in a quiet cluster, as one self-contained operation that ends healed:
 - **full disk** (only in deep exploration's scenarios, from a stream of its own): the
   primary, cut from every other node (RejectMessageOnShadowFailure false), its queue
   disk full, is sent a message: it must refuse what it cannot store (a 250 for a message
-  its queue never held is a loss the no-loss invariant FAILs). The model does not follow
-  ``disk_full``: its rules leave that scenario to the invariants.
+  its queue never held is a loss the no-loss invariant FAILs). The model leaves the
+  messages sent until the disk is freed to the invariants and judges the others.
 
 Their draws come from a random stream of their own, after the generator's operations,
 so that the other operations are drawn as without them.

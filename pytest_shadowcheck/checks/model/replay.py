@@ -4,9 +4,11 @@ the harness looked at (``snapshot`` events) with the messages they held.
 
 A message is known by the harness's identity: the trace a delivery carries
 (``REF.TOKEN``), or its Message-ID (``<REF.TOKEN@...>``, or the one its send step gave).
-Messages whose send steps give them one Message-ID are left out: a queue listing names
-a message by its Message-ID only, so no look could tell which of them a queue holds. The
-invariant checks, which go by the trace, judge their fates.
+Two kinds of message are left out, their fates judged by the invariant checks (which go
+by the trace): those whose send steps give them one Message-ID, as a queue listing names a
+message by its Message-ID only, so no look could tell which of them a queue holds; and
+those sent before a node's queue disk, full or failing, was freed (plus the slack), as
+the catalogue says nothing of what a transport that cannot write does with them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.checks.model.state import Timeline
     from pytest_shadowcheck.history import Event, History
 
-__all__ = ["Delivery", "Observations", "Sent", "Snapshot", "observe"]
+__all__ = ["DISK_FAULTS", "Delivery", "Observations", "Sent", "Snapshot", "observe"]
+
+#: the steps that start or end a queue disk fault
+DISK_FAULTS = frozenset({"disk_full", "disk_error", "disk_ok"})
 
 
 @dataclass
@@ -93,8 +98,9 @@ class Observations:
     #: message contents carried node->node (a copy, a relay): (t of its final dot, link,
     #: conn, ref)
     contents: list[tuple[float, str, int | None, str]] = field(default_factory=list)
-    #: messages left out: their send steps share a Message-ID with another's
-    twins: set[str] = field(default_factory=set)
+    #: messages left out: their send steps share a Message-ID with another's, or they
+    #: were sent before a queue disk fault ended
+    left_out: set[str] = field(default_factory=set)
 
 
 def _ref_of(value: Any, by_id: dict[str, str], token: str | None = None) -> str | None:
@@ -184,25 +190,32 @@ def observe(timeline: Timeline, history: History) -> Observations:
                 text = str(event.data.get("text", ""))
                 start = began.setdefault((event.link, event.conn), event.t)
                 obs.peer_lines.append((event.t, event.link, event.direction or "", text, start))
-    _leave_out_twins(obs, timeline)
+    _leave_out(obs, timeline)
     return obs
 
 
-def _leave_out_twins(obs: Observations, timeline: Timeline) -> None:
-    """Drop the messages whose send steps share a Message-ID (after their replies were
-    matched, so that no other message's reply is taken for theirs)."""
+def _leave_out(obs: Observations, timeline: Timeline) -> None:
+    """Drop the messages whose send steps share a Message-ID, and those sent before the
+    last queue disk fault ended (after their replies were matched, so that no other
+    message's reply is taken for theirs)."""
     refs: dict[str, list[str]] = {}
+    freed = None
     for applied in timeline.steps:
         if applied.step.kind == "send" and applied.step.arg.message_id:
             refs.setdefault(applied.step.arg.message_id, []).append(applied.step.arg.id)
-    obs.twins = {ref for shared in refs.values() if len(shared) > 1 for ref in shared}
-    if not obs.twins:
+        elif applied.step.kind in DISK_FAULTS:
+            # a fault left on to the end lasts to the end
+            freed = timeline.end if applied.step.kind != "disk_ok" else applied.t_next
+    obs.left_out = {ref for shared in refs.values() if len(shared) > 1 for ref in shared}
+    if freed is not None:
+        obs.left_out |= {r for r, m in obs.sent.items() if m.t_send <= freed + timeline.slack}
+    if not obs.left_out:
         return
-    for ref in obs.twins:
+    for ref in obs.left_out:
         obs.sent.pop(ref, None)
     for snap in obs.snapshots:
-        snap.refs -= obs.twins
-    obs.contents = [c for c in obs.contents if c[3] not in obs.twins]
+        snap.refs -= obs.left_out
+    obs.contents = [c for c in obs.contents if c[3] not in obs.left_out]
 
 
 def _replies(obs: Observations, events: list[Event], timeline: Timeline) -> None:

@@ -906,3 +906,28 @@ def test_messages_sharing_a_message_id_are_left_to_the_invariants(tmp_path: Path
     assert outcome.divergence is None, outcome.divergence
     # neither is judged by the model (their fates are the invariants', by the trace)
     assert outcome.exercised["PR-4"] == 0 and outcome.exercised["DI-2"] == 0
+
+
+def test_messages_sent_while_a_queue_disk_is_full_are_left_to_the_invariants(
+    tmp_path: Path,
+) -> None:
+    # the catalogue says nothing of a transport that cannot write: m1, sent to mbx1 with
+    # its disk full, is refused (452) and judged by no rule; m2, sent once the disk is
+    # freed, is judged as ever (here: acknowledged with no copy made, CR-1)
+    b = Built(
+        tmp_path,
+        "steps:\n  - disk_full: mbx1\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
+        "  - disk_ok: mbx1\n  - wait: 3s\n"
+        "  - send: {id: m2, via: mbx1, to: [alice@corp.test]}\n",
+    )
+    b.steps(0.5, 1.0)
+    b.reply(1.1, "mbx1", 452, "4.3.1 Insufficient system storage")
+    b.steps(1.2, 1.3)
+    b.step(4.3)
+    b.reply(4.4, "mbx1", 250, copied=False)
+    b.delivered(4.5, "m2", "mbx1", "alice@corp.test")
+    b.at(8.0, "note", text="end")
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "CR-1", found
+    assert "m2" in found.expected + found.observed and "m1" not in found.observed
