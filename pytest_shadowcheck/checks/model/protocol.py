@@ -43,6 +43,7 @@ def ack_order_rule(j: Judge, m: Sent) -> None:
         return
     shadows = j.candidates(m.via, m.t_send, m.t_reply)
     copied = False
+    unanswered: list[tuple[float, str]] = []
     for t, link, conn, ref in j.obs.contents:
         client, _, server = link.partition("->")
         if ref != m.ref or client != m.via or server not in shadows:
@@ -51,10 +52,12 @@ def ack_order_rule(j: Judge, m: Sent) -> None:
         began = lines[0][0] if lines else t
         if not m.t_send <= began <= late:
             continue
+        answer = _reply_after(lines, t)
+        if answer is None:
+            unanswered.append((t, server))  # a fault on the link is no excuse here
         if j.tl.changed(m.t_send, late, {m.via, server}, hops=False):
             continue
         copied = True
-        answer = _reply_after(lines, t)
         if answer is None or not answer[1].startswith("250"):
             continue  # refused or never answered: no acknowledgement to order
         j.exercised["CR-3"] += 1
@@ -71,6 +74,48 @@ def ack_order_rule(j: Judge, m: Sent) -> None:
         return
     if not copied:
         _no_copy_rule(j, m, m.t_reply, shadows, late)
+    if unanswered:
+        _unacknowledged_copy_rule(j, m, unanswered[0])
+
+
+def _acknowledged(j: Judge, m: Sent) -> bool:
+    """Whether a node acknowledged a copy of ``m`` (a 250 to its content) before the
+    sender's 250, on any session ``m.via`` opened to another node."""
+    for t, link, conn, ref in j.obs.contents:
+        if ref != m.ref or link.partition("->")[0] != m.via or m.t_reply is None:
+            continue
+        answer = _reply_after(j.obs.sessions.get((link, conn), []), t)
+        if answer is not None and answer[1].startswith("250") and answer[0] < m.t_reply:
+            return True
+    return False
+
+
+def _unacknowledged_copy_rule(j: Judge, m: Sent, lost: tuple[float, str]) -> None:
+    """CR-3 (and CR-4): a copy whose acknowledgement never came is not a copy the
+    primary may count: with RejectMessageOnShadowFailure true it makes another, or
+    answers 451, before a 250 (a shadow's reply lost on the wire)."""
+    assert m.t_reply is not None
+    a, b = m.t_send, m.t_reply
+    if j.tl.node_states(m.via, a, b) != {"up"}:
+        return
+    if j.tl.setting(m.via, "RejectMessageOnShadowFailure", a, b) != {True}:
+        return  # it may accept without a copy after failed attempts (CR-5)
+    if j.tl.setting(m.via, "ShadowRedundancyEnabled", a, b) != {True}:
+        return
+    j.exercised["CR-3"] += 1
+    if _acknowledged(j, m):
+        return
+    t, server = lost
+    j.diverged(
+        "CR-3",
+        f"{m.via} tells the sender 250 for {m.ref} only once a shadow has acknowledged a "
+        f"copy: RejectMessageOnShadowFailure is true, so a copy whose acknowledgement "
+        f"never came is made again, or the sender is told 451",
+        f"{m.via} sent {m.ref}'s copy to {server} (its final dot at {j.when(t)}), {server}'s "
+        f"reply to it never came, and {m.via} told the sender `250 {m.text}` at "
+        f"{j.when(b)} with no acknowledged copy",
+        b,
+    )
 
 
 def _no_copy_rule(j: Judge, m: Sent, replied: float, shadows: set[str], late: float) -> None:

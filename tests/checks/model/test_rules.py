@@ -931,3 +931,40 @@ def test_messages_sent_while_a_queue_disk_is_full_are_left_to_the_invariants(
     found = b.explain().divergence
     assert found is not None and found.behaviour == "CR-1", found
     assert "m2" in found.expected + found.observed and "m1" not in found.observed
+
+
+def reply_lost(b: Built, *, again: bool) -> None:
+    """m1's copy goes to mbx2, whose reply to the final dot is lost (the session cut
+    there); ``again``: mbx1 makes the copy anew before its 250, as it must."""
+    b.steps(0.5, 1.0)
+    b.line(1.02, "mbx1->mbx2", "s2c", "220 mbx2 ready", conn=1)
+    b.content(1.05, "mbx1->mbx2", "m1", conn=1)
+    b.at(1.06, "close", "mbx1->mbx2", conn=1, reason="cut before_reply EOD")
+    b._conns["mbx1->mbx2"] = 1  # the copy made again is the link's second session
+    if again:
+        b.copy(1.3, "mbx1", "m1")
+    b.reply(1.4, "mbx1", 250, copied=False)
+    b.at(5.0, "note", text="end")
+
+
+def test_cr3_a_copy_whose_acknowledgement_never_came_is_no_copy(tmp_path: Path) -> None:
+    # "The primary acknowledges the sender only after the shadow acknowledges the copy"
+    # (copy-counted-when-reply-lost): with RejectMessageOnShadowFailure true, a 250
+    # needs an acknowledged copy
+    steps = (
+        "steps:\n  - fault: {link: mbx1->mbx2, kind: cut_at, point: {before_reply: EOD}}\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
+    )
+    b = Built(tmp_path, "settings: {RejectMessageOnShadowFailure: true}\n" + steps)
+    reply_lost(b, again=False)
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "CR-3", found
+    assert found.rule == sentence("CR-3")
+    assert "reply to it never came" in found.observed
+    ok = Built(tmp_path, "settings: {RejectMessageOnShadowFailure: true}\n" + steps)
+    reply_lost(ok, again=True)
+    assert ok.explain().divergence is None and ok.explain().exercised["CR-3"] >= 1
+    # RejectMessageOnShadowFailure false: it may accept without a copy (CR-5)
+    lenient = Built(tmp_path, "settings: {RejectMessageOnShadowFailure: false}\n" + steps)
+    reply_lost(lenient, again=False)
+    assert lenient.explain().divergence is None
