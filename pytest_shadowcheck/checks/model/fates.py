@@ -13,7 +13,7 @@ from pytest_shadowcheck.checks.model.rules import DELIVERY_ALLOWANCE
 from pytest_shadowcheck.checks.model.state import seconds
 
 if TYPE_CHECKING:
-    from pytest_shadowcheck.checks.model.replay import Sent, Snapshot
+    from pytest_shadowcheck.checks.model.replay import Delivery, Sent, Snapshot
     from pytest_shadowcheck.checks.model.rules import Judge
 
 #: how often a transport may sweep its Safety Net for expired entries (the suite's
@@ -109,6 +109,8 @@ def duplicate_rule(j: Judge, m: Sent) -> None:
         if j.tl.changed(m.t_send - j.slack, second.t, nodes) or _resubmitted(j, second.t):
             if any(s.step.kind == "restart" and s.t < second.t for s in j.tl.steps):
                 j.exercised["PR-3"] += 1
+            if _twice_by_one_shadow(j, m, rcpt, got):
+                return
             continue
         j.exercised["PR-1"] += 1
         by = ", ".join(f"{d.by} at {j.when(d.t)}" for d in got)
@@ -120,6 +122,49 @@ def duplicate_rule(j: Judge, m: Sent) -> None:
             second.t,
         )
         return
+
+
+def _twice_by_one_shadow(j: Judge, m: Sent, rcpt: str, got: list[Delivery]) -> bool:
+    """PR-1: a shadow promotes its copy once. Two deliveries to ``rcpt`` by one node
+    other than the primary, which held one copy (one copy's content on the wire to it),
+    with nothing between them to make it deliver again (it stayed up on one queue
+    database, its link to the next hop healthy, the next hop accepting, no resubmission),
+    is a copy promoted twice. True when it diverged."""
+    if _resubmitted(j, got[-1].t):
+        return False
+    for i, first in enumerate(got):
+        for again in got[i + 1 :]:
+            by = first.by
+            if again.by != by or by == m.via or again.sink != first.sink:
+                continue
+            copies = [c for c in j.obs.contents if c[3] == m.ref and c[1] == f"{m.via}->{by}"]
+            if len(copies) != 1:
+                continue  # two copies made (a lost acknowledgement): each may be promoted
+            a, b = first.t - j.slack, again.t
+            if j.tl.node_states(by, a, b) != {"up"} or len(j.tl.database_ids(by, a, b)) > 1:
+                continue
+            if j.tl.link_states(f"{by}->{first.sink}", a, b) != {"ok"}:
+                continue
+            if j.tl.sink_states(first.sink, a, b) != {"accepting"}:
+                continue
+            if any(
+                s.step.kind in ("kill", "power_cut", "restart", "wipe")
+                and s.step.arg.node == by
+                and a <= s.t <= b
+                for s in j.tl.steps
+            ):
+                continue
+            j.exercised["PR-1"] += 1
+            j.diverged(
+                "PR-1",
+                f"{by}, promoting its shadow copy of {m.ref}, delivers it to {rcpt} once: it "
+                f"held one copy, and nothing made it deliver again",
+                f"{rcpt} got {m.ref} from {by} at {j.when(first.t)} and again at "
+                f"{j.when(again.t)}, {by} up throughout, its link to {first.sink} healthy",
+                again.t,
+            )
+            return True
+    return False
 
 
 def _resubmitted(j: Judge, t: float) -> bool:

@@ -370,6 +370,26 @@ def test_pr1_a_frozen_primary_is_one_the_shadow_cannot_open_a_session_to(
     assert ok.explain().exercised["PR-1"] == 2  # not early, not late
 
 
+def test_pr1_a_shadow_promotes_its_copy_once(tmp_path: Path) -> None:
+    # promotes-copies-twice: the shadow, holding one copy, delivers it twice with nothing
+    # between to make it deliver again
+    b = killed(tmp_path)
+    b.delivered(4.6, "m1", "mbx2", "alice@corp.test")
+    b.delivered(4.7, "m1", "mbx2", "alice@corp.test")
+    b.at(10.4, "note", text="end")
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "PR-1", found
+    assert "delivers it to alice@corp.test once" in found.expected
+    assert "again at" in found.observed
+    # two copies made (the first one's acknowledgement lost): each may be promoted
+    two = killed(tmp_path)
+    two.copy(1.05, "mbx1", "m1")
+    two.delivered(4.6, "m1", "mbx2", "alice@corp.test")
+    two.delivered(4.7, "m1", "mbx2", "alice@corp.test")
+    two.at(10.4, "note", text="end")
+    assert two.explain().divergence is None
+
+
 def test_pr1_not_before_the_span(tmp_path: Path) -> None:
     # with the slack of a loaded machine, a 3s span leaves half a second of it to judge
     b = killed(tmp_path, span="10s")
