@@ -485,6 +485,7 @@ def plan(
         drawer.can,
         str(settings.get("ShadowMessagePreferenceSetting", "PreferRemote")),
         random.Random(f"shadowcheck-explore-disk:{seed}:{index}"),
+        random.Random(f"shadowcheck-explore-bounce:{seed}:{index}"),
     )
     lag_rng = random.Random(f"shadowcheck-explore-replay-lag:{seed}:{index}")
     lagged = generator_replay_lag.ReplayLagDrawer(lag_rng, drawer.nodes, drawer.can)

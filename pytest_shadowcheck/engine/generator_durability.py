@@ -66,8 +66,12 @@ class DurabilityDrawer:
         can: Callable[[str], bool],
         preference: str = "PreferRemote",
         disk_rng: random.Random | None = None,
+        bounce_rng: random.Random | None = None,
     ) -> None:
         self.rng = rng
+        #: whether an unsynced-ack drill of a deep scenario sends a bounce to three
+        #: recipients (its own stream; None: never)
+        self.bounce_rng = bounce_rng
         #: the full-disk drill's own stream (None: no such drill)
         self.disk_rng = disk_rng
         self.disk_drawn = 0
@@ -118,7 +122,7 @@ class DurabilityDrawer:
         operations, in a quiet cluster (no fault on): it ends healed, every node up, as
         the cluster was."""
         drawn = self._power_cut(
-            quiet=quiet, reject=reject, redundancy=redundancy, recovery=recovery
+            quiet=quiet, reject=reject, redundancy=redundancy, recovery=recovery, length=length
         )
         if drawn is None and length >= DISK_MIN_LENGTH:
             # drawn only when no power cut was: the power cuts' stream stays as it was
@@ -126,7 +130,7 @@ class DurabilityDrawer:
         return drawn
 
     def _power_cut(
-        self, *, quiet: bool, reject: bool, redundancy: bool, recovery: float
+        self, *, quiet: bool, reject: bool, redundancy: bool, recovery: float, length: int
     ) -> DurabilityOperation | None:
         if not (quiet and self.possible() and self.cuts < _MOST):
             return None
@@ -140,8 +144,17 @@ class DurabilityDrawer:
         if not kinds:
             return None
         kind = self.rng.choice(kinds)
+        # in deep scenarios, half the time the lone message is a bounce to three recipients
+        # (a rare, valid envelope a queue's loader may misread when it reads it back)
+        bounce = (
+            self.bounce_rng is not None
+            and length >= DISK_MIN_LENGTH
+            and self.bounce_rng.random() < 0.5
+        )
         drawn = (
-            self.unsynced_ack(reject, recovery) if kind == "ack" else self.unsynced_copy(recovery)
+            self.unsynced_ack(reject, recovery, bounce=bounce)
+            if kind == "ack"
+            else self.unsynced_copy(recovery)
         )
         self.cuts += 1
         return drawn
@@ -191,8 +204,11 @@ class DurabilityDrawer:
         """Cut ``via`` from every next hop: what it accepts stays queued on it."""
         return [{"fault": {"link": f"{via}->{s}", "kind": "cut"}} for s in self.sinks]
 
-    def unsynced_ack(self, reject: bool, recovery: float) -> DurabilityOperation | None:
-        """PR-3: a message only the primary holds, its power cut right after the 250."""
+    def unsynced_ack(
+        self, reject: bool, recovery: float, *, bounce: bool = False
+    ) -> DurabilityOperation | None:
+        """PR-3: a message only the primary holds, its power cut right after the 250
+        (``bounce``: a bounce, the null reverse-path, to three recipients)."""
         vias = [n for n in self.nodes if self.routed[n]]
         if not vias:
             return None
@@ -203,11 +219,18 @@ class DurabilityDrawer:
         steps += [{"fault": {"link": f"{via}->{n}", "kind": "cut"}} for n in self.nodes if n != via]
         steps += self._hold(via)
         ref, send = self._send(via, self.routed[via])
+        if bounce:
+            # the node's recipients, then others of the first's domain (a sink takes any)
+            domain = send["send"]["to"][0].rpartition("@")[2]
+            others = [f"owner{n}@{domain}" for n in (1, 2, 3)]
+            send["send"]["to"] = [*self.routed[via], *others][:3]
+            send["send"]["from"] = ""
         steps += [send, {"power_cut": via}, {"restart": via}, {"heal": "all"}]
         if reject:
             steps.append({"set_settings": {"values": {"RejectMessageOnShadowFailure": True}}})
         steps.append({"wait": _seconds(recovery)})
-        label = f"durability: {ref} via {via} alone, power cut after its 250"
+        what = "bounce " if bounce else ""
+        label = f"durability: {what}{ref} via {via} alone, power cut after its 250"
         return (label, tuple(steps), ("PR-3", "CR-5"))
 
     def unsynced_copy(self, recovery: float) -> DurabilityOperation:

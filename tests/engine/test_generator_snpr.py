@@ -66,6 +66,24 @@ def test_a_lone_250_then_its_power_cut() -> None:
         assert kinds[-1] == "wait"
 
 
+def test_some_lone_messages_power_cut_are_bounces_to_three_recipients() -> None:
+    """A null reverse-path with three recipients, alone on its node at the power cut: a
+    queue loader that misreads that envelope on restart loses it
+    (loader-drops-multi-recipient-bounces). Deep scenarios only."""
+    acks = [steps for _, steps in _drills(ALL, "alone, power cut", count=80)]
+    sends = [next(x["send"] for x in steps if "send" in x) for steps in acks]
+    bounces = [s for s in sends if s.get("from") == ""]
+    assert 0 < len(bounces) < len(sends), (len(bounces), len(sends))
+    assert all(len(s["to"]) == 3 for s in bounces)
+    short = [
+        op
+        for index in range(80)
+        for op in plan(11, index, capabilities=ALL, length=10).operations
+        if op.label.startswith(f"{DRILL} bounce")
+    ]
+    assert not short
+
+
 def test_a_copy_then_the_shadows_power_cut_and_the_primary_killed_past_the_window() -> None:
     copies = _drills(ALL, "shadows' power cut", count=100)
     assert copies
