@@ -83,6 +83,10 @@ def _judge(j: Judge, m: Sent, snap: Snapshot) -> bool:
     return True
 
 
+#: how long before a send an outage or a request may still make a primary open sessions
+#: to another node (s): its heartbeats and requests of then
+_RECENT = 10.0
+
 #: Exchange's defaults for the attempts per site (the catalogue names the settings only)
 _TRIES = {"MaxRetriesForRemoteSiteShadow": 4, "MaxRetriesForLocalSiteShadow": 2}
 
@@ -131,6 +135,8 @@ def attempts_rule(j: Judge, history: History) -> None:
             least = tries // len(names)
             if not any(a <= t <= b for n in names for t in opened.get(f"{m.via}->{n}", [])):
                 break  # no attempt at all: whether one was owed is CR-1/CR-4's question
+            if _too_many(j, m, names, tries, setting, opened):
+                return
             for n in names:
                 seen = sum(1 for t in opened.get(f"{m.via}->{n}", []) if a <= t <= b)
                 j.exercised["CR-7"] += 1
@@ -146,3 +152,50 @@ def attempts_rule(j: Judge, history: History) -> None:
                     b,
                 )
                 return
+
+
+def _too_many(
+    j: Judge, m: Sent, names: list[str], tries: int, setting: str, opened: dict[str, list[float]]
+) -> bool:
+    """CR-7's upper bound: a site of one node is tried at most ``tries`` times, judged
+    only where ``m.via`` had no other cause to open a session to it - no copy of that
+    node's messages to ask about (XQDISCARD), no resubmission, no outage or restart
+    about. True when it diverged."""
+    if len(names) != 1:
+        return False  # "a remote-site node up to N times": per node or per site, unsaid
+    (node,) = names
+    a, b = m.t_send, m.t_reply
+    assert b is not None
+    if any(j.tl.node_states(n, a - j.slack, b) != {"up"} for n in j.tl.scenario.topology.nodes):
+        return False
+    if any(
+        s.step.kind in ("resubmit", "kill", "restart", "wipe", "power_cut")
+        and a - _RECENT <= s.t <= b
+        for s in j.tl.steps
+    ):
+        return False  # a restarted node may ask about what it held; a request goes about
+    for other in j.tl.steps:
+        if other.step.kind != "send" or other.step.arg.via != node or other.t > b:
+            continue
+        x = j.obs.sent.get(other.step.arg.id)
+        done = x.fully_delivered_at() if x is not None else None
+        if done is None or done + j.slack + _longest_beat(j, m.via) >= a:
+            return False  # m.via may hold its copy, and ask node about it
+    seen = sum(1 for t in opened.get(f"{m.via}->{node}", []) if a <= t <= b)
+    j.exercised["CR-7"] += 1
+    if seen <= tries:
+        return False
+    j.diverged(
+        "CR-7",
+        f"{m.via} tries {node}, alone in its site, {setting} ({tries}) times at most for "
+        f"{m.ref}, then the next site or its reply",
+        f"{m.via} opened {seen} sessions to {node}, whose link was cut, between the send at "
+        f"{j.when(a)} and its reply at {j.when(b)}, with no copy of {node}'s to ask about",
+        b,
+    )
+    return True
+
+
+def _longest_beat(j: Judge, node: str) -> float:
+    beats = j.tl.setting(node, "ShadowHeartbeatFrequency", 0.0, j.tl.end)
+    return max((float(v) for v in beats if isinstance(v, int | float)), default=60.0)

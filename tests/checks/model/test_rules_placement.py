@@ -346,6 +346,35 @@ def test_cr7_every_remote_attempt_is_made_before_the_local_site(tmp_path: Path) 
     assert good.exercised["CR-7"] >= 1
 
 
+def test_cr7_a_lone_remote_node_is_tried_no_more_than_the_setting_says(
+    tmp_path: Path,
+) -> None:
+    # "... tries a remote-site node up to MaxRetriesForRemoteSiteShadow times"
+    # (one-extra-shadow-attempt-per-site): mbx3, alone in its site, tried five times
+    outcome = remote_cut(tmp_path, 5).explain()
+    assert outcome.divergence is not None
+    assert outcome.divergence.behaviour == "CR-7"
+    assert "(4) times at most" in outcome.divergence.expected
+    assert "opened 5 sessions to mbx3" in outcome.divergence.observed
+    # mbx1 holding a copy of mbx3's (which mbx3 sent it just before): heartbeats to mbx3
+    # may go on, so the sessions say nothing of the attempts
+    b = Built(
+        tmp_path,
+        "steps:\n  - send: {id: m0, via: mbx3, to: [alice@corp.test]}\n"
+        "  - fault: {link: mbx1->mbx3, kind: cut}\n"
+        "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n",
+        topology="creation-two-site-dag",
+    )
+    b.step(0.2)
+    b.reply(0.3, "mbx3", 250, copied=False)
+    b.steps(0.5, 3.0)
+    for i in range(5):
+        b.at(3.01 + i / 100, "connect", "mbx1->mbx3", conn=i + 1)
+    b.at(3.2, "connect", "mbx1->mbx2", conn=1)
+    b.reply(3.4, "mbx1", 250)
+    assert b.explain().divergence is None or b.explain().divergence.behaviour != "CR-7"
+
+
 def test_cr10_a_copy_released_at_the_first_fork_before_any_look(tmp_path: Path) -> None:
     # the only shadow the placement allows holds the copy; alice's fork done, dan's not
     b = Built(
