@@ -496,6 +496,11 @@ def plan(
         drawer.recipients, generator_boundary.sinks_of(topology_data(topology)), capabilities,
         virtual=drawer.virtual, length=length,
     )  # fmt: skip
+    attempts = generator_placement.AttemptsDrawer(
+        random.Random(f"shadowcheck-explore-attempts:{seed}:{index}"),
+        topology_data(topology),
+        length=length,
+    )
     ops: list[Operation] = []
     temp = ExplorationPlan(seed, index, topology, settings, ops, capabilities)
     ops += [Operation(*added) for added in boundary.first(temp.recovery(ops))]
@@ -507,7 +512,8 @@ def plan(
             ops.append(opening)
 
     def drawn_apart() -> int:  # what the drills of their own streams added
-        return wire.drawn + durable.drawn + lagged.drawn + grouped.drawn + boundary.drawn
+        drills = wire.drawn + durable.drawn + lagged.drawn + grouped.drawn + boundary.drawn
+        return drills + attempts.drawn
 
     while len(ops) - drawn_apart() < length:
         drawer.recovery = temp.recovery(ops)
@@ -667,6 +673,9 @@ def plan(
         )
         if drill:
             ops.append(Operation(drill[0], drill[1], behaviours=drill[2]))
+        counted = attempts.after(quiet=drawer.state.quiet(), answering=drawer.state.answering())
+        if counted:
+            ops.append(Operation(counted[0], counted[1], behaviours=counted[2]))
         hold = float(settings.get("SafetyNetHoldTime", 2 * 86400.0))
         changed = lagged.after(drawer.state.answering(), hold)
         if changed:

@@ -19,6 +19,7 @@ Drawn = tuple[str, tuple[dict[str, Any], ...], tuple[str, str], tuple[str, ...]]
 
 __all__ = [
     "TOPOLOGIES",
+    "AttemptsDrawer",
     "Drawn",
     "bounce_send",
     "forks",
@@ -292,3 +293,48 @@ def without_route(
     )
     label = f"send {ref} via {node} to {rcpt}, kill {node}"
     return [held, (label, steps, ("down", node), ("PR-5",))][0 if hold else 1 :]
+
+
+#: after each operation in a quiet cluster of a deep scenario, the chance of the attempts
+#: drill (at most once a scenario)
+ATTEMPTS_SHARE = 0.08
+#: how long the attempts drill first lets the cluster be (s): past the slowest heartbeat
+#: (4 s) and the model's slack (2 s) after the last delivery, no node holds a copy of
+#: another's messages, so none has a cause to open a session to another but a copy
+_UNHELD = 7.5
+
+
+class AttemptsDrawer:
+    """CR-7's count of attempts: once no node holds another's copies, a node cut from
+    every other node is sent a message; its sessions towards each site are then its copy
+    attempts alone, which MaxRetriesFor{Remote,Local}SiteShadow bounds from both sides.
+    Drawn from a stream of its own, in deep scenarios on a real clock."""
+
+    def __init__(self, rng: random.Random, topology: dict[str, Any], *, length: int) -> None:
+        self.rng = rng
+        self.nodes = tuple(topology["nodes"])
+        self.deep = length >= 16 and topology.get("clock", "real") != "virtual"
+        hops = set(topology.get("next_hops", {}))
+        self.recipients = tuple(
+            r for r in topology["directory"]["recipients"] if r.rpartition("@")[2] in hops
+        )
+        self.drawn = 0
+
+    def after(
+        self, *, quiet: bool, answering: list[str]
+    ) -> tuple[str, tuple[dict[str, Any], ...], tuple[str, ...]] | None:
+        if not (self.deep and quiet and self.recipients and self.drawn < 1):
+            return None
+        if len(answering) != len(self.nodes) or len(self.nodes) < 2:
+            return None
+        if self.rng.random() >= ATTEMPTS_SHARE:
+            return None
+        self.drawn += 1
+        via = self.rng.choice(self.nodes)
+        to = self.rng.choice(self.recipients)
+        steps: list[dict[str, Any]] = [{"wait": f"{_UNHELD:g}s"}]
+        steps += [{"fault": {"link": f"{via}->{n}", "kind": "cut"}} for n in self.nodes if n != via]
+        send = {"id": "a1", "via": via, "to": [to], "timeout": "20s"}
+        steps += [{"send": send}, {"heal": "all"}, {"wait": "1s"}]
+        label = f"attempts: a1 via {via}, cut from every node once none holds another's copies"
+        return label, tuple(steps), ("CR-7", "CR-4", "CR-5")
