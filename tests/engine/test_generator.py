@@ -450,3 +450,25 @@ def test_a_split_discards_drill_splits_one_primarys_copies_and_leaves_all_as_it_
                 op.label for op in plan(11, index, capabilities=capabilities, length=16).operations
             ]
             assert not any(label.startswith("split copies") for label in labels)
+
+
+def test_the_attempts_drill_cuts_a_node_off_once_no_node_holds_anothers_copies() -> None:
+    """CR-7 (one-extra-shadow-attempt-per-site): past the slowest heartbeat and the slack,
+    a node cut from every other node is sent a message; deep real-clock scenarios only."""
+    drills = []
+    for index in range(60):
+        for length in (16, 10):
+            explored = plan(11, index, capabilities=ALL, length=length)
+            for op in explored.operations:
+                if op.label.startswith("attempts:"):
+                    assert length == 16
+                    assert topology_data(explored.topology).get("clock") != "virtual"
+                    drills.append((explored.topology, list(op.steps)))
+    assert drills
+    for topology, steps in drills:
+        nodes = set(topology_data(topology)["nodes"])
+        (send,) = [s["send"] for s in steps if "send" in s]
+        cut = {s["fault"]["link"] for s in steps if "fault" in s}
+        assert cut == {f"{send['via']}->{n}" for n in nodes - {send["via"]}}
+        assert float(steps[0]["wait"].rstrip("s")) >= 6.0 + 1.0  # 4 s beat + 2 s slack
+        assert steps.index({"heal": "all"}) > steps.index({"send": send})
