@@ -11,6 +11,7 @@ or routes the MTA does not have is UNTESTABLE with what it needs.
 from __future__ import annotations
 
 import json
+import random
 import socket
 import subprocess
 import sys
@@ -70,12 +71,23 @@ scenarios:
 
 
 def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [int(s.getsockname()[1]) for s in socks]
-    for s in socks:
-        s.close()
+    """``n`` ports free now, below the kernel's ephemeral range: the black box is told
+    them long before the harness listens on them, and a port the kernel hands out (as
+    it does to every other test's outgoing connection) may be taken by then (CI saw
+    "address already in use" on a relay port)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    ports: list[int] = []
+    while len(ports) < n:
+        port = rng.randrange(10_000, low)
+        if port in ports:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
     return ports
 
 
