@@ -100,6 +100,13 @@ def library_scenarios(paths: list[Path]) -> dict[str, list[str]]:
     return out
 
 
+def evidence_of(row: dict[str, Any], bid: str) -> list[dict[str, Any]]:
+    """The checks of a scenario row that evidence ``bid``, as ``Verdict.evidence`` chose
+    them when the row was made (its ``evidence`` indices): one rule, in one place."""
+    checks: list[dict[str, Any]] = row["checks"]
+    return [checks[i] for i in row["evidence"].get(bid, ())]
+
+
 def _behaviour_entry(
     bid: str,
     catalogue_entry: dict[str, Any],
@@ -119,9 +126,7 @@ def _behaviour_entry(
         entry = r["by_behaviour"][bid]
         decided_by = [
             {"name": c["name"], "status": c["status"], "where": c.get("where", "")}
-            for c in r["checks"]
-            if bid in (c.get("behaviours") or ())
-            or not (c.get("behaviours") or r.get("named_evidence"))
+            for c in evidence_of(r, bid)
         ]
         scenarios.append(
             {
@@ -400,9 +405,9 @@ def _checks_of(report: dict[str, Any], bid: str, status: Status) -> list[tuple[A
     for index, s in enumerate(report["scenarios"]):
         if bid not in s["by_behaviour"]:
             continue
-        for check in s.get("checks", []):
+        for check in evidence_of(s, bid):
             named = check.get("behaviours") or []
-            if check.get("status") != status or (named and bid not in named):
+            if check.get("status") != status:
                 continue
             key = (bid not in named, len(s["behaviours"]), len(named or s["behaviours"]), index)
             found.append((key, s, check))
@@ -698,7 +703,12 @@ def scenario_entry(nodeid: str, data: dict[str, Any], duration_s: float) -> dict
     checks = []
     for check, raw in zip(verdict.checks, data.get("checks", []), strict=True):
         rendered = texts.get(id(check)) or check.render(excerpt=False)
-        checks.append({**raw, "rendered": rendered})
+        where = _relative_where(raw.get("where", ""))
+        checks.append({**raw, "where": where, "rendered": rendered})
+    index = {id(check): i for i, check in enumerate(verdict.checks)}
+    evidence = {
+        bid: [index[id(c)] for c in verdict.evidence(bid)] for bid in data["by_behaviour"]
+    }
     return {
         "nodeid": nodeid,
         "scenario": data["scenario"],
@@ -716,7 +726,16 @@ def scenario_entry(nodeid: str, data: dict[str, Any], duration_s: float) -> dict
         "caveats": data.get("caveats", []),
         "retried": data.get("retried", ""),
         "named_evidence": bool(data.get("named_evidence", False)),
+        #: behaviour -> indices into ``checks`` of the checks that evidence it
+        "evidence": evidence,
     }
+
+
+def _relative_where(where: str) -> str:
+    """A check's ``where`` ("file:line", then perhaps a replay command) with its file
+    made readable as :func:`_relative` makes a scenario's source."""
+    head, sep, rest = where.partition(" ")
+    return _relative(head) + sep + rest
 
 
 def _relative(source: str) -> str:

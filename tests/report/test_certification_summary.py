@@ -153,8 +153,11 @@ def test_an_explored_scenario_leaves_the_library_its_verdicts_and_names_its_evid
         named_evidence=True,
     )
     explored.add(CheckResult("the catalogue model", Status.PASS, "", "", behaviours=["CR-1"]))
-    explored.add(CheckResult("integrity of m2", Status.FAIL, "m2 as sent", "line 39 parted"))
-    entries = [_entry(v) for v in _verdicts()] + [_entry(explored)]
+    generated = f"{tempfile.gettempdir()}/shadowcheck-explore/r1/explore_s2027_000.yaml:40"
+    explored.add(
+        CheckResult("integrity of m2", Status.FAIL, "m2 as sent", "line 39 parted", generated)
+    )
+    entries = [_entry(explored)] + [_entry(v) for v in _verdicts()]
     report = build_report(
         entries, run_id="r1", target="postfix", target_version="3.7",
         started_at="2024-11-26T08:26:00+00:00",
@@ -165,3 +168,9 @@ def test_an_explored_scenario_leaves_the_library_its_verdicts_and_names_its_evid
     assert [c["name"] for c in judged["decided_by"]] == ["the catalogue model"]
     (entry,) = [e for e in entries if e["scenario"] == explored.scenario]
     assert entry["verdict"] == "FAIL" and entry["source"] == "explore_s2027_000.yaml:3"
+    assert entry["checks"][1]["where"] == "explore_s2027_000.yaml:40"
+    # CR-1 FAILs elsewhere; what the summary says was seen is never the explored
+    # scenario's integrity FAIL, which evidences no behaviour there
+    broken = next(e for e in report["admin_summary"] if e["status"] == "FAIL")
+    cr1 = next(i for g in broken["groups"] for i in g["items"] if i.startswith("CR-1: "))
+    assert "line 39 parted" not in cr1 and cr1.endswith("(cr3_shadow_ack_before_sender_ack, order)")
