@@ -699,12 +699,13 @@ def scenario_entry(nodeid: str, data: dict[str, Any], duration_s: float) -> dict
     that is not a pass is ``rendered`` as pytest shows it (the rule it tested, expected,
     observed); the history around them is the scenario's ``history``, once."""
     verdict = Verdict.from_dict(data)
+    for check in verdict.checks:
+        check.where = _relative_where(check.where)
     texts = {id(check): text for check, text in verdict.check_texts(rule_sentences())}
     checks = []
     for check, raw in zip(verdict.checks, data.get("checks", []), strict=True):
         rendered = texts.get(id(check)) or check.render(excerpt=False)
-        where = _relative_where(raw.get("where", ""))
-        checks.append({**raw, "where": where, "rendered": rendered})
+        checks.append({**raw, "where": check.where, "rendered": rendered})
     index = {id(check): i for i, check in enumerate(verdict.checks)}
     evidence = {
         bid: [index[id(c)] for c in verdict.evidence(bid)] for bid in data["by_behaviour"]

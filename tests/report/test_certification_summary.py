@@ -169,6 +169,8 @@ def test_an_explored_scenario_leaves_the_library_its_verdicts_and_names_its_evid
     (entry,) = [e for e in entries if e["scenario"] == explored.scenario]
     assert entry["verdict"] == "FAIL" and entry["source"] == "explore_s2027_000.yaml:3"
     assert entry["checks"][1]["where"] == "explore_s2027_000.yaml:40"
+    assert "(explore_s2027_000.yaml:40)" in entry["checks"][1]["rendered"]
+    assert tempfile.gettempdir() not in json.dumps(entry)
     # CR-1 FAILs elsewhere; what the summary says was seen is never the explored
     # scenario's integrity FAIL, which evidences no behaviour there
     broken = next(e for e in report["admin_summary"] if e["status"] == "FAIL")
