@@ -48,6 +48,11 @@ class ScenarioFile(pytest.File):
             item.add_marker("shadowcheck")
             for behaviour in scenario.behaviours:
                 item.add_marker(behaviour)
+            if self.config.pluginmanager.hasplugin("timeout"):
+                # a scenario keeps its own time limit (its ``timeout``); pytest-timeout's
+                # would also count the wait for a lane and an explored FAIL's shrinking,
+                # and its alarm breaks the session (INTERNALERROR) instead of the scenario
+                item.add_marker(pytest.mark.timeout(0))
             yield item
 
     def repr_failure(  # type: ignore[override]

@@ -247,6 +247,24 @@ def test_with_the_reference_scenarios_run_at_once_in_lanes_of_one_process(
 
 
 @pytest.mark.slow
+def test_a_scenario_keeps_its_own_time_limit_under_pytest_timeout(
+    pytester: pytest.Pytester,
+) -> None:
+    """pytest-timeout's alarm would count what is not the scenario's run (the wait for
+    its lane, an explored FAIL's shrinking) and break the whole session (INTERNALERROR):
+    scenarios are left to their own ``timeout``. waits_a_while runs 1.5 s, in lanes,
+    past the 1 s asked here."""
+    library = _library(pytester)
+    library.write_text(LANES, encoding="utf-8")
+    result = pytester.runpytest_subprocess(
+        "--shadowcheck", "-p", "timeout", "--timeout", "1", "--shadowcheck-concurrency", "3",
+        "library",
+    )  # fmt: skip
+    result.assert_outcomes(passed=3)
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+@pytest.mark.slow
 def test_with_x_nothing_after_the_first_failure_is_reported(pytester: pytest.Pytester) -> None:
     library = _library(pytester)
     # the longest runs first, fails, and -x leaves the other two unreported
