@@ -117,6 +117,13 @@ def _steady(j: Judge, shadow: str, primary: str, a: float, b: float) -> bool:
     )
 
 
+def _offered(j: Judge, h: _Held, a: float, b: float) -> bool:
+    """Whether the primary offered the shadow protocol over [a, b]: with
+    ShadowRedundancyEnabled false it advertises no XSHADOW (CR-6), and a client uses no
+    extension a server does not advertise, XQDISCARD included, so no query is owed."""
+    return j.tl.setting(h.primary, "ShadowRedundancyEnabled", a, b) == {True}
+
+
 def _query_in_every_session(j: Judge, sessions: list[Session], held: list[_Held]) -> bool:
     """Every session a shadow opens to its primary - a heartbeat, its own message's copy,
     a resubmission - asks for discard status. True when it found a divergence."""
@@ -178,7 +185,7 @@ def _query_every_heartbeat(j: Judge, sessions: list[Session], held: list[_Held])
                     break
                 start = nxt
                 continue
-            if not _steady(j, h.shadow, h.primary, start, due):
+            if not _steady(j, h.shadow, h.primary, start, due) or not _offered(j, h, start, due):
                 start = nxt
                 continue
             j.exercised["DI-2"] += 1

@@ -139,3 +139,26 @@ def test_di2_no_heartbeat_owed_across_a_cut_or_a_frozen_node(tmp_path: Path, fau
     silent.at(10.9, "note", text="end")
     found = silent.explain().divergence
     assert found is not None and found.behaviour == "DI-2"
+
+
+def test_di2_no_query_owed_to_a_primary_that_stopped_offering_xshadow(tmp_path: Path) -> None:
+    """ShadowRedundancyEnabled set false while mbx2 holds mbx1's copy: mbx1 then
+    advertises no XSHADOW (CR-6), and a client uses no extension a server does not
+    advertise, so mbx2's silence from then on owes nothing (the reference's own
+    behaviour, which exploration seed 11's scenarios 220 and 307 FAILed before)."""
+    wait = "  - wait: 10s\n"
+    off = "  - set_settings: {values: {ShadowRedundancyEnabled: false}}\n"
+    b = Built(tmp_path, HELD.replace(wait, off + wait))
+    copied(b)
+    b.heartbeats("mbx2", "mbx1", 1.0, 2.0)
+    b.steps(2.0, 2.1)
+    b.at(10.9, "note", text="end")
+    assert b.explain().divergence is None
+    # the same silence with redundancy on stays a divergence
+    on = Built(tmp_path, HELD.replace(wait, off.replace("false", "true") + wait))
+    copied(on)
+    on.heartbeats("mbx2", "mbx1", 1.0, 2.0)
+    on.steps(2.0, 2.1)
+    on.at(10.9, "note", text="end")
+    found = on.explain().divergence
+    assert found is not None and found.behaviour == "DI-2"
