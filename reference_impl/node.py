@@ -297,8 +297,11 @@ class Node:
         settings = Settings.from_mapping(values, base=self.settings)
         if settings.SmtpInProcesses != self.settings.SmtpInProcesses:
             raise SettingsError("SmtpInProcesses is read at start only (the cluster file)")
+        beat = self.settings.ShadowHeartbeatFrequency
         self.settings = settings
         self._note_expiration()
+        if settings.ShadowHeartbeatFrequency != beat:
+            self.shadowing.retime_heartbeats()
         return self.settings
 
     def _note_expiration(self) -> None:

@@ -38,6 +38,8 @@ class Shadowing:
     def __init__(self, node: ShadowingNode) -> None:
         self.node = node
         self._heartbeats: dict[str, asyncio.Task[Any]] = {}
+        #: set (and replaced) when ShadowHeartbeatFrequency changes: wakes the waits
+        self._retimed = asyncio.Event()
         self._rotation = 0
         # Contacts are written at most every _contact_period(); what was not
         # written yet lives here, and a failure forces the next write (PR-6 counts).
@@ -235,12 +237,26 @@ class Shadowing:
             self._heartbeats[primary] = self.node.background(self._heartbeat_loop(primary))
 
     async def _heartbeat_loop(self, primary: str) -> None:
-        frequency = self.node.settings.ShadowHeartbeatFrequency
         while self.node.db.has_shadows(primary):
             before = self.node.clock.now()
-            await self.node.clock.sleep(frequency)
-            self._note_stall(primary, before, frequency)
+            await self._one_beat_from(before)
+            self._note_stall(primary, before, self.node.settings.ShadowHeartbeatFrequency)
             await self.heartbeat(primary)
+
+    async def _one_beat_from(self, since: float) -> None:
+        """Until one ShadowHeartbeatFrequency after ``since``, the value in force: an
+        admin's change wakes the wait, so a shorter frequency holds from the change
+        (DI-2), not from the end of a beat of the old one."""
+        while True:
+            changed = self._retimed
+            left = since + self.node.settings.ShadowHeartbeatFrequency - self.node.clock.now()
+            if left <= 0 or not await self.node.clock.wait(changed, left):
+                return
+
+    def retime_heartbeats(self) -> None:
+        """ShadowHeartbeatFrequency changed: every heartbeat wait measures itself again."""
+        changed, self._retimed = self._retimed, asyncio.Event()
+        changed.set()
 
     def _note_stall(self, primary: str, since: float, expected: float) -> bool:
         """Whether this node itself stood still (frozen, starved) since ``since``: its

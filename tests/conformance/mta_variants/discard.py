@@ -70,6 +70,20 @@ def _heartbeats_too_rarely() -> None:
     Shadowing._heartbeat_loop = heartbeat_loop  # type: ignore[method-assign]
 
 
+def _heartbeat_frequency_read_once() -> None:
+    # The heartbeat loop reads ShadowHeartbeatFrequency when it starts: an admin's
+    # change takes effect only after a whole beat of the old value.
+    from reference_impl.shadowing import Shadowing
+
+    async def heartbeat_loop(self: Shadowing, primary: str) -> None:
+        frequency = self.node.settings.ShadowHeartbeatFrequency
+        while self.node.db.has_shadows(primary):
+            await self.node.clock.sleep(frequency)
+            await self.heartbeat(primary)
+
+    Shadowing._heartbeat_loop = heartbeat_loop  # type: ignore[method-assign]
+
+
 def _records_discard_on_receipt() -> None:
     # The discard status is written as soon as the message is queued, before
     # any next hop has acknowledged it.
@@ -274,6 +288,13 @@ VARIANTS: list[Variant] = [
         breaks="a shadow asks for discard status every two ShadowHeartbeatFrequency periods",
         fails=("di2_heartbeat_within_shadow_heartbeat_frequency",),
         apply=_heartbeats_too_rarely,
+    ),
+    Variant(
+        name="heartbeat-frequency-read-once",
+        breaks="a shadow keeps the ShadowHeartbeatFrequency its heartbeats started with "
+        "until a beat of it ends, when an admin changes it",
+        fails=("di2_heartbeat_follows_a_live_frequency_change",),
+        apply=_heartbeat_frequency_read_once,
     ),
     Variant(
         name="discards-before-next-hop-ack",
