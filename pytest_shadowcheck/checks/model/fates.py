@@ -499,7 +499,13 @@ def safety_net_rule(j: Judge, m: Sent) -> None:
         least, _ = j.tl.timer_elapsed(latest, snap.t - j.slack)
         _, most = j.tl.timer_elapsed(done, snap.t - j.slack)
         if _resubmitted(j, snap.t):
-            least = j.tl.timer_elapsed(_since_resubmission(j, m, snap.t), snap.t - j.slack)[0]
+            # the copy may have entered again later, never earlier: a shadow's entry
+            # still dates from the heartbeat that told it (seed 2028, scenario 295: a
+            # resubmission before the send, the heartbeat 570 s of clock later)
+            since = _since_resubmission(j, m, snap.t)
+            if behaviour == "SN-2":
+                since = _heartbeat_after(j, since, heartbeat)
+            least = min(least, j.tl.timer_elapsed(since, snap.t - j.slack)[0])
         if most < hold:
             j.exercised[behaviour] += 1
             if m.ref not in snap.refs:
