@@ -430,21 +430,6 @@ def _copy_never_acknowledged(j: Judge, m: Sent, shadow: str) -> bool:
     return True
 
 
-def _heartbeat_after(j: Judge, t: float, beat: float) -> float:
-    """When a shadow's heartbeat surely came after ``t``: a heartbeat later on a real
-    clock; on a virtual one at the end of the advance that took the clock a heartbeat past
-    ``t`` (the clock stands still between advances, and so do the heartbeats)."""
-    if j.tl.scenario.topology.clock != "virtual":
-        return t + beat
-    moved = 0.0
-    for s in j.tl.steps:
-        if s.step.kind == "advance" and s.t >= t:
-            moved += s.step.arg.seconds
-            if moved >= beat:
-                return s.t_next
-    return j.tl.end
-
-
 def safety_net_rule(j: Judge, m: Sent) -> None:
     """SN-1 / SN-2: a delivered message is kept in the primary's Safety Net and its
     shadow's Shadow Safety Net; SN-3: until SafetyNetHoldTime, then no longer."""
@@ -495,7 +480,7 @@ def safety_net_rule(j: Judge, m: Sent) -> None:
         latest = max(d.t for d in m.deliveries if d.t <= snap.t - j.slack)
         if behaviour == "SN-2":
             # the shadow's entry dates from the heartbeat that told it
-            latest = _heartbeat_after(j, latest, heartbeat)
+            latest = j.tl.timer_fired_after(latest, heartbeat)
         least, _ = j.tl.timer_elapsed(latest, snap.t - j.slack)
         _, most = j.tl.timer_elapsed(done, snap.t - j.slack)
         if _resubmitted(j, snap.t):
@@ -504,7 +489,7 @@ def safety_net_rule(j: Judge, m: Sent) -> None:
             # resubmission before the send, the heartbeat 570 s of clock later)
             since = _since_resubmission(j, m, snap.t)
             if behaviour == "SN-2":
-                since = _heartbeat_after(j, since, heartbeat)
+                since = j.tl.timer_fired_after(since, heartbeat)
             least = min(least, j.tl.timer_elapsed(since, snap.t - j.slack)[0])
         if most < hold:
             j.exercised[behaviour] += 1

@@ -166,6 +166,21 @@ class Timeline:
             return self.virtual_elapsed(a, b)
         return b - a, b - a
 
+    def timer_fired_after(self, t: float, period: float) -> float:
+        """When a timer of ``period`` started at ``t`` (a shadow's next heartbeat, which
+        tells it of a delivery) has surely fired: ``period`` later on a real clock; on a
+        virtual one at the end of the advance that took the clock ``period`` past ``t``
+        (the clock stands still between advances, and so do the timers)."""
+        if self.scenario.topology.clock != "virtual":
+            return t + period
+        moved = 0.0
+        for s in self.steps:
+            if s.step.kind == "advance" and s.t >= t:
+                moved += s.step.arg.seconds
+                if moved >= period:
+                    return s.t_next
+        return self.end
+
     def applied_before(self, t: float) -> list[str]:
         return [s.label for s in self.steps if s.t <= t]
 
