@@ -239,19 +239,23 @@ class Shadowing:
     async def _heartbeat_loop(self, primary: str) -> None:
         while self.node.db.has_shadows(primary):
             before = self.node.clock.now()
-            await self._one_beat_from(before)
-            self._note_stall(primary, before, self.node.settings.ShadowHeartbeatFrequency)
+            waited = await self._one_beat_from(before)
+            self._note_stall(primary, before, waited)
             await self.heartbeat(primary)
 
-    async def _one_beat_from(self, since: float) -> None:
+    async def _one_beat_from(self, since: float) -> float:
         """Until one ShadowHeartbeatFrequency after ``since``, the value in force: an
         admin's change wakes the wait, so a shorter frequency holds from the change
-        (DI-2), not from the end of a beat of the old one."""
+        (DI-2), not from the end of a beat of the old one. Returns the longest value
+        waited under (a shortened beat is no stall of this node)."""
+        longest = 0.0
         while True:
             changed = self._retimed
-            left = since + self.node.settings.ShadowHeartbeatFrequency - self.node.clock.now()
+            beat = self.node.settings.ShadowHeartbeatFrequency
+            longest = max(longest, beat)
+            left = since + beat - self.node.clock.now()
             if left <= 0 or not await self.node.clock.wait(changed, left):
-                return
+                return longest
 
     def retime_heartbeats(self) -> None:
         """ShadowHeartbeatFrequency changed: every heartbeat wait measures itself again."""
