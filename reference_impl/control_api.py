@@ -230,6 +230,7 @@ async def put_next_hops(request: web.Request) -> web.Response:
                 node.routes[domain.lower()] = parse_next_hop(domain, raw, f"next_hops.{domain}")
     except ConfigError as exc:
         return _error(400, str(exc))
+    node.admin.record_routes(body)
     node.shadowing.retry_awaiting_route()
     return _json({d: hop.as_dict() for d, hop in node.routes.items()})
 

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import messages
+from .admin_changes import AdminChanges
 from .clock import Clock, RealClock, VirtualClock
-from .config import ClusterConfig, ConfigError, NextHop
+from .config import ClusterConfig, ConfigError, NextHop, parse_next_hop
 from .credentials import node_password
 from .delivery import Delivery
 from .directory import Directory
@@ -64,7 +65,14 @@ class Node:
         self.config = cluster.node(name)
         self.name = name
         self.profile = self.config.profile
-        self.settings: Settings = cluster.settings_for(name)
+        # what an admin changed through the control API before a restart or a wipe
+        self.admin = AdminChanges.beside(data_dir)
+        try:
+            self.settings: Settings = Settings.from_mapping(
+                self.admin.settings, base=cluster.settings_for(name)
+            )
+        except SettingsError as exc:
+            raise ConfigError(f"{self.admin.path}: {exc}") from None
         self.clock: Clock = (
             VirtualClock(cluster.clock_start or 1767225600.0)
             if cluster.clock_mode == "virtual"
@@ -80,6 +88,11 @@ class Node:
             dict(cluster.recipients), {k: list(v) for k, v in cluster.groups.items()}
         )
         self.routes: dict[str, NextHop] = cluster.next_hops_for(name)
+        for domain, raw in self.admin.routes.items():
+            if raw is None:
+                self.routes.pop(domain, None)
+            else:
+                self.routes[domain] = parse_next_hop(domain, raw, f"{self.admin.path}: {domain}")
         self.peers: dict[str, tuple[str, int]] = dict(self.config.peers)
         self.stats: dict[str, int] = {
             "received": 0,
@@ -298,6 +311,7 @@ class Node:
         if settings.SmtpInProcesses != self.settings.SmtpInProcesses:
             raise SettingsError("SmtpInProcesses is read at start only (the cluster file)")
         beat = self.settings.ShadowHeartbeatFrequency
+        self.admin.record_settings(values)
         self.settings = settings
         self._note_expiration()
         if settings.ShadowHeartbeatFrequency != beat:

@@ -176,7 +176,13 @@ class SafetyNetNode(QueueingNode, Protocol):
     @property
     def directory(self) -> Directory: ...
     @property
-    def shadowing(self) -> DiscardListener: ...
+    def shadowing(self) -> ExpiringShadows: ...
+
+
+class ExpiringShadows(DiscardListener, Protocol):
+    """Shadowing, as Safety Net asks a primary before its copies expire (SN-4)."""
+
+    async def heartbeat(self, primary: str) -> None: ...
 
 
 # -- the owner of SMTP-in workers (workers.py) -------------------------------------------------

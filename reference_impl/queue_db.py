@@ -427,8 +427,14 @@ class QueueDB:
         ).fetchall()
         return [_shadow(r) for r in rows]
 
-    def shadow_primaries(self) -> list[str]:
-        rows = self.conn.execute("SELECT DISTINCT primary_node FROM shadows").fetchall()
+    def shadow_primaries(self, older_than: float | None = None) -> list[str]:
+        """The primaries this node holds shadow copies of (received by ``older_than``)."""
+        if older_than is None:
+            rows = self.conn.execute("SELECT DISTINCT primary_node FROM shadows").fetchall()
+        else:
+            rows = self.conn.execute(
+                "SELECT DISTINCT primary_node FROM shadows WHERE received_at <= ?", (older_than,)
+            ).fetchall()
         return [str(r[0]) for r in rows]
 
     def remove_shadow(self, shadow_id: str) -> bool:

@@ -60,8 +60,22 @@ class SafetyNet:
             if request["state"] == "running":
                 self.node.background(self._coordinate(request))
         while True:
+            await self.ask_before_expiring()
             self.sweep()
             await self.node.clock.sleep(self.janitor_interval())
+
+    async def ask_before_expiring(self) -> None:
+        """Before SN-4 drops copies never acknowledged, ask their primary once (a
+        heartbeat): one that came back on a new queue database has them promoted (PR-2),
+        not dropped. Its heartbeats would have asked long before, but a clock moved by a
+        day at once wakes this sweep and the heartbeat together, and the sweep won."""
+        node = self.node
+        s = node.settings
+        due = node.db.shadow_primaries(
+            older_than=node.clock.now() - (s.SafetyNetHoldTime + s.MessageExpirationTimeout)
+        )
+        for primary in due:
+            await node.shadowing.heartbeat(primary)
 
     # -- requests ----------------------------------------------------------------
 

@@ -77,11 +77,13 @@ class Run:
     paused: set[str] = field(default_factory=set)
     virtual_now: float | None = None
     #: configuration changed during the run (set_settings, directory, route), with the nodes
-    #: it was for (None: all): the organisation's configuration, not the node's state,
-    #: so a node that is restarted or wiped gets it again
+    #: it was for (None: all). A node that was down or frozen gets what it missed when it
+    #: is back. What it took it must keep itself, as an admin's configuration is kept
+    #: (a restart or a new queue database does not undo a Set-TransportConfig), except
+    #: the directory: the organisation's, which every node reads again as it starts.
     changes: list[tuple[list[str] | None, tuple[Any, ...]]] = field(default_factory=list)
-    #: paused node -> how many changes there were when it froze: the later ones skipped it
-    paused_at_change: dict[str, int] = field(default_factory=dict)
+    #: node down or frozen -> how many changes there were then: the later ones skipped it
+    missed_since: dict[str, int] = field(default_factory=dict)
     #: workload steps: N multiplied by this (--shadowcheck-workload-scale), seed replaced
     #: by this when given (--shadowcheck-workload-seed)
     workload_scale: float = 1.0
@@ -375,12 +377,13 @@ class Run:
     async def kill(self, node: str) -> None:
         await self.target.kill(node)
         self.down.add(node)
+        self.missed_since.setdefault(node, len(self.changes))
         self.node_actions.append((self.history.now(), node, "kill"))
 
     async def pause(self, node: str) -> None:
         await self.target.pause(node)
         self.paused.add(node)
-        self.paused_at_change[node] = len(self.changes)
+        self.missed_since.setdefault(node, len(self.changes))
         self.node_actions.append((self.history.now(), node, "pause"))
 
     async def resume(self, node: str) -> None:
@@ -391,13 +394,14 @@ class Run:
             # advances skipped the frozen node: bring its clock level with the others
             await self.target.control(node, "POST", "/clock", {"set": self.virtual_now})
         # so did configuration changes made while it was frozen
-        await self._replay_changes(node, since=self.paused_at_change.pop(node, 0))
+        await self._replay_changes(node, missed_since=self.missed_since.pop(node, None))
 
     async def power_cut(self, node: str) -> None:
         """The node loses power: dead at once, and what its disk had not made durable
         gone. Every sync its disk saw before, and what was lost, go into the history."""
         await self.target.power_cut(node)
         self.down.add(node)
+        self.missed_since.setdefault(node, len(self.changes))
         self.node_actions.append((self.history.now(), node, "power_cut"))
         self.record_storage(node)
 
@@ -420,7 +424,7 @@ class Run:
         self.node_actions.append((self.history.now(), node, how))
         self.down.discard(node)
         self.paused.discard(node)
-        self.paused_at_change.pop(node, None)
+        missed_since = self.missed_since.pop(node, None)
         self._attach(node, handle)
         # when the node is back (the step's own event marks when it went down)
         self.history.record(
@@ -428,13 +432,19 @@ class Run:
         )
         if self.virtual_now is not None:
             await self.target.control(node, "POST", "/clock", {"set": self.virtual_now})
-        await self._replay_changes(node)
+        await self._replay_changes(node, missed_since, directory=True)
 
-    async def _replay_changes(self, node: str, since: int = 0) -> None:
-        """Configuration changed earlier in the run (from change number ``since`` on),
-        made again on a node that came back."""
-        for nodes, change in self.changes[since:]:
+    async def _replay_changes(
+        self, node: str, missed_since: int | None, directory: bool = False
+    ) -> None:
+        """Configuration changes a node that came back missed while it was away (from
+        change number ``missed_since`` on), made on it now; with ``directory``, every
+        directory change of the run too (a node reads the directory as it starts)."""
+        for number, (nodes, change) in enumerate(self.changes):
             if nodes is not None and node not in nodes:
+                continue
+            missed = missed_since is not None and number >= missed_since
+            if not missed and not (directory and change[0] == "directory"):
                 continue
             if change[0] == "settings":
                 answer = await self.target.set_settings(node, change[1])

@@ -235,7 +235,7 @@ async def directory(run: Run, spec: DirectorySpec, step: Step, verdict: Verdict)
         call = ("PUT", f"/directory/groups/{spec.group}", {"members": list(spec.members)})
     else:
         call = ("PUT", f"/directory/recipients/{spec.recipient}", {"database": spec.database})
-    run.changes.append((None, ("control", *call)))
+    run.changes.append((None, ("directory", *call)))
     for node in run.running():
         await run.target.control(node, *call)
 

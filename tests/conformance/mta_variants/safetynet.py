@@ -290,6 +290,18 @@ def _remote_primary_answer_not_recorded() -> None:
     SafetyNet._ask_primary = _ask_primary  # type: ignore[method-assign]
 
 
+def _forgets_admin_changes_on_restart() -> None:
+    # The node keeps what an admin changed in memory only: a restart (or a wipe) comes
+    # back with the cluster file's settings and routes, until someone sets them again.
+    from reference_impl.admin_changes import AdminChanges
+
+    def record(self: AdminChanges, values: dict[str, Any]) -> None:
+        return None
+
+    AdminChanges.record_settings = record  # type: ignore[method-assign]
+    AdminChanges.record_routes = record  # type: ignore[method-assign]
+
+
 VARIANTS: list[Variant] = [
     Variant(
         name="window-start-excluded",
@@ -435,5 +447,12 @@ VARIANTS: list[Variant] = [
         breaks="asks a primary on another node again at every heartbeat after it answered",
         fails=("sn5_request_through_another_node_served_once",),
         apply=_remote_primary_answer_not_recorded,
+    ),
+    Variant(
+        name="forgets-admin-changes-on-restart",
+        breaks="keeps a setting an admin changed in memory only: a restart comes back with "
+        "the cluster file's SafetyNetHoldTime",
+        fails=("sn4_hold_time_changed_live_survives_a_restart",),
+        apply=_forgets_admin_changes_on_restart,
     ),
 ]
