@@ -5,6 +5,7 @@ hooks that collect, run and report scenarios. Loaded by the entry point
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import Sequence
@@ -215,7 +216,7 @@ class SessionHooks:
         return [
             f"shadowcheck {__version__}: target {state.target_spec} "
             f"({version}), run {state.run_id}",
-            "shadowcheck scenarios: " + ", ".join(str(p) for p in config.args),
+            "shadowcheck scenarios: " + scenario_paths_text(config.args),
             # failures name their kept workdirs relative to it (reports carry no machine path)
             f"shadowcheck workdirs: {BASETEMP} is {run_basetemp(config) or 'not used'}",
         ]
@@ -240,3 +241,18 @@ class SessionHooks:
                 f"  runs        {nodeid}" if why is None else f"  UNTESTABLE  {nodeid}: {why}"
             )
         return lines
+
+
+def scenario_paths_text(paths: Sequence[str]) -> str:
+    """The scenario paths of the run, a directory's many files as one entry (a deep
+    exploration writes hundreds: the header names their directory, not each)."""
+    by_dir: dict[str, list[str]] = {}
+    for path in paths:
+        by_dir.setdefault(os.path.dirname(path), []).append(path)
+    parts: list[str] = []
+    for directory, files in by_dir.items():
+        if len(files) > 3:
+            parts.append(f"{len(files)} files in {directory or '.'}")
+        else:
+            parts.extend(files)
+    return ", ".join(parts)

@@ -102,6 +102,19 @@ def test_no_paths_collects_the_bundled_library(pytester: pytest.Pytester) -> Non
     assert "creation.yaml" not in replaced.stdout.str()
 
 
+def test_header_names_a_directory_of_many_scenario_files_once(pytester: pytest.Pytester) -> None:
+    # a deep exploration passes hundreds of generated files: one entry, not hundreds
+    for n in range(5):
+        _write(pytester, f"s{n}.yaml", SCENARIOS.replace("name: ", f"name: f{n}_"))
+    _write(pytester, "other.yaml", SCENARIOS)
+    paths = [f"library/s{n}.yaml" for n in range(5)]
+    result = pytester.runpytest("--shadowcheck", "--collect-only", *paths)
+    header = [line for line in result.outlines if line.startswith("shadowcheck scenarios:")]
+    assert header == ["shadowcheck scenarios: 5 files in library"]
+    few = pytester.runpytest("--shadowcheck", "--collect-only", "library/s0.yaml")
+    assert "shadowcheck scenarios: library/s0.yaml" in few.outlines
+
+
 def test_unknown_target_is_a_usage_error_listing_targets(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--shadowcheck", "--shadowcheck-target=nosuch")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
