@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pytest_shadowcheck.checks.model.scripted_refusals import partly_refused
 from pytest_shadowcheck.checks.model.state import seconds
 
 if TYPE_CHECKING:
@@ -90,6 +91,10 @@ def _owed(j: Judge, m: Sent, shadow: str, t: float) -> tuple[float, float, float
         return None  # a change meanwhile: the copy's time is not known
     if any(d.t <= t + j.slack for d in m.deliveries):
         return None  # delivered: its discard may have moved the copy (DI-2)
+    if partly_refused(j, m):
+        # a recipient a next hop may refuse for good: its primary may have failed the
+        # message (a DSN, its fork done), and that discard may have moved the copy too
+        return None
     if any(s.step.kind == "resubmit" and s.t <= t for s in j.tl.steps):
         return None
     if j.tl.changed(m.t_send - j.slack, t, {m.via, shadow}, hops=False):

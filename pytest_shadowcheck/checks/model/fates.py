@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pytest_shadowcheck.checks.model.expiry import expiry_governs
-from pytest_shadowcheck.checks.model.refusals import may_be_refused
 from pytest_shadowcheck.checks.model.rules import DELIVERY_ALLOWANCE
+from pytest_shadowcheck.checks.model.scripted_refusals import may_be_refused
 from pytest_shadowcheck.checks.model.state import seconds
 
 if TYPE_CHECKING:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from pytest_shadowcheck.checks.model.expiry import expiry_governs
 from pytest_shadowcheck.checks.model.rules import DELIVERY_ALLOWANCE
+from pytest_shadowcheck.checks.model.scripted_refusals import ever_refused_for_good
 from pytest_shadowcheck.checks.model.state import seconds
 
 if TYPE_CHECKING:
@@ -29,8 +30,6 @@ __all__ = [
     "bounce_rule",
     "fork_rule",
     "kept_rule",
-    "may_be_refused",
-    "partly_refused",
     "transactions",
 ]
 
@@ -246,7 +245,7 @@ def _refused_for_now(j: Judge, m: Sent, mine: list[Transaction]) -> None:
     retry interval (exploration's ending)."""
     deferred = {
         r for t in mine for r in t.rcpts if 400 <= (t.outcome(r) or 0) < 500
-    } - _ever_refused_for_good(j)
+    } - ever_refused_for_good(j)
     deferred -= {r for d in m.deliveries for r in d.recipients}
     if not deferred or m.t_reply is None:
         return
@@ -280,27 +279,6 @@ def _refused_for_now(j: Judge, m: Sent, mine: list[Transaction]) -> None:
         f"{m.ref} never reached {who}",
         deadline,
     )
-
-
-def _ever_refused_for_good(j: Judge) -> set[str]:
-    """Recipients some sink step of the scenario may refuse with a 5xx (at RCPT, or the
-    whole message at MAIL or DATA): a transaction that carried no content may have
-    refused them, unseen by the rules above."""
-    everyone = {r.lower() for m in j.obs.sent.values() for r in m.to}
-    out: set[str] = set()
-    for applied in j.tl.steps:
-        if applied.step.kind != "sink":
-            continue
-        arg = applied.step.arg
-        if str(arg.reply or "").startswith("5"):
-            return everyone
-        for rule in arg.rules:
-            if not rule.reply.startswith("5"):
-                continue
-            if rule.stage != "RCPT" or not rule.match or "*" in rule.match:
-                return everyone
-            out.add(rule.match.lower())
-    return out
 
 
 def bounce_rule(j: Judge) -> None:
@@ -339,7 +317,7 @@ def kept_rule(j: Judge, history: History) -> None:
         default=float("inf"),
     )
     txns = transactions(j, history)
-    never = _ever_refused_for_good(j)
+    never = ever_refused_for_good(j)
     nodes = set(j.tl.scenario.topology.nodes)
     for m in j.obs.sent.values():
         if not m.accepted or m.t_reply is None or j.redundant(m) != {True}:
@@ -401,19 +379,3 @@ def _pending(m: Sent, t: float, never: set[str], failed: list[Transaction], j: J
     if unsure and not any(m.t_send <= b < t for b, _, by in j.obs.bounces if by == m.via):
         return f"{', '.join(unsure)} may have been refused for good, and no DSN had left since"
     return ""
-
-
-def may_be_refused(j: Judge, m: Sent) -> bool:
-    """Whether every recipient of ``m`` may have been refused for good by its next hop
-    (a sink step scripted a 5xx for each): then its fate may be a DSN, not a delivery,
-    and the rules that wait for its delivery do not judge it."""
-    never = _ever_refused_for_good(j)
-    return bool(never) and all(r.lower() in never for r in m.to)
-
-
-def partly_refused(j: Judge, m: Sent) -> bool:
-    """Whether some recipient of ``m`` may have been refused for good: its fork failed in
-    part, and whether the recipients it did deliver are kept in Safety Net (and so
-    resubmitted) is not something the catalogue settles."""
-    never = _ever_refused_for_good(j)
-    return any(r.lower() in never for r in m.to)

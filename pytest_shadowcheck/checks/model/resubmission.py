@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_shadowcheck.checks.model.refusals import partly_refused
 from pytest_shadowcheck.checks.model.rules import DELIVERY_ALLOWANCE
+from pytest_shadowcheck.checks.model.scripted_refusals import partly_refused
 
 if TYPE_CHECKING:
     from pytest_shadowcheck.checks.model.replay import Delivery, Sent

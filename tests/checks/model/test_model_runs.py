@@ -59,7 +59,7 @@ def run(
 
 def test_the_reference_passes_every_model_run(tmp_path: Path) -> None:
     found = run(tmp_path, "reference")
-    assert len(found) == 11
+    assert len(found) == 12
     assert all(outcome == "passed" for outcome, _ in found.values()), found
 
 
