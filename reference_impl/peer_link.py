@@ -75,6 +75,8 @@ class PeerLink:
         self.timeout = timeout
         self.on_discards = on_discards
         self.advert: ShadowAdvert | None = None
+        #: the peer answered a discard query in this session (so its database is known)
+        self.asked = False
         self.smtp = aiosmtplib.SMTP(
             hostname=address[0],
             port=address[1],
@@ -87,7 +89,11 @@ class PeerLink:
     def is_open(self) -> bool:
         return self.smtp.is_connected
 
-    async def open(self) -> None:
+    async def open(self, drain: bool = False) -> None:
+        """Connect, EHLO, AUTH, EHLO. With ``drain`` (a shadow's heartbeat) the
+        discard notifications are asked for even when the primary no longer advertises
+        XSHADOW: ShadowRedundancyEnabled false stops new copies (CR-6), but the copies
+        already made still need their discards, and their primary's queue database."""
         try:
             await self.smtp.connect()
             await self.smtp.ehlo()
@@ -100,6 +106,13 @@ class PeerLink:
         self.advert = parse_advert(reply.message)
         if self.advert is not None:
             await self.query_discards()
+        elif drain:
+            try:
+                await self.query_discards()
+            except PeerError:
+                if not self.is_open:
+                    raise
+                # refused, not unreachable: a primary that keeps no discards for us
 
     async def query_discards(self) -> list[str]:
         """DI-2: ask for the discards meant for this node; hand them to the callback.
@@ -109,6 +122,7 @@ class PeerLink:
         next, so a reply lost on the way is offered again, not orphaned."""
         taken: list[str] = []
         reply = await self._command("XQDISCARD")
+        self.asked = True
         for page in range(MAX_DISCARD_PAGES):
             db_id, ids = parse_discard_reply(reply)
             if self.on_discards is not None:

@@ -301,8 +301,8 @@ class Shadowing:
                 timeout,
                 on_discards=self.on_discards,
             )
-            await link.open()
-            if link.advert is None:
+            await link.open(drain=True)
+            if not link.asked:
                 self._contact(primary, node.clock.now(), None)
         except PeerError as exc:
             # a session that outlasted its own timeouts by far: this node stood still

@@ -179,6 +179,20 @@ def _last_contact_never_refreshed() -> None:
     Shadowing._contact = _contact  # type: ignore[method-assign]
 
 
+def _stops_asking_when_xshadow_withdrawn() -> None:
+    # A shadow asks its primary for discards only while the primary advertises XSHADOW:
+    # once an admin sets ShadowRedundancyEnabled false, the copies it already holds never
+    # learn that their primary came back on a new queue database (PR-2).
+    from reference_impl.peer_link import PeerLink
+
+    original = PeerLink.open
+
+    async def open_(self: PeerLink, drain: bool = False) -> None:
+        await original(self)
+
+    PeerLink.open = open_  # type: ignore[method-assign]
+
+
 VARIANTS: list[Variant] = [
     Variant(
         name="promotes-late",
@@ -277,5 +291,12 @@ VARIANTS: list[Variant] = [
         breaks="measures ShadowResubmitTimeSpan from the primary's first contact, not its last",
         fails=("pr1_span_counts_from_the_last_contact_not_the_first",),
         apply=_last_contact_never_refreshed,
+    ),
+    Variant(
+        name="stops-asking-when-xshadow-withdrawn",
+        breaks="stops asking its primary for discards once the primary no longer advertises "
+        "XSHADOW, so copies taken before an admin disabled shadow redundancy are never promoted",
+        fails=("pr2_copies_made_before_redundancy_was_disabled_are_promoted",),
+        apply=_stops_asking_when_xshadow_withdrawn,
     ),
 ]
