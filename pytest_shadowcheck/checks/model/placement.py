@@ -179,8 +179,11 @@ def _too_many(
             continue
         x = j.obs.sent.get(other.step.arg.id)
         done = x.fully_delivered_at() if x is not None else None
-        if done is None or done + j.slack + _longest_beat(j, m.via) >= a:
+        told_by = None if done is None else done + j.slack + _longest_beat(j, m.via)
+        if told_by is None or told_by >= a:
             return False  # m.via may hold its copy, and ask node about it
+        if _discard_may_be_missed(j, m.via, node, other.t, told_by):
+            return False
     seen = sum(1 for t in opened.get(f"{m.via}->{node}", []) if a <= t <= b)
     j.exercised["CR-7"] += 1
     if seen <= tries:
@@ -194,6 +197,21 @@ def _too_many(
         b,
     )
     return True
+
+
+def _discard_may_be_missed(j: Judge, shadow: str, primary: str, a: float, b: float) -> bool:
+    """Whether ``shadow`` may have missed the discard notification of a copy it took of
+    ``primary``'s at ``a``, due by ``b``: either node was not up, or the link between
+    them not whole, in between. The primary keeps a notification only for
+    ShadowMessageAutoDiscardInterval; a shadow that asked too late keeps its copy, and
+    goes on asking ``primary`` about it (seed 6006's scenario 646: mbx1 killed while
+    mbx2 delivered e1, back after the interval; a heartbeat then fell among the
+    placement attempts for a1)."""
+    return (
+        j.tl.node_states(shadow, a, b) != {"up"}
+        or j.tl.node_states(primary, a, b) != {"up"}
+        or j.tl.link_states(f"{shadow}->{primary}", a, b) != {"ok"}
+    )
 
 
 def _longest_beat(j: Judge, node: str) -> float:

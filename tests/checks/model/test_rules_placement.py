@@ -411,3 +411,45 @@ def test_cr10_a_dsn_for_an_address_refused_without_content(tmp_path: Path) -> No
     outcome = b.explain()
     assert outcome.divergence is not None
     assert "may have been refused for good" in outcome.divergence.expected
+
+
+def test_cr7_a_copy_whose_discard_was_missed_may_still_be_asked_about(
+    tmp_path: Path,
+) -> None:
+    # mbx3's m0 was delivered long before m1: a shadow up all along was told to discard
+    # its copy, so five sessions to mbx3 for m1 are one too many
+    def history(down: bool) -> Built:
+        kill = "  - kill: mbx1\n  - restart: mbx1\n" if down else ""
+        b = Built(
+            tmp_path,
+            "steps:\n  - send: {id: m0, via: mbx3, to: [alice@corp.test]}\n"
+            + kill
+            + "  - fault: {link: mbx1->mbx3, kind: cut}\n"
+            "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n",
+            topology="creation-two-site-dag",
+        )
+        b.step(0.2)
+        b.line(0.22, "mbx3->mbx1", "s2c", "220 mbx1 ready")
+        b.content(0.24, "mbx3->mbx1", "m0")
+        b.line(0.25, "mbx3->mbx1", "s2c", "250 2.6.0 queued as shadow")
+        b.reply(0.3, "mbx3", 250, copied=False)
+        b.delivered(0.5, "m0", "mbx3", "alice@corp.test")
+        if down:
+            b.step(0.35)
+            b.step(20.0, back=20.5)
+        b.steps(40.0, 40.5)
+        for i in range(5):
+            b.at(40.51 + i / 100, "connect", "mbx1->mbx3", conn=i + 1)
+        b.at(40.7, "connect", "mbx1->mbx2", conn=1)
+        b.reply(40.9, "mbx1", 250)
+        return b
+
+    outcome = history(down=False).explain()
+    assert outcome.divergence is not None, outcome
+    assert outcome.divergence.behaviour == "CR-7", outcome.divergence
+    assert "opened 5 sessions to mbx3" in outcome.divergence.observed
+    # mbx1 down while m0 was delivered, back 20 s later: mbx3 may have dropped the
+    # discard notification (ShadowMessageAutoDiscardInterval), so mbx1 may still hold its
+    # copy and ask mbx3 about it; the sessions no longer count attempts
+    outcome = history(down=True).explain()
+    assert outcome.divergence is None or outcome.divergence.behaviour != "CR-7"
