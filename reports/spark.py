@@ -307,7 +307,8 @@ def _ship_package(spark: SparkSession) -> None:
     # the plugin, so the workers need no pytest.
     plugin = package.parent / "pytest_shadowcheck"
     sources = [(p, f"reports/{p.name}") for p in sorted(package.glob("*.py"))] + [
-        (plugin / name, f"pytest_shadowcheck/{name}") for name in ("__init__.py", "statuses.py")
+        (plugin / name, f"pytest_shadowcheck/{name}")
+        for name in ("__init__.py", "version.py", "statuses.py")
     ]
     digest = hashlib.sha1(b"".join(p.read_bytes() for p, _ in sources)).hexdigest()[:12]
     archive = Path(tempfile.gettempdir()) / f"shadowcheck-reports-{digest}.zip"
@@ -317,4 +318,10 @@ def _ship_package(spark: SparkSession) -> None:
             for source, name in sources:
                 bundle.write(source, name)
         partial.replace(archive)
+    before = list(sys.path)
     spark.sparkContext.addPyFile(str(archive))
+    # addPyFile also puts the zip first on this process's own path, where its partial
+    # pytest_shadowcheck would hide the installed one from every process started from
+    # here later (a multiprocessing forkserver child found no pytest_shadowcheck.version).
+    # This process has the package already; the zip is for the executors.
+    sys.path[:] = [entry for entry in sys.path if entry in before]

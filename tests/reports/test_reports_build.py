@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -129,3 +131,21 @@ def test_small_tables_get_one_partition_and_no_codegen_unless_the_user_chose(
     }
     monkeypatch.setenv("SHADOWCHECK_SHUFFLE", "4")
     assert set(_small_table_settings(10)) == {"spark.sql.codegen.factoryMode"}
+
+
+def test_the_package_shipped_to_the_executors_hides_nothing_from_later_processes(
+    spark,
+) -> None:
+    # A child given this process's path, as multiprocessing's spawn and forkserver give
+    # it, imports the installed harness, not the partial copy Spark ships to its
+    # executors (a forkserver started after a build could not import the harness).
+    assert not [p for p in sys.path if "shadowcheck-reports-" in p]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    child = subprocess.run(
+        [sys.executable, "-c", "import pytest_shadowcheck.targets.base, reports.verdicts"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == 0, child.stderr
