@@ -48,8 +48,9 @@ def pytest_configure_node(node: Any) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In xdist workers: every test that uses the Spark session runs in one worker (one
     JVM, warm, instead of one per worker: 344 against 533 CPU-seconds for the reports
-    tests), a module's tests that share a module fixture run together, and the longest
-    groups start first, so that no long test starts last and runs alone."""
+    tests), so do the runs of the whole library one after another, a module's tests
+    that share a module fixture run together, and the longest groups start first, so
+    that no long test starts last and runs alone."""
     if not getattr(config, "workerinput", {}).get("project_tests_grouped"):
         return
     config.option.loadgroup = True  # xdist's own hook then names each test's group
@@ -59,6 +60,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "spark" in item.fixturenames:
             group = "spark"
+        elif item.get_closest_marker("whole_library"):
+            # each sizes its scenarios' concurrency to an idle machine: two at once put
+            # 2 cores at load 11, past the tolerances of correct scenarios
+            group = "whole_library"
         elif _shares_a_fixture(item):
             group = item.nodeid.partition("::")[0]
         else:
