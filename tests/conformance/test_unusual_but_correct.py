@@ -79,7 +79,6 @@ RUNS: dict[str, tuple[tuple[str, ...], set[str] | None]] = {
 
 # the tarpit (mta_variants/tarpit.py) is correct too: test_tarpit.py runs it where it
 # differs, the sessions that get refusals
-@pytest.mark.whole_library
 @pytest.mark.parametrize("variant", [v.name for v in unusual.VARIANTS], ids=lambda name: name)
 def test_an_unusual_but_correct_mta_fails_nothing(tmp_path: Path, variant: str) -> None:
     options, only = RUNS[variant]
@@ -95,7 +94,6 @@ def test_an_unusual_but_correct_mta_fails_nothing(tmp_path: Path, variant: str) 
         assert not skipped, skipped
 
 
-@pytest.mark.whole_library
 def test_without_shadow_redundancy_only_the_copy_fails(tmp_path: Path) -> None:
     run_suite(
         tmp_path, "broken:no-shadow-redundancy",

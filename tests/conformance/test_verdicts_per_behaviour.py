@@ -51,7 +51,6 @@ def test_no_shadow_redundancy_fails_cr1_not_xs3_or_to2(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.whole_library
 def test_black_box_capabilities_leave_only_internal_state_untestable(tmp_path: Path) -> None:
     found = run_suite(
         tmp_path,

@@ -18,7 +18,6 @@ from pytest_shadowcheck.scenario.loader import load_scenario_file
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.whole_library
 @pytest.mark.timeout(300)
 def test_nodes_with_smtp_in_workers_pass_the_suite(tmp_path: Path) -> None:
     found = run_suite(tmp_path, "workers:2", plugin="workers_target")

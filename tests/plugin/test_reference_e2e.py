@@ -25,7 +25,6 @@ def bundled_scenarios() -> list[str]:
     return [s.name for path in sorted(LIBRARY.glob("*.yaml")) for s in load_scenario_file(path)]
 
 
-@pytest.mark.whole_library
 @pytest.mark.timeout(600)
 def test_bundled_library_passes_on_the_reference_target(pytester: pytest.Pytester) -> None:
     """Against the reference every behaviour ID is PASS (PR-4: outside the guarantee)."""
