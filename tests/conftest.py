@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from harnesskit import ThreadedSink
 
+from pytest_shadowcheck.plugin import enabled as shadowcheck_enabled
+
 # The child pytest runs of these tests do not need Hypothesis's reporting plugin, which
 # imports all of Hypothesis (about 1 CPU-second) at the end of every run.
 os.environ["PYTEST_ADDOPTS"] = " ".join(
@@ -24,6 +26,8 @@ _SHARED_SCOPES = {"package", "module", "class"}
 def pytest_configure(config: pytest.Config) -> None:
     """``-n N`` with no ``--dist`` of the user's: the groups below, not xdist's plain
     ``load``."""
+    if shadowcheck_enabled(config):
+        return  # a conformance run from this directory: the plugin schedules its scenarios
     said = [*config.invocation_params.args, *os.environ.get("PYTEST_ADDOPTS", "").split()]
     chosen = any(a.startswith(("--dist", "-d")) and not a.startswith("-do") for a in said)
     if getattr(config.option, "dist", None) == "load" and not chosen:
