@@ -29,7 +29,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if shadowcheck_enabled(config):
         return  # a conformance run from this directory: the plugin schedules its scenarios
     said = [*config.invocation_params.args, *os.environ.get("PYTEST_ADDOPTS", "").split()]
-    chosen = any(a.startswith(("--dist", "-d")) and not a.startswith("-do") for a in said)
+    chosen = any(a.startswith(("--dist", "-d")) for a in said)
     if getattr(config.option, "dist", None) == "load" and not chosen:
         config.option.dist = "loadgroup"
 

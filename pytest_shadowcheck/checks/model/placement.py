@@ -182,7 +182,10 @@ def _too_many(
         told_by = None if done is None else done + j.slack + _longest_beat(j, m.via)
         if told_by is None or told_by >= a:
             return False  # m.via may hold its copy, and ask node about it
-        if _discard_may_be_missed(j, m.via, node, other.t, told_by):
+        if j.tl.changed(other.t, told_by, {m.via, node}, hops=False):
+            # m.via may have missed the discard (down, cut off): the primary keeps it only
+            # ShadowMessageAutoDiscardInterval, and a copy never told goes on being asked
+            # about (seed 6006's scenario 646: a heartbeat among a1's placement attempts)
             return False
     seen = sum(1 for t in opened.get(f"{m.via}->{node}", []) if a <= t <= b)
     j.exercised["CR-7"] += 1
@@ -197,21 +200,6 @@ def _too_many(
         b,
     )
     return True
-
-
-def _discard_may_be_missed(j: Judge, shadow: str, primary: str, a: float, b: float) -> bool:
-    """Whether ``shadow`` may have missed the discard notification of a copy it took of
-    ``primary``'s at ``a``, due by ``b``: either node was not up, or the link between
-    them not whole, in between. The primary keeps a notification only for
-    ShadowMessageAutoDiscardInterval; a shadow that asked too late keeps its copy, and
-    goes on asking ``primary`` about it (seed 6006's scenario 646: mbx1 killed while
-    mbx2 delivered e1, back after the interval; a heartbeat then fell among the
-    placement attempts for a1)."""
-    return (
-        j.tl.node_states(shadow, a, b) != {"up"}
-        or j.tl.node_states(primary, a, b) != {"up"}
-        or j.tl.link_states(f"{shadow}->{primary}", a, b) != {"ok"}
-    )
 
 
 def _longest_beat(j: Judge, node: str) -> float:
