@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from dockerkit import TARGETS, leftovers, load_scenarios, new_target, write_description
 
-from pytest_shadowcheck.storage.mount import LazyMount, fuse_unavailable, mounted_at
+from pytest_shadowcheck.storage.mount import LazyMount, fuse_unavailable, mounted_at, unmount
 from pytest_shadowcheck.targets.base import ClusterPlan, TargetError
 from pytest_shadowcheck.targets.docker.admin import run_in
 from pytest_shadowcheck.targets.docker.description import load_description
@@ -278,6 +278,30 @@ def test_a_description_without_queue_dir_says_why_it_cannot_cut_power(
     with pytest.raises(TargetError, match="cannot cut power"):
         asyncio.run(target.start(plan))
     assert mounted_at(plan.workdir / "mbx1-queue") is None
+
+
+@pytest.mark.usefixtures("postfix_images")
+def test_a_restart_on_a_queue_the_host_no_longer_mounts_is_refused_saying_which_side(
+    engine: Any, tmp_path: Path, tidy: list[str], closed_port: int
+) -> None:
+    """A node must never run on a queue directory a power cut cannot cut: a restart
+    that finds the lazy filesystem gone is refused, naming what the container saw and
+    what the host has, so that the run says INCONCLUSIVE and why."""
+    target = new_target("postfix.yaml", tidy)
+    plan = lazy_plan(tmp_path, closed_port)
+
+    async def body() -> dict[str, Any]:
+        queue = plan.workdir / "mbx1-queue"
+        assert unmount(queue)  # the host loses the mount (as if someone detached it)
+        with pytest.raises(TargetError) as refused:
+            await target.restart("mbx1")
+        return {"message": str(refused.value)}
+
+    message = on_one_node(target, plan, body)["message"]
+    assert "node mbx1: /var/spool/postfix in the container is " in message, message
+    assert "not the lazy filesystem mounted on the host" in message, message
+    assert f"the host has no mount at {plan.workdir / 'mbx1-queue'}" in message, message
+    assert leftovers(engine, tidy[-1]) == []
 
 
 def test_the_reaper_detaches_the_mounts_of_a_dead_owner_only(tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ from typing import Any
 from pytest_shadowcheck.network.dns import DnsQuery, DnsServer
 from pytest_shadowcheck.scenario.capabilities import STORAGE_CAPABILITIES
 from pytest_shadowcheck.scenario.loader import Scenario
-from pytest_shadowcheck.storage.mount import fuse_unavailable
+from pytest_shadowcheck.storage.mount import fuse_unavailable, is_lazy, mounted_at
 from pytest_shadowcheck.targets.base import ClusterPlan, NodeHandle, Target, TargetError
 from pytest_shadowcheck.targets.docker.admin import (
     ACTIVE_QUEUE,
@@ -427,7 +427,7 @@ class DockerTarget(Target):
                 queue_mount_problem, container, self.description.queue_dir
             )
             if problem is not None:
-                raise TargetError(f"node {node}: {problem}")
+                raise TargetError(f"node {node}: {problem}; {self._host_queue(node)}")
         ports = self.ports[node]
         handle = NodeHandle(
             name=node,
@@ -436,6 +436,17 @@ class DockerTarget(Target):
         )
         self.handles[node] = handle
         return handle
+
+    def _host_queue(self, node: str) -> str:
+        """What the host has at ``node``'s queue mount now: tells a mount the host lost
+        from one the engine did not bind into the container."""
+        assert self.storage is not None
+        source = self.storage.directory(node)
+        found = mounted_at(source)
+        if found is not None and is_lazy(*found):
+            return f"the host still has the lazy filesystem at {source}"
+        what = f"{found[0]} {found[1]}" if found is not None else "no mount"
+        return f"the host has {what} at {source}, no longer the lazy filesystem"
 
     async def _wait_ready(self, node: str) -> None:
         ready = self.description.ready
