@@ -136,6 +136,13 @@ class LazyMount:
         self._clear_leftover()
         self._control_dir = Path(tempfile.mkdtemp(prefix="shadowcheck-lazyfs-"))
         self.control = self._control_dir / "control.sock"
+        try:
+            self._launch()
+        except BaseException:
+            self.stop()  # the control directory too: nothing of a failed start stays
+            raise
+
+    def _launch(self) -> None:
         self.backing.mkdir(parents=True, exist_ok=True)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         command = [
@@ -153,7 +160,6 @@ class LazyMount:
             if os.path.ismount(self.mountpoint) and self._answers():
                 return
             time.sleep(0.05)
-        self.stop()
         raise TargetError(f"the lazy filesystem did not mount within {START_TIMEOUT:g}s")
 
     def _clear_leftover(self) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_shadowcheck.errors import TargetError
 from pytest_shadowcheck.storage.mount import LazyMount, fuse_unavailable, lazy_mounts, mounted_at
 
 pytestmark = pytest.mark.skipif(
@@ -326,3 +327,26 @@ def test_a_file_never_looks_shorter_while_another_process_appends_and_syncs(
     assert len(seen) > 100, "the reader saw too few sizes to tell"
     assert not shrank, f"the size went down {len(shrank)} times, only appended to: {shrank[:3]}"
     assert path.stat().st_size == WRITES * 512
+
+
+def test_a_start_that_fails_leaves_no_control_directory_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the control socket's directory deeper than a Unix socket's path takes: the
+    # filesystem's process exits at start, naming the reason
+    deep = tmp_path / ("t" * 120)
+    deep.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(deep))
+    mount = LazyMount(tmp_path / "disk", tmp_path / "mnt")
+    with pytest.raises(TargetError, match="exited at start: lazyfs: cannot listen on"):
+        mount.start()
+    assert mounted_at(mount.mountpoint) is None
+    assert list(deep.iterdir()) == []
+    # a start that fails before the process: the directory goes too
+    (tmp_path / "file").write_text("not a directory")
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "again"))
+    (tmp_path / "again").mkdir()
+    blocked = LazyMount(tmp_path / "file" / "disk", tmp_path / "mnt2")
+    with pytest.raises(NotADirectoryError):
+        blocked.start()
+    assert list((tmp_path / "again").iterdir()) == []
