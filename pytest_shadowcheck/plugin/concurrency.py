@@ -190,7 +190,8 @@ def _lanes_fit(config: pytest.Config) -> bool:
 def _scenario_count(config: pytest.Config) -> int:
     """How many scenarios the run would collect (``-k`` and ``-m`` applied to their names
     and behaviour IDs): enough to never start more workers than there is work for."""
-    from pytest_shadowcheck.plugin.exploration import SLICE_SCENARIOS, explores
+    from pytest_shadowcheck.engine.exploration_plan import explored_name
+    from pytest_shadowcheck.plugin.exploration import SLICE_SCENARIOS, SLICE_SEED, explores
     from pytest_shadowcheck.plugin.library import scenario_paths
     from pytest_shadowcheck.scenario.loader import load_behaviours
 
@@ -211,10 +212,17 @@ def _scenario_count(config: pytest.Config) -> int:
         found += _scenarios_in(path)
     if explores(config):
         # an explored scenario is marked with every behaviour its model may judge; a deep
-        # exploration collects enough to keep every lane busy to its deadline
+        # exploration collects enough to keep every lane busy to its deadline. Their
+        # names are known when the seed is (the slice's always): a -k naming one of them
+        # counts it
         every = list(load_behaviours())
         deep = config.getoption("shadowcheck_explore", None) is not None
-        found += [(["explore"], every)] * (LANES_PER_CORE * cores() if deep else SLICE_SCENARIOS)
+        seed = config.getoption("shadowcheck_explore_seed", None)
+        if seed is None and not deep:
+            seed = SLICE_SEED
+        for index in range(LANES_PER_CORE * cores() if deep else SLICE_SCENARIOS):
+            name = "explore" if seed is None else explored_name(int(seed), index)
+            found.append(([f"{name}.yaml", name], every))
     return sum(1 for names, behaviours in found if _selected(config, names, behaviours))
 
 

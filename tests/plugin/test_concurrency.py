@@ -148,6 +148,22 @@ def test_workers_are_counted_over_what_k_and_m_select(pytester: pytest.Pytester)
     }
 
 
+def test_explored_scenarios_a_k_names_are_counted(pytester: pytest.Pytester) -> None:
+    """The bundled library's slice (names known from its seed), or a replay of a deep
+    exploration's scenario by its seed: a -k naming explored scenarios runs them at
+    once, not one after another for want of a count."""
+
+    def count(*args: str) -> int:
+        return _scenario_count(pytester.parseconfig("--shadowcheck", *args))
+
+    assert count("-k", "explore_s2027_001") == 1
+    assert count("-k", "explore_s2027_000 or explore_s2027_002") == 2
+    assert count("-k", "explore_s") == 3
+    seeded = ("--shadowcheck-explore-only", "--shadowcheck-explore-seed=6006")
+    assert count(*seeded, "-k", "explore_s6006_001 or explore_s6006_002") == 2
+    assert count(*seeded, "-k", "explore_s2027_001") == 0
+
+
 def test_an_estimate_counts_the_waits_before_a_scenario_ever_ran(tmp_path: Path) -> None:
     path = tmp_path / "three.yaml"
     path.write_text(THREE, encoding="utf-8")
