@@ -234,17 +234,17 @@ def _scenarios_in(path: Path) -> list[tuple[list[str], list[str]]]:
     import yaml
 
     from pytest_shadowcheck.report.certification import is_scenario_file
+    from pytest_shadowcheck.scenario.marked_yaml import SAFE_LOADER
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     files = sorted(path.rglob("*")) if path.is_dir() else [path]
     found: list[tuple[list[str], list[str]]] = []
     for file in files:
         if not (file.is_file() and is_scenario_file(file)):
             continue
         try:
-            # libyaml's parser where PyYAML has it: the pure-Python one took 0.2 s of
-            # CPU for the bundled library, before any worker or lane starts
-            doc = yaml.load(file.read_text(encoding="utf-8"), Loader=loader)
+            # the loader's parser (libyaml's where PyYAML has it): the pure-Python one
+            # took 0.2 s of CPU for the bundled library, before any worker or lane starts
+            doc = yaml.load(file.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             found.append(([file.name], []))
             continue

@@ -11,7 +11,7 @@ import yaml
 
 from pytest_shadowcheck.errors import ScenarioError, SourceRef
 
-__all__ = ["load_marked_yaml", "locate"]
+__all__ = ["SAFE_LOADER", "load_marked_yaml", "locate"]
 
 
 class _Map(dict):
@@ -35,10 +35,10 @@ def _mark(node: yaml.Node) -> tuple[int, int]:
 
 # libyaml's parser where PyYAML was built with it: the pure-Python one was half the
 # CPU of collecting the library, paid again by every xdist worker
-_Base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _LineLoader(_Base):
+class _LineLoader(SAFE_LOADER):
     """SafeLoader keeping 1-based (line, column) of every key, value and item."""
 
     path: Path = Path("?")
