@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from math import inf
 from typing import TYPE_CHECKING, Any
 
+from pytest_shadowcheck.checks.duplicate_causes import duplicate_cause, unread_reply
+from pytest_shadowcheck.checks.workload_records import Entry, Fate, Window
 from pytest_shadowcheck.scenario.workload_spec import NODE_FAULTS
 from pytest_shadowcheck.statuses import Status
 from pytest_shadowcheck.verdict import CheckResult
@@ -52,63 +54,6 @@ FATES = (
 )
 #: how many message refs a result lists before it says "and N more"
 LISTED = 20
-
-
-@dataclass
-class Fate:
-    ref: str
-    message_id: str
-    via: str
-    fate: str
-    sent: float
-    acked_t: float | None
-    deliveries: list[tuple[float, str, str]] = field(default_factory=list)
-    cause: str = ""
-    #: nodes the content was relayed to (shadow copies), from the node-to-node links
-    copied_to: set[str] = field(default_factory=set)
-    #: node -> when it last received the content (a copy made after a wipe survives it)
-    copied_at: dict[str, float] = field(default_factory=dict)
-    #: the harness's identity of the message (its trace header)
-    trace: str = ""
-    #: the recipients never delivered (accounting is per message and recipient)
-    missing: list[str] = field(default_factory=list)
-    recipients: int = 0
-    #: where a queued message was held when the settle ended ("mbx2's active queue")
-    held_on: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One entry of a queue snapshot taken after the settle."""
-
-    node: str
-    queue: str
-    t: float
-    message_id: str
-    #: the harness's trace, when the target's listing shows it
-    trace: str = ""
-    #: for a shadow copy, the primary it is kept for (when the listing names it)
-    primary: str = ""
-    #: the entry's own id in its queue (one message listed once per next hop keeps it)
-    id: str = ""
-
-
-@dataclass
-class Window:
-    """A nemesis fault from start to end (end None: never ended)."""
-
-    index: int
-    kind: str
-    nodes: list[str]
-    links: list[str]
-    start: float
-    end: float | None
-
-    def touches(self, node: str) -> bool:
-        return node in self.nodes or any(node in link.split("->") for link in self.links)
-
-    def meets(self, since: float, until: float) -> bool:
-        return self.start <= until and (self.end is None or self.end >= since)
 
 
 @dataclass
@@ -260,6 +205,8 @@ def check_workload(
             node = event.link.partition("->")[2]
             found.copied_to.add(node)
             found.copied_at[node] = max(event.t, found.copied_at.get(node, event.t))
+            if event.link.partition("->")[0] == found.via:
+                found.offered.setdefault(node, []).append(event.t)
     first_handed: dict[tuple[str, str], Event] = {}
     for event in handed:
         found = identify(event.data)
@@ -268,7 +215,7 @@ def check_workload(
 
     def unread(fate: Fate, node: str) -> str | None:
         sent = first_handed.get((fate.ref, node))
-        return None if sent is None else _unread_reply(history, sent)
+        return None if sent is None else unread_reply(history, sent)
 
     faults = sorted(windows.values(), key=lambda w: w.start)
     causes: Counter[str] = Counter()
@@ -385,7 +332,7 @@ def _judge(
             fate.fate = "lost"
     elif duplicated:
         fate.fate = "duplicated"
-        fate.cause = _cause(fate, faults, unread)
+        fate.cause = duplicate_cause(fate, faults, unread)
     else:
         fate.fate = "delivered"
 
@@ -417,81 +364,6 @@ def _every_copy_wiped(fate: Fate, faults: list[Window]) -> bool:
     made[fate.via] = fate.sent
     wipes = [w for w in faults if w.kind == "wipe"]
     return all(any(node in w.nodes and w.start >= t for w in wipes) for node, t in made.items())
-
-
-def _cause(fate: Fate, faults: list[Window], unread: Callable[[Fate, str], str | None]) -> str:
-    """Why the message was delivered more than once, from the faults during its life:
-    copies from two nodes need a fault of the primary (a promotion); a node delivering
-    one recipient twice needs a fault of its own (a restart, a broken next-hop link) or
-    a reply to its first delivery it may never have read (RFC 5321 6.1)."""
-    last = max(t for t, _, _ in fate.deliveries)
-    during = [w for w in faults if w.meets(fate.sent, last)]
-    per_node = Counter((helo.split(".")[0], rcpt) for _, helo, rcpt in fate.deliveries)
-    by = sorted({node for node, _ in per_node})
-    reasons = []
-    if len(by) > 1:
-        primary_faults = [w for w in during if w.touches(fate.via)]
-        if not primary_faults:
-            return "delivered by " + " and ".join(by) + " with no fault of the primary"
-        w = primary_faults[0]
-        reasons.append(
-            f"{'PR-2' if w.kind == 'wipe' else 'PR-1'} promotion after {w.kind} of {fate.via}"
-        )
-    for node in sorted({node for (node, _), n in per_node.items() if n > 1}):
-        # a wiped node has no queue left to deliver from again: its wipe explains a copy
-        # promoted by its peer, never a second delivery of its own
-        own = [w for w in during if w.touches(node) and w.kind != "wipe"]
-        restarts = [
-            w for w in own if w.kind in ("kill", "restart", "power_cut") and node in w.nodes
-        ]
-        links = [w for w in own if w.links]
-        if restarts:
-            kind = restarts[0].kind
-            reasons.append(f"PR-3 redelivery after {kind} of {node} (restart on the same queue)")
-        elif links:
-            reasons.append(
-                f"redelivery by {node} after {links[0].kind} of {', '.join(links[0].links)}"
-            )
-        elif own:
-            reasons.append(f"redelivery by {node} after {own[0].kind} of {node}")
-        elif (why := unread(fate, node)) is not None:
-            reasons.append(f"redelivery by {node} after {why}")
-        else:
-            return f"delivered twice by {node} with no fault"
-    return "; ".join(reasons)
-
-
-#: the harness's own lateness (seconds) that makes an unanswered-looking reply plausible
-LATE_REPLY = 0.1
-
-
-def _unread_reply(history: History, sent: Event) -> str | None:
-    """Why the node may not have read the reply to the content ``sent`` (a ``data``
-    event on its link to a next hop), when the history says so: it closed the connection
-    before any reply, or the reply came while the harness itself ran late and the node
-    sent nothing more on that connection (it gave up waiting and dropped it)."""
-    node = str(sent.link).partition("->")[0]
-    on_conn = [
-        e
-        for e in history.events(link=sent.link, since=sent.t)
-        if e.conn == sent.conn and e.kind in ("line", "close")
-    ]
-    reply = next((e for e in on_conn if e.kind == "line" and e.direction == "s2c"), None)
-    closed = next((e for e in on_conn if e.kind == "close"), None)
-    if reply is None or (closed is not None and closed.t < reply.t):
-        return "a lost reply (the connection closed before any reply to its message content)"
-    if not str(reply.data.get("text", "")).startswith("2"):
-        return None
-    if any(e.kind == "line" and e.direction == "c2s" and e.t >= reply.t for e in on_conn):
-        return None  # the node went on with the session: it read the reply
-    late = history.lag(sent.t, closed.t if closed is not None else reply.t)
-    if late < LATE_REPLY:
-        return None
-    return (
-        f"a reply it may not have read (the harness ran {late:.3f}s late between {node}'s "
-        f"message content and the 250 {reply.t - sent.t:.3f}s after it, and {node} sent "
-        "nothing more on that connection)"
-    )
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:

@@ -308,6 +308,11 @@ def test_a_loss_after_each_holder_of_a_copy_was_wiped_is_outside_the_guarantee(
         (["250", "close"], "delivered twice by mbx1 with no fault"),
         # no reply ever reached it: sending again is right
         (["close"], "redelivery by mbx1 after a lost reply"),
+        # the harness stalled between the 354 and its record of the content: the node's
+        # wait for the 250 began a second before the record (a CI history, session 27)
+        (["stalled", "250", "close"], "redelivery by mbx1 after a reply it may not have read"),
+        # ... and a harness on time before the record is no excuse
+        (["354 early", "250", "close"], "delivered twice by mbx1 with no fault"),
     ],
 )
 def test_a_duplicate_after_a_reply_the_node_may_not_have_read_has_a_cause(
@@ -319,6 +324,11 @@ def test_a_duplicate_after_a_reply_the_node_may_not_have_read_has_a_cause(
     link = "mbx1->mailbox"
 
     def hand_over(at: float, conn: int, after: list[str]) -> None:
+        if after[0] in ("stalled", "354 early"):
+            h.record_at(origin + at - 1.0, "line", link, conn, "s2c", text="354 go ahead")
+        if after[0] == "stalled":
+            h.record_at(origin + at + 0.0001, "lag", late=0.98)
+        after = [what for what in after if what not in ("stalled", "354 early")]
         h.record_at(origin + at, "data", link, conn, "c2s", message_id="<m@x>", size=10)
         h.record_at(origin + at, "delivery", link, sink="mailbox", message_id="<m@x>",
                     helo="mbx1", rcpt_tos=["a@corp.test"])  # fmt: skip
@@ -339,6 +349,49 @@ def test_a_duplicate_after_a_reply_the_node_may_not_have_read_has_a_cause(
     assert report.fates["m"].cause.startswith(cause), report.fates["m"].cause
     _, dup, _ = results(report, ["PR-3"], "x.yaml:1")
     assert dup.status == (Status.FAIL if "no fault" in cause else Status.PASS)
+
+
+@pytest.mark.parametrize(
+    ("events", "cause"),
+    [
+        # mbx1 froze while its copy's 250 was on the way, offered the copy again when it
+        # thawed; each copy promoted after a pause of its own (a CI history, session 27)
+        (
+            ["copy", "pause mbx1", "delivered", "copy", "pause mbx1", "delivered"],
+            "PR-1 promotion by mbx2 of each of the 2 copies mbx1 offered it (mbx1 offered "
+            "it again after its pause interrupted the exchange)",
+        ),
+        # two copies with no fault between them: nothing made mbx1 offer it again
+        (
+            ["copy", "copy", "pause mbx1", "delivered", "pause mbx1", "delivered"],
+            "delivered twice by mbx2 with no fault",
+        ),
+        # one copy, promoted twice
+        (["copy", "pause mbx1", "delivered", "pause mbx1", "delivered"], "delivered twice"),
+        # the second copy delivered while mbx1 was well: no promotion, a defect
+        (
+            ["copy", "pause mbx1", "delivered", "copy", "delivered"],
+            "delivered twice by mbx2 with no fault",
+        ),
+    ],
+)
+def test_a_shadow_delivering_each_of_two_copies_needs_a_fault_of_the_primary_for_each(
+    events: list[str], cause: str
+) -> None:
+    h = History()
+    _attempt(h, "m", "mbx1", 250, ["a@corp.test"])
+    for index, event in enumerate(events):
+        if event == "copy":
+            h.record("data", "mbx1->mbx2", index, "c2s", message_id="<m@x>", size=10)
+        elif event == "delivered":
+            _delivered(h, "m", "mbx2", ["a@corp.test"])
+        else:
+            kind, node = event.split()
+            _fault(h, index, kind, [node], "start")
+            _fault(h, index, kind, [node], "end")
+    fate = check_workload(h, "w", 1, nodes=frozenset({"mbx1", "mbx2"})).fates["m"]
+    assert fate.fate == "duplicated"
+    assert fate.cause.startswith(cause), fate.cause
 
 
 def test_one_node_down_is_no_excuse() -> None:

@@ -1,0 +1,140 @@
+"""Why a workload message was delivered more than once, from its history: a promotion
+after a fault of the primary, a redelivery by a node after a fault of its own, or after a
+reply to its first delivery it may never have read (RFC 5321 6.1). A duplicate with none
+of these is the MTA's: the workload checker's FAIL."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from itertools import pairwise
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pytest_shadowcheck.checks.workload_records import Fate, Window
+    from pytest_shadowcheck.history import Event, History
+
+__all__ = ["LATE_REPLY", "duplicate_cause", "unread_reply"]
+
+
+def duplicate_cause(
+    fate: Fate, faults: list[Window], unread: Callable[[Fate, str], str | None]
+) -> str:
+    """Why the message was delivered more than once, from the faults during its life:
+    copies from two nodes need a fault of the primary (a promotion); a node delivering
+    one recipient twice needs a fault of its own (a restart, a broken next-hop link) or
+    a reply to its first delivery it may never have read (RFC 5321 6.1)."""
+    last = max(t for t, _, _ in fate.deliveries)
+    during = [w for w in faults if w.meets(fate.sent, last)]
+    per_node = Counter((helo.split(".")[0], rcpt) for _, helo, rcpt in fate.deliveries)
+    by = sorted({node for node, _ in per_node})
+    reasons = []
+    if len(by) > 1:
+        primary_faults = [w for w in during if w.touches(fate.via)]
+        if not primary_faults:
+            return "delivered by " + " and ".join(by) + " with no fault of the primary"
+        w = primary_faults[0]
+        reasons.append(
+            f"{'PR-2' if w.kind == 'wipe' else 'PR-1'} promotion after {w.kind} of {fate.via}"
+        )
+    for node in sorted({node for (node, _), n in per_node.items() if n > 1}):
+        if node != fate.via and (why := _promoted_copies(fate, node, faults)) is not None:
+            reasons.append(why)
+            continue
+        # a wiped node has no queue left to deliver from again: its wipe explains a copy
+        # promoted by its peer, never a second delivery of its own
+        own = [w for w in during if w.touches(node) and w.kind != "wipe"]
+        restarts = [
+            w for w in own if w.kind in ("kill", "restart", "power_cut") and node in w.nodes
+        ]
+        links = [w for w in own if w.links]
+        if restarts:
+            kind = restarts[0].kind
+            reasons.append(f"PR-3 redelivery after {kind} of {node} (restart on the same queue)")
+        elif links:
+            reasons.append(
+                f"redelivery by {node} after {links[0].kind} of {', '.join(links[0].links)}"
+            )
+        elif own:
+            reasons.append(f"redelivery by {node} after {own[0].kind} of {node}")
+        elif (why := unread(fate, node)) is not None:
+            reasons.append(f"redelivery by {node} after {why}")
+        else:
+            return f"delivered twice by {node} with no fault"
+    return "; ".join(reasons)
+
+
+def _promoted_copies(fate: Fate, node: str, faults: list[Window]) -> str | None:
+    """Why a shadow delivered one recipient more than once, when each delivery is the
+    promotion of a copy of its own (PR-1): the primary offered the copy again after a
+    fault of its own interrupted the first exchange (its pause, say, while the 250 was
+    on its way: it cannot know the copy was stored), and before each delivery a fault
+    of the primary let the shadow promote the copy it had then. A copy offered again
+    with no fault of the primary between, or a copy delivered twice, is no cause."""
+    offered = sorted(fate.offered.get(node, []))
+    of_primary = [w for w in faults if w.touches(fate.via) and w.kind != "wipe"]
+
+    def fault_between(since: float, until: float) -> Window | None:
+        return next((w for w in of_primary if w.meets(since, until)), None)
+
+    per_rcpt: dict[str, list[float]] = defaultdict(list)
+    for t, helo, rcpt in fate.deliveries:
+        if helo.split(".")[0] == node:
+            per_rcpt[rcpt].append(t)
+    if any(fault_between(a, b) is None for a, b in pairwise(offered)):
+        return None
+    for times in per_rcpt.values():
+        if len(times) > len(offered):
+            return None
+        for copy_t, delivered_t in zip(offered, sorted(times), strict=False):
+            if copy_t > delivered_t or fault_between(copy_t, delivered_t) is None:
+                return None
+    w = fault_between(offered[0], offered[-1])
+    assert w is not None  # two copies or more, each later one after a fault
+    return (
+        f"PR-1 promotion by {node} of each of the {len(offered)} copies {fate.via} offered "
+        f"it ({fate.via} offered it again after its {w.kind} interrupted the exchange)"
+    )
+
+
+#: the harness's own lateness (seconds) that makes an unanswered-looking reply plausible
+LATE_REPLY = 0.1
+
+
+def unread_reply(history: History, sent: Event) -> str | None:
+    """Why the node may not have read the reply to the content ``sent`` (a ``data``
+    event on its link to a next hop), when the history says so: it closed the connection
+    before any reply, or the reply came while the harness itself ran late and the node
+    sent nothing more on that connection (it gave up waiting and dropped it)."""
+    node = str(sent.link).partition("->")[0]
+    on_conn = [
+        e
+        for e in history.events(link=sent.link, since=sent.t)
+        if e.conn == sent.conn and e.kind in ("line", "close")
+    ]
+    reply = next((e for e in on_conn if e.kind == "line" and e.direction == "s2c"), None)
+    closed = next((e for e in on_conn if e.kind == "close"), None)
+    if reply is None or (closed is not None and closed.t < reply.t):
+        return "a lost reply (the connection closed before any reply to its message content)"
+    if not str(reply.data.get("text", "")).startswith("2"):
+        return None
+    if any(e.kind == "line" and e.direction == "c2s" and e.t >= reply.t for e in on_conn):
+        return None  # the node went on with the session: it read the reply
+    # the node may have sent its content as soon as it read the 354 (or the reply
+    # before it): a harness late in between records the content late, and the node's
+    # wait for the 250 began before that record
+    before = [
+        e
+        for e in history.events(link=sent.link, until=sent.t)
+        if e.conn == sent.conn and e.kind == "line" and e.direction == "s2c"
+    ]
+    began = before[-1].t if before else sent.t
+    late = history.lag(began, closed.t if closed is not None else reply.t)
+    if late < LATE_REPLY:
+        return None
+    return (
+        f"a reply it may not have read (the harness ran {late:.3f}s late between the "
+        f"server's go-ahead for {node}'s message content and the 250 "
+        f"{reply.t - began:.3f}s after it, and {node} sent nothing more on that connection)"
+    )
