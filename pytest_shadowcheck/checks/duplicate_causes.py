@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from itertools import pairwise
+from math import inf
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -68,28 +69,32 @@ def duplicate_cause(
 def _promoted_copies(fate: Fate, node: str, faults: list[Window]) -> str | None:
     """Why a shadow delivered one recipient more than once, when each delivery is the
     promotion of a copy of its own (PR-1): the primary offered the copy again after a
-    fault of its own interrupted the first exchange (its pause, say, while the 250 was
-    on its way: it cannot know the copy was stored), and before each delivery a fault
-    of the primary let the shadow promote the copy it had then. A copy offered again
-    with no fault of the primary between, or a copy delivered twice, is no cause."""
+    fault of its own interrupted the exchange (its pause, say, while the 250 was on its
+    way: it cannot know the copy was stored), the shadow had delivered the copy before
+    (it holds no other copy of that message to match the new one with), and before each
+    delivery a fault of the primary let the shadow promote the copy it then held. A copy
+    offered again with no fault of the primary between, a copy offered again while the
+    shadow still held one, or a copy delivered twice, is no cause."""
     offered = sorted(fate.offered.get(node, []))
     of_primary = [w for w in faults if w.touches(fate.via) and w.kind != "wipe"]
 
     def fault_between(since: float, until: float) -> Window | None:
         return next((w for w in of_primary if w.meets(since, until)), None)
 
+    if len(offered) < 2 or any(fault_between(a, b) is None for a, b in pairwise(offered)):
+        return None
     per_rcpt: dict[str, list[float]] = defaultdict(list)
     for t, helo, rcpt in fate.deliveries:
         if helo.split(".")[0] == node:
             per_rcpt[rcpt].append(t)
-    if any(fault_between(a, b) is None for a, b in pairwise(offered)):
-        return None
     for times in per_rcpt.values():
-        if len(times) > len(offered):
-            return None
-        for copy_t, delivered_t in zip(offered, sorted(times), strict=False):
-            if copy_t > delivered_t or fault_between(copy_t, delivered_t) is None:
+        last = -inf
+        for delivered_t in sorted(times):
+            # the copy this delivery promoted came after the previous delivery
+            copy_t = next((c for c in offered if last < c < delivered_t), None)
+            if copy_t is None or fault_between(copy_t, delivered_t) is None:
                 return None
+            last = delivered_t
     w = fault_between(offered[0], offered[-1])
     assert w is not None  # two copies or more, each later one after a fault
     return (

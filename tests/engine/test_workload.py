@@ -366,6 +366,11 @@ def test_a_duplicate_after_a_reply_the_node_may_not_have_read_has_a_cause(
             ["copy", "copy", "pause mbx1", "delivered", "pause mbx1", "delivered"],
             "delivered twice by mbx2 with no fault",
         ),
+        # offered again while the shadow still held the first copy: one copy to keep
+        (
+            ["copy", "pause mbx1", "copy", "pause mbx1", "delivered", "pause mbx1", "delivered"],
+            "delivered twice by mbx2 with no fault",
+        ),
         # one copy, promoted twice
         (["copy", "pause mbx1", "delivered", "pause mbx1", "delivered"], "delivered twice"),
         # the second copy delivered while mbx1 was well: no promotion, a defect
