@@ -199,7 +199,11 @@ def test_without_a_reload_a_change_restarts_smtpd_on_its_queue_and_claims_no_pas
     first, second = log.split("--- container ")[1:]
     # the first smtpd was stopped as its admin stops it (SIGTERM), not killed
     assert "(restarted for route corp.test)" in first and "Exiting" in first, first
-    assert 'result="Ok"' in second and 'result="Ok"' not in first
+    # the second smtpd delivered m1 (the checks saw it arrive), the first never did; the
+    # scenario may end between the sink's 250 and smtpd's line saying so, so the second
+    # smtpd's log holds its connection to the next hop at least
+    assert 'result="Ok"' not in first, first
+    assert 'result="Ok"' in second or "mta connected" in second, second
     conf = (workdir / "mbx1" / "files" / "etc" / "smtpd.conf").read_text()
     assert "max-message-size 10485759" in conf  # the refused file was put back
     assert leftovers(engine, tidy[-1]) == []
