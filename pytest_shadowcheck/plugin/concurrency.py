@@ -44,11 +44,9 @@ __all__ = [
 #: measured on 2 cores (docs/suite-speed.md): the suite's wall time falls up to about
 #: 4 workers per core; more gain nothing (the longest scenario and the workers' start set it)
 WORKERS_PER_CORE = 4
-#: a lane costs no interpreter of its own, so more of them fit: the suite's scenarios
-#: mostly wait, and on 2 cores their times summed (360 s in session 27) over 12 lanes set
-#: the wall time (30 s) with the cores a third idle; 16 lanes ran it in 27.7 and 28.3 s,
-#: 14 in 29.0 and 29.6 (docs/suite-speed.md)
-LANES_PER_CORE = 8
+#: a lane costs no interpreter of its own, so more of them fit: on 2 cores 12 lanes ran
+#: the suite in 27.6 s, 16 in 29.6 s, 8 in 37.7 s (docs/suite-speed.md)
+LANES_PER_CORE = 6
 _CACHE_KEY = "shadowcheck/durations"
 _WORKERINPUT_KEY = "shadowcheck_durations"
 #: rate assumed for a workload that sends as fast as the target takes it
