@@ -2,7 +2,7 @@
 close the wall time is to the floor the machine sets.
 
 Run: python3 benchmarks/bench_suite.py [--runs 20] [--workers N] [--target reference]
-     [--out out/suite-runs] [--against REV] [--beside]
+     [--out out/suite-runs] [--against REV] [--beside] [--histories]
 
 Each run is a fresh ``pytest --shadowcheck`` process (no retries, no reruns) writing
 its own JUnit XML, with the plugin's own choice of concurrency unless ``--workers`` is
@@ -15,6 +15,9 @@ any run had a failure or an error.
 
 ``--beside`` runs a second suite beside each measured one (same command, own JUnit), as
 the load of another job: a flake under that load is a defect, not the machine's.
+``--histories`` keeps every scenario's history of each run (and of the one beside) in a
+directory next to its JUnit (``run-suite-01-histories/``): a flake's timing can be read
+afterwards instead of run for again.
 
 ``--against REV`` measures wall-time growth: it checks REV out in a git worktree
 and alternates runs of both checkouts over the scenarios both have (by name), so
@@ -90,6 +93,9 @@ def command(args: argparse.Namespace, junit: Path, nodes: list[str]) -> list[str
     ]  # fmt: skip
     if args.workers is not None:
         out += ["-n", str(args.workers)]
+    if args.histories:
+        # every scenario's history beside the run's JUnit, to read a flake's timing after
+        out.append(f"--shadowcheck-history={junit.resolve().with_suffix('')}-histories")
     return out
 
 
@@ -127,6 +133,10 @@ def main() -> int:
     parser.add_argument(
         "--beside", action="store_true", help="run a second suite beside each measured run"
     )
+    parser.add_argument(
+        "--histories", action="store_true",
+        help="keep every scenario's history of each run (and of the one beside) under --out",
+    )  # fmt: skip
     parser.add_argument("--target", default="reference")
     parser.add_argument("--out", type=Path, default=Path("out/suite-runs"))
     parser.add_argument(
