@@ -44,8 +44,10 @@ def duplicate_cause(
             reasons.append(why)
             continue
         # a wiped node has no queue left to deliver from again: its wipe explains a copy
-        # promoted by its peer, never a second delivery of its own
-        own = [w for w in during if w.touches(node) and w.kind != "wipe"]
+        # promoted by its peer, never a second delivery of its own; and a fault explains
+        # a delivery again only when it met the exchange of the one before (a pause long
+        # before the first delivery interrupted nothing that delivery ended)
+        own = _between_deliveries(fate, node, [w for w in during if w.kind != "wipe"])
         restarts = [
             w for w in own if w.kind in ("kill", "restart", "power_cut") and node in w.nodes
         ]
@@ -64,6 +66,30 @@ def duplicate_cause(
         else:
             return f"delivered twice by {node} with no fault"
     return "; ".join(reasons)
+
+
+#: how long before a node's delivery a fault of its own can have met the exchange that
+#: delivery ended (a pause as the content went out: the node then timed out the reply)
+BEFORE_DELIVERY = 0.5
+
+
+def _between_deliveries(fate: Fate, node: str, faults: list[Window]) -> list[Window]:
+    """The faults touching ``node`` that can explain each of its deliveries after the
+    first to one recipient: every such delivery needs one that met the span from just
+    before the node's previous delivery to it; none if one delivery has none."""
+    per_rcpt: dict[str, list[float]] = defaultdict(list)
+    for t, helo, rcpt in fate.deliveries:
+        if helo.split(".")[0] == node:
+            per_rcpt[rcpt].append(t)
+    own = [w for w in faults if w.touches(node)]
+    found: list[Window] = []
+    for times in per_rcpt.values():
+        for earlier, later in pairwise(sorted(times)):
+            met = [w for w in own if w.meets(earlier - BEFORE_DELIVERY, later)]
+            if not met:
+                return []
+            found += [w for w in met if w not in found]
+    return sorted(found, key=lambda w: w.start)
 
 
 def _promoted_copies(fate: Fate, node: str, faults: list[Window]) -> str | None:

@@ -399,6 +399,40 @@ def test_a_shadow_delivering_each_of_two_copies_needs_a_fault_of_the_primary_for
     assert fate.cause.startswith(cause), fate.cause
 
 
+@pytest.mark.parametrize(
+    ("mbx2_paused", "cause"),
+    [
+        # frozen long before its first delivery: that pause interrupted no exchange of the
+        # message's, so promoting the copy twice is the shadow's own defect (the broken
+        # variant promotes-copies-twice passed durability_pause so, in CI, session 28)
+        ((0.5, 1.5), "delivered twice by mbx2 with no fault"),
+        # frozen just as the first copy went out, thawed after: it may have missed the 250
+        ((3.7, 4.5), "redelivery by mbx2 after pause of mbx2"),
+        # frozen between the two deliveries
+        ((4.2, 4.5), "redelivery by mbx2 after pause of mbx2"),
+    ],
+)
+def test_a_fault_of_the_node_explains_a_delivery_again_only_if_it_met_the_one_before(
+    mbx2_paused: tuple[float, float], cause: str
+) -> None:
+    h = History()
+    origin = time.monotonic() - h.now()
+    _attempt(h, "m", "mbx1", 250, ["a@corp.test"])
+    h.record_at(origin + 0.1, "data", "mbx1->mbx2", 1, "c2s", message_id="<m@x>", size=10)
+    for index, (kind, node, start, end) in enumerate(
+        [("pause", "mbx2", *mbx2_paused), ("pause", "mbx1", 2.0, 6.0)]
+    ):
+        for what, at in (("start", start), ("end", end)):
+            h.record_at(origin + at, "note", nemesis=what, fault=kind, index=index,
+                        nodes=[node], links=[])  # fmt: skip
+    for at in (4.0, 5.0):
+        h.record_at(origin + at, "delivery", sink="mailbox", message_id="<m@x>",
+                    helo="mbx2", rcpt_tos=["a@corp.test"])  # fmt: skip
+    fate = check_workload(h, "w", 1, nodes=frozenset({"mbx1", "mbx2"})).fates["m"]
+    assert fate.fate == "duplicated"
+    assert cause in fate.cause, fate.cause
+
+
 def test_one_node_down_is_no_excuse() -> None:
     h = History()
     _attempt(h, "m", "mbx1", 250, ["a@corp.test"])
