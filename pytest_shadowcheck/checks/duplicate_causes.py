@@ -16,11 +16,14 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.checks.workload_records import Fate, Window
     from pytest_shadowcheck.history import Event, History
 
-__all__ = ["LATE_REPLY", "duplicate_cause", "unread_reply"]
+__all__ = ["LATE_REPLY", "duplicate_cause", "unanswered_connection", "unread_reply"]
 
 
 def duplicate_cause(
-    fate: Fate, faults: list[Window], unread: Callable[[Fate, str], str | None]
+    fate: Fate,
+    faults: list[Window],
+    unread: Callable[[Fate, str], str | None],
+    unanswered: Callable[[Fate, str], str | None],
 ) -> str:
     """Why the message was delivered more than once, from the faults during its life:
     copies from two nodes need a fault of the primary (a promotion); a node delivering
@@ -33,12 +36,18 @@ def duplicate_cause(
     reasons = []
     if len(by) > 1:
         primary_faults = [w for w in during if w.touches(fate.via)]
-        if not primary_faults:
-            return "delivered by " + " and ".join(by) + " with no fault of the primary"
-        w = primary_faults[0]
-        reasons.append(
-            f"{'PR-2' if w.kind == 'wipe' else 'PR-1'} promotion after {w.kind} of {fate.via}"
-        )
+        if primary_faults:
+            w = primary_faults[0]
+            reasons.append(
+                f"{'PR-2' if w.kind == 'wipe' else 'PR-1'} promotion after {w.kind} of {fate.via}"
+            )
+        else:
+            # no fault the nemesis made, but the shadow's own view of the primary counts:
+            # a primary too slow to greet its shadow was unreachable to it (PR-1)
+            seen = [why for node in by if node != fate.via and (why := unanswered(fate, node))]
+            if not seen:
+                return "delivered by " + " and ".join(by) + " with no fault of the primary"
+            reasons.append(f"PR-1 promotion after {seen[0]}")
     for node in sorted({node for (node, _), n in per_node.items() if n > 1}):
         if node != fate.via and (why := _promoted_copies(fate, node, faults)) is not None:
             reasons.append(why)
@@ -169,3 +178,32 @@ def unread_reply(history: History, sent: Event) -> str | None:
         f"server's go-ahead for {node}'s message content and the 250 "
         f"{reply.t - began:.3f}s after it, and {node} sent nothing more on that connection)"
     )
+
+
+def unanswered_connection(history: History, link: str, since: float, until: float) -> str | None:
+    """A connection on ``link`` (a shadow's to its primary) opened within ``[since,
+    until]`` that the server never answered before the client gave up and closed it:
+    to that client the server was unreachable, whatever the nemesis did."""
+    opened: dict[object, float] = {}
+    answered: set[object] = set()
+    for event in history.events(link=link, since=since, until=until):
+        if event.kind == "connect":
+            opened[event.conn] = event.t
+        elif event.kind == "line" and event.direction == "s2c":
+            answered.add(event.conn)
+        elif (
+            event.kind == "close"
+            and event.conn in opened
+            and event.conn not in answered
+            # a deliberate close after a wait, not a client killed as it connected
+            and event.data.get("reason") == "client closed"
+            and event.t - opened[event.conn] >= LATE_REPLY
+        ):
+            client, server = link.split("->")
+            t = opened[event.conn]
+            return (
+                f"{server} left {client}'s connection at +{t:.3f}s unanswered for "
+                f"{event.t - t:.3f}s until {client} gave up (to {client}, {server} was "
+                "unreachable)"
+            )
+    return None

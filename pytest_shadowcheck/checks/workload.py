@@ -30,7 +30,11 @@ from dataclasses import dataclass, field
 from math import inf
 from typing import TYPE_CHECKING, Any
 
-from pytest_shadowcheck.checks.duplicate_causes import duplicate_cause, unread_reply
+from pytest_shadowcheck.checks.duplicate_causes import (
+    duplicate_cause,
+    unanswered_connection,
+    unread_reply,
+)
 from pytest_shadowcheck.checks.workload_records import Entry, Fate, Window
 from pytest_shadowcheck.scenario.workload_spec import NODE_FAULTS
 from pytest_shadowcheck.statuses import Status
@@ -217,12 +221,16 @@ def check_workload(
         sent = first_handed.get((fate.ref, node))
         return None if sent is None else unread_reply(history, sent)
 
+    def unanswered(fate: Fate, shadow: str) -> str | None:
+        first = min((t for t, helo, _ in fate.deliveries if helo.split(".")[0] == shadow))
+        return unanswered_connection(history, f"{shadow}->{fate.via}", fate.sent, first)
+
     faults = sorted(windows.values(), key=lambda w: w.start)
     causes: Counter[str] = Counter()
     down = {n for w in faults if w.end is None and w.kind in NODE_FAULTS for n in w.nodes}
     held = _held(fates, rcpts, entries, down | ({"?"} if down else set()))
     for fate in fates.values():
-        _judge(fate, rcpts[fate.ref], faults, held, unread)
+        _judge(fate, rcpts[fate.ref], faults, held, unread, unanswered)
         if fate.fate == "duplicated":
             causes[fate.cause] += 1
     return WorkloadReport(
@@ -316,6 +324,7 @@ def _judge(
     faults: list[Window],
     held: set[str],
     unread: Callable[[Fate, str], str | None],
+    unanswered: Callable[[Fate, str], str | None],
 ) -> None:
     per_rcpt = Counter(r for _, _, r in fate.deliveries)
     missing = [r for r in rcpts if per_rcpt[r] == 0]
@@ -332,7 +341,7 @@ def _judge(
             fate.fate = "lost"
     elif duplicated:
         fate.fate = "duplicated"
-        fate.cause = duplicate_cause(fate, faults, unread)
+        fate.cause = duplicate_cause(fate, faults, unread, unanswered)
     else:
         fate.fate = "delivered"
 

@@ -433,6 +433,40 @@ def test_a_fault_of_the_node_explains_a_delivery_again_only_if_it_met_the_one_be
     assert cause in fate.cause, fate.cause
 
 
+@pytest.mark.parametrize(
+    ("heartbeat", "cause"),
+    [
+        # mbx1, starved of CPU, never greeted mbx2's connection before mbx2 gave up: to
+        # mbx2 it was unreachable, and promoting the copy is PR-1 (a CI history, session 28)
+        (["connect", "client closed"], "PR-1 promotion after mbx1 left mbx2's connection"),
+        # mbx1 answered: nothing made mbx2 promote
+        (["connect", "220", "client closed"], "with no fault of the primary"),
+        # mbx1 closed it itself: an answer of a kind, no sign it was unreachable
+        (["connect", "server closed"], "with no fault of the primary"),
+        ([], "with no fault of the primary"),
+    ],
+)
+def test_copies_from_two_nodes_need_the_primary_unreachable_to_the_shadow(
+    heartbeat: list[str], cause: str
+) -> None:
+    h = History()
+    _attempt(h, "m", "mbx1", 250, ["a@corp.test"])
+    h.record("data", "mbx1->mbx2", 1, "c2s", message_id="<m@x>", size=10)
+    _delivered(h, "m", "mbx1", ["a@corp.test"])
+    for what in heartbeat:
+        if what == "connect":
+            h.record("connect", "mbx2->mbx1", 7)
+            time.sleep(0.15)  # mbx2's wait for a greeting
+        elif what == "220":
+            h.record("line", "mbx2->mbx1", 7, "s2c", text="220 mbx1 ready")
+        else:
+            h.record("close", "mbx2->mbx1", 7, reason=what)
+    _delivered(h, "m", "mbx2", ["a@corp.test"])
+    fate = check_workload(h, "w", 1, nodes=frozenset({"mbx1", "mbx2"})).fates["m"]
+    assert fate.fate == "duplicated"
+    assert cause in fate.cause, fate.cause
+
+
 def test_one_node_down_is_no_excuse() -> None:
     h = History()
     _attempt(h, "m", "mbx1", 250, ["a@corp.test"])
