@@ -14,9 +14,10 @@ The MTA's own processes are starved on such a machine too: ready to run, they wa
 the kernel's run queue, and a timer the MTA set fires late for no fault of its design.
 At each of its wakings the same task reads how long each node's processes waited so
 (``/proc/PID/task/*/schedstat``, its second field, for the nodes whose pid the target
-reports) and records ``wait`` events from :data:`THRESHOLD` up. Where the kernel keeps
-no such figure (no ``/proc``, a container's pid not given) nothing is recorded and the
-checks grant the harness's lateness alone.
+reports, and for every process below each: workers, delivery processes) and records
+``wait`` events from :data:`THRESHOLD` up. Where the kernel keeps no such figure (no
+``/proc``, a container's pid not given) nothing is recorded and the checks grant the
+harness's lateness alone.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from pytest_shadowcheck.history import History
 
-__all__ = ["PERIOD", "THRESHOLD", "run_queue_wait", "watching_lag"]
+__all__ = ["PERIOD", "THRESHOLD", "run_queue_wait", "run_queue_waits", "watching_lag"]
 
 #: how often the loop is probed: short enough that a stall of a tenth of a second shows
 PERIOD = 0.05
@@ -38,30 +39,47 @@ THRESHOLD = 0.01
 Pids = Callable[[], Mapping[str, "int | None"]]
 
 
+def run_queue_waits(pid: int) -> dict[int, float] | None:
+    """Seconds the threads of process ``pid`` and of each of its descendants (an MTA's
+    workers, its delivery processes) have spent ready to run but waiting for a CPU,
+    by pid, since each started; None when the kernel does not say (or ``pid`` is gone)."""
+    waits: dict[int, float] = {}
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        total, children = 0, []
+        try:
+            for task in Path(f"/proc/{current}/task").iterdir():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    total += int((task / "schedstat").read_text().split()[1])
+                with contextlib.suppress(OSError, ValueError):
+                    children += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            if current == pid:
+                return None
+            continue  # a descendant that ended meanwhile
+        waits[current] = total / 1e9
+        todo += children
+    return waits if any(waits.values()) else None
+
+
 def run_queue_wait(pid: int) -> float | None:
-    """Seconds the threads of process ``pid`` have spent ready to run but waiting for a
-    CPU, since each started; None when the kernel does not say (or the process is gone)."""
-    total = 0
-    try:
-        for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                total += int(stat.read_text().split()[1])
-    except OSError:
-        return None
-    return total / 1e9 if total else None
+    """The sum of :func:`run_queue_waits`: the whole process tree's wait."""
+    waits = run_queue_waits(pid)
+    return None if waits is None else sum(waits.values())
 
 
 class _NodeWaits:
-    """The run-queue wait of each node since the last reading."""
+    """The run-queue wait of each node's processes since the last reading."""
 
     def __init__(self, pids: Pids) -> None:
         self._pids = pids
-        #: node -> (pid, its wait so far, when read)
-        self._last: dict[str, tuple[int, float, float]] = {}
+        #: node -> (its pid, each process's wait so far by pid, when read)
+        self._last: dict[str, tuple[int, dict[int, float], float]] = {}
 
     def read(self, history: History) -> None:
         for node, pid in self._pids().items():
-            now = run_queue_wait(pid) if pid else None
+            now = run_queue_waits(pid) if pid else None
             if pid is None or now is None:
                 self._last.pop(node, None)
                 continue
@@ -70,7 +88,9 @@ class _NodeWaits:
             self._last[node] = (pid, now, at)
             if last is None or last[0] != pid:
                 continue  # a first reading, or a new process: nothing to compare
-            waited = now - last[1]
+            # a process born since the last reading waited all its life in the interval;
+            # one that ended took its figure with it (its last share is not counted)
+            waited = sum(max(0.0, w - last[1].get(p, 0.0)) for p, w in now.items())
             if waited >= THRESHOLD:
                 # over: the interval really read (a late loop reads less often)
                 history.record(

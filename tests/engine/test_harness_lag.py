@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from harnesskit import LoopStall
 
+from pytest_shadowcheck.engine.lag import _NodeWaits, run_queue_waits
 from pytest_shadowcheck.engine.run import run_scenario
 from pytest_shadowcheck.history import History
 from pytest_shadowcheck.scenario.loader import load_scenario_file
@@ -230,3 +231,46 @@ def test_a_node_wait_counts_the_part_of_its_interval_in_the_window() -> None:
     node, waited = history.node_wait(2.85, 3.0)
     assert (node, round(waited, 3)) == ("mbx2", 0.15)
     assert history.lateness(5.0, 6.0).total == 0.0
+
+
+@pytest.mark.skipif(
+    not Path(f"/proc/{os.getpid()}/schedstat").exists() or (os.cpu_count() or 1) < 2,
+    reason="the kernel keeps no run-queue figures here, or one CPU only",
+)
+def test_a_node_s_wait_counts_the_processes_below_it() -> None:
+    # a node whose work runs in a child (an MTA's worker): the parent only waits for it,
+    # the child spins pinned to CPU 0 beside three spinners at nice -20 (CI, session 28:
+    # the workers target's starved SMTP workers went uncounted and a timing check FAILed)
+    spin = "import time\nt=time.time()+1.5\nwhile time.time()<t: pass"
+    node_code = (
+        "import os,subprocess,sys\nos.sched_setaffinity(0,{0})\n"
+        f"subprocess.run([sys.executable,'-c',{spin!r}])"
+    )
+    hogs = [
+        subprocess.Popen(
+            [sys.executable, "-c", spin],
+            preexec_fn=lambda: (os.sched_setaffinity(0, {0}), os.nice(-20)),
+        )
+        for _ in range(3)
+    ]
+    node = subprocess.Popen([sys.executable, "-c", node_code])
+    try:
+        history = History()
+        waits = _NodeWaits(lambda: {"mbx1": node.pid})
+        deadline = time.monotonic() + 10
+        while len(run_queue_waits(node.pid) or {}) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        tree = run_queue_waits(node.pid) or {}
+        assert len(tree) == 2, tree  # the node and its child, each with its own figure
+        waits.read(history)
+        before = tree[node.pid]
+        time.sleep(0.5)
+        waits.read(history)
+        own = (run_queue_waits(node.pid) or {}).get(node.pid, before) - before
+        recorded = [e.data for e in history.events(kind="wait")]
+        # the child waited for CPU 0 while the parent, blocked in wait(), hardly ran
+        assert recorded and recorded[0]["waited"] > own + 0.05, (recorded, own)
+    finally:
+        for process in (*hogs, node):
+            process.kill()
+            process.wait()
