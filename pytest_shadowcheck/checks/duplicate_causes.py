@@ -77,6 +77,15 @@ def duplicate_cause(
     return "; ".join(reasons)
 
 
+def _delivered_at(fate: Fate, node: str) -> dict[str, list[float]]:
+    """When ``node`` delivered the message, by recipient."""
+    per_rcpt: dict[str, list[float]] = defaultdict(list)
+    for t, helo, rcpt in fate.deliveries:
+        if helo.split(".")[0] == node:
+            per_rcpt[rcpt].append(t)
+    return per_rcpt
+
+
 #: how long before a node's delivery a fault of its own can have met the exchange that
 #: delivery ended (a pause as the content went out: the node then timed out the reply)
 BEFORE_DELIVERY = 0.5
@@ -86,13 +95,9 @@ def _between_deliveries(fate: Fate, node: str, faults: list[Window]) -> list[Win
     """The faults touching ``node`` that can explain each of its deliveries after the
     first to one recipient: every such delivery needs one that met the span from just
     before the node's previous delivery to it; none if one delivery has none."""
-    per_rcpt: dict[str, list[float]] = defaultdict(list)
-    for t, helo, rcpt in fate.deliveries:
-        if helo.split(".")[0] == node:
-            per_rcpt[rcpt].append(t)
     own = [w for w in faults if w.touches(node)]
     found: list[Window] = []
-    for times in per_rcpt.values():
+    for times in _delivered_at(fate, node).values():
         for earlier, later in pairwise(sorted(times)):
             met = [w for w in own if w.meets(earlier - BEFORE_DELIVERY, later)]
             if not met:
@@ -118,11 +123,7 @@ def _promoted_copies(fate: Fate, node: str, faults: list[Window]) -> str | None:
 
     if len(offered) < 2 or any(fault_between(a, b) is None for a, b in pairwise(offered)):
         return None
-    per_rcpt: dict[str, list[float]] = defaultdict(list)
-    for t, helo, rcpt in fate.deliveries:
-        if helo.split(".")[0] == node:
-            per_rcpt[rcpt].append(t)
-    for times in per_rcpt.values():
+    for times in _delivered_at(fate, node).values():
         last = -inf
         for delivered_t in sorted(times):
             # the copy this delivery promoted came after the previous delivery

@@ -222,7 +222,7 @@ def check_workload(
         return None if sent is None else unread_reply(history, sent)
 
     def unanswered(fate: Fate, shadow: str) -> str | None:
-        first = min((t for t, helo, _ in fate.deliveries if helo.split(".")[0] == shadow))
+        first = min(t for t, helo, _ in fate.deliveries if helo.split(".")[0] == shadow)
         return unanswered_connection(history, f"{shadow}->{fate.via}", fate.sent, first)
 
     faults = sorted(windows.values(), key=lambda w: w.start)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from pytest_shadowcheck.history import History
 
-__all__ = ["PERIOD", "THRESHOLD", "run_queue_wait", "run_queue_waits", "watching_lag"]
+__all__ = ["PERIOD", "THRESHOLD", "run_queue_waits", "watching_lag"]
 
 #: how often the loop is probed: short enough that a stall of a tenth of a second shows
 PERIOD = 0.05
@@ -61,12 +61,6 @@ def run_queue_waits(pid: int) -> dict[int, float] | None:
         waits[current] = total / 1e9
         todo += children
     return waits if any(waits.values()) else None
-
-
-def run_queue_wait(pid: int) -> float | None:
-    """The sum of :func:`run_queue_waits`: the whole process tree's wait."""
-    waits = run_queue_waits(pid)
-    return None if waits is None else sum(waits.values())
 
 
 class _NodeWaits:
