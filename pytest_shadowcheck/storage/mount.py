@@ -30,10 +30,15 @@ __all__ = [
     "lazy_mounts",
     "mount_table",
     "mounted_at",
+    "sweep_stale_controls",
     "unmount",
 ]
 
 START_TIMEOUT = 15.0
+#: the prefix of a controller's socket directory (in the system's temporary directory)
+CONTROL_PREFIX = "shadowcheck-lazyfs-"
+#: a socket directory this old whose socket nobody answers is a dead run's: removed
+STALE_AFTER = 600.0
 #: the source column of every lazy filesystem in the mount table
 FSNAME = "shadowcheck-lazyfs"
 MOUNTINFO = Path("/proc/self/mountinfo")
@@ -107,6 +112,37 @@ def unmount(path: Path) -> bool:
     return result.returncode == 0
 
 
+def sweep_stale_controls(root: Path, older_than: float = STALE_AFTER) -> list[Path]:
+    """Remove the socket directories that runs killed before they could stop their
+    filesystem left in ``root`` (about one a day of the project's tests): older than
+    ``older_than`` seconds, with a socket no process answers. A live filesystem answers;
+    one that is starting is younger. Returns what was removed."""
+    removed = []
+    now = time.time()
+    for entry in root.glob(f"{CONTROL_PREFIX}*"):
+        with contextlib.suppress(OSError):
+            if not entry.is_dir() or now - entry.stat().st_mtime < older_than:
+                continue
+            if not _answered(entry / "control.sock"):
+                shutil.rmtree(entry)
+                removed.append(entry)
+    return removed
+
+
+def _answered(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1)
+        try:
+            sock.connect(str(path))
+        except FileNotFoundError:
+            return False
+        except ConnectionRefusedError:
+            return False
+        except OSError:
+            return True  # e.g. a backlog full or a timeout: someone is there
+    return True
+
+
 class LazyMount:
     """``mountpoint`` shows ``backing`` through a lazy filesystem."""
 
@@ -134,7 +170,8 @@ class LazyMount:
         if why:
             raise TargetError(f"no lazy filesystem: {why}")
         self._clear_leftover()
-        self._control_dir = Path(tempfile.mkdtemp(prefix="shadowcheck-lazyfs-"))
+        sweep_stale_controls(Path(tempfile.gettempdir()))
+        self._control_dir = Path(tempfile.mkdtemp(prefix=CONTROL_PREFIX))
         self.control = self._control_dir / "control.sock"
         try:
             self._launch()

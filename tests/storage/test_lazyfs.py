@@ -9,6 +9,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,13 @@ from pathlib import Path
 import pytest
 
 from pytest_shadowcheck.errors import TargetError
-from pytest_shadowcheck.storage.mount import LazyMount, fuse_unavailable, lazy_mounts, mounted_at
+from pytest_shadowcheck.storage.mount import (
+    LazyMount,
+    fuse_unavailable,
+    lazy_mounts,
+    mounted_at,
+    sweep_stale_controls,
+)
 
 pytestmark = pytest.mark.skipif(
     fuse_unavailable() is not None and not os.environ.get("SHADOWCHECK_REQUIRE_FUSE"),
@@ -262,6 +269,33 @@ def test_a_mount_left_by_a_crashed_run_neither_blocks_the_next_nor_outlives_its_
     # stop() unmounted what its dead process left
     assert mounted_at(tmp_path / "mnt") is None
     assert os.listdir(tmp_path / "mnt") == []
+    crashed.stop()  # its socket directory too
+
+
+def test_a_dead_run_s_socket_directory_is_swept_and_a_live_one_kept(tmp_path: Path) -> None:
+    """A run killed before it stopped its filesystem leaves the controller's socket
+    directory in /tmp; the next mount's start removes it once it is old and unanswered."""
+    dead = LazyMount(tmp_path / "d1", tmp_path / "m1", writeback=0)
+    dead.start()
+    assert dead.process is not None and dead._control_dir is not None
+    dead_dir = dead._control_dir
+    dead.process.kill()  # the run dies with it: nobody calls stop()
+    dead.process.wait(5)
+    for mount in mounted(tmp_path / "live", writeback=0):
+        assert mount._control_dir is not None
+        live_dir = mount._control_dir
+        old = time.time() - 3600
+        for directory in (dead_dir, live_dir):
+            os.utime(directory, (old, old))
+        young = Path(tempfile.mkdtemp(prefix="shadowcheck-lazyfs-"))  # a start under way
+        try:
+            removed = sweep_stale_controls(dead_dir.parent)
+            assert dead_dir in removed and not dead_dir.exists()
+            assert live_dir.exists() and young.exists()
+            assert mount.power_cut()["lost"] == []  # the live one still answers
+        finally:
+            young.rmdir()
+    dead.stop()  # unmounts what the dead process left
 
 
 def test_an_fsync_through_a_read_only_descriptor_makes_the_file_durable(lazy: LazyMount) -> None:
