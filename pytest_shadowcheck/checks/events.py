@@ -118,7 +118,8 @@ def times(n: int) -> str:
 
 
 def find_event(run: Run, matcher: dict[str, Any]) -> tuple[float, str] | None:
-    """First history event matching ``matcher``: (t, what happened in words) or None."""
+    """First history event matching ``matcher`` (the last before its ``last_before``
+    event, when it names one): (t, what happened in words) or None."""
     if "any_of" in matcher:
         hits = [hit for each in matcher["any_of"] if (hit := find_event(run, each))]
         return min(hits, default=None)
@@ -145,6 +146,12 @@ def find_event(run: Run, matcher: dict[str, Any]) -> tuple[float, str] | None:
         opened = run.history.events(kind="connect", link=link)
         return (opened[0].t, describe_event(run, opened[0])) if opened else None
     events = run.history.events(link=link)
+    if "last_before" in matcher:
+        # the last such line before another event: the last contact before a kill
+        bound = find_event(run, matcher["last_before"])
+        if bound is None:
+            return None
+        events = [e for e in events if e.t <= bound[0]][::-1]
     pattern = re.compile(matcher.get("line", ".*"))
     direction = matcher.get("direction")
     conns: dict[Any, float] | None = None

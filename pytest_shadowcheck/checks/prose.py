@@ -301,8 +301,16 @@ def describe_matcher(matcher: dict[str, Any], run: Run | None = None) -> Phrase:
             return Phrase.active(client, f"closed {what}")
         subject = session + f" to {server}" if ref else f"the session from {client} to {server}"
         return Phrase.active(subject, "ended", "ended")
-    return _line_phrase(
+    line = _line_phrase(
         parse_pattern(matcher.get("line", ".*")), matcher.get("direction"), client, server, ref
+    )
+    if "last_before" not in matcher:
+        return line
+    before = describe_matcher(matcher["last_before"], run)
+    return Phrase(
+        f"{line.text} for the last time before {before.text}",
+        f"{line.never} before {before.text}",
+        f"{line.not_yet} before {before.text}",
     )
 
 
@@ -311,6 +319,11 @@ def _line_phrase(
 ) -> Phrase:
     """A line on a link in words, by what its pattern is and who says it."""
     after = f" after {ref}'s content" if ref else ""
+    if p.regex in (".", ".*", "") and direction in ("s2c", "c2s"):
+        # any line at all: that one side spoke to the other
+        if direction == "s2c":
+            return Phrase.active(server, f"answered {client}{after}")
+        return Phrase.active(client, f"spoke to {server}{after}", f"spoken to {server}{after}")
     if direction == "s2c" or (direction is None and p.code and not p.verb):
         if p.code and not p.rest:
             code = code_words(p.code)

@@ -399,6 +399,16 @@ class StepChecker:
                 raise ScenarioError(
                     f"bad regular expression: {exc}", self.at([*doc_path, "line"]), "a Python regex"
                 ) from None
+        if "last_before" in arg:
+            if not {"link", "line"} <= set(arg) or {"closed", "opened"} & set(arg):
+                raise ScenarioError(
+                    "'last_before' picks the last line on a link before another event: "
+                    "it needs link and line, and takes no closed or opened",
+                    self.at([*doc_path, "last_before"]),
+                    "e.g. {link: mbx2->mbx1, direction: s2c, line: '^221', "
+                    "last_before: {step: '^kill mbx1'}}",
+                )
+            self.matcher(arg["last_before"], [*doc_path, "last_before"])
         if "closed" in arg and ("link" not in arg or "line" in arg or "direction" in arg):
             raise ScenarioError(
                 "'closed' matches the close of a connection on a link: it needs link, "

@@ -205,6 +205,53 @@ def test_opened_takes_a_link_and_nothing_else(pytester: pytest.Pytester) -> None
     )
 
 
+LAST_BEFORE = """\
+defaults:
+  topology:
+    nodes: {mbx1: {}}
+scenarios:
+  - name: the_last_answer_before_an_event
+    behaviours: [CR-5]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - wait: 1s
+      - send: {id: m2, via: mbx1, to: [alice@corp.test]}
+      - wait: 1s
+      - send: {id: m3, via: mbx1, to: [alice@corp.test]}
+    expect:
+      # m2's session ended a second before m3's reply, m1's two: the last 221 is m2's
+      - timing:
+          from: {link: client->mbx1, direction: s2c, line: "^221", last_before: {reply: m3}}
+          to: {reply: m3}
+          at_least: 0.8s
+          at_most: 1.5s
+          tolerance: 0s
+"""
+
+
+def test_last_before_takes_the_last_such_line_before_the_event(
+    pytester: pytest.Pytester, plain_smtp: ThreadedSink
+) -> None:
+    _write(pytester, "s.yaml", LAST_BEFORE)
+    result = pytester.runpytest(
+        "--shadowcheck", f"--shadowcheck-target=external:mbx1={plain_smtp.address}",
+        f"--shadowcheck-report={pytester.path / 'cert'}", "library",
+    )  # fmt: skip
+    result.assert_outcomes(passed=1)
+    (row,) = _certification(pytester)["scenarios"]
+    (timing,) = [c for c in row["checks"] if c["name"] == "timing"]
+    assert "for the last time before" in timing["expected"], timing["expected"]
+    assert timing["status"] == "PASS", timing["observed"]
+
+
+def test_last_before_needs_a_line_on_a_link(pytester: pytest.Pytester) -> None:
+    bad = LAST_BEFORE.replace('direction: s2c, line: "^221", ', "closed: server, ")
+    _write(pytester, "s.yaml", bad)
+    result = pytester.runpytest("--shadowcheck", "library")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*s.yaml:*'last_before' picks the last line on a link*"])
+
+
 @pytest.mark.slow
 def test_a_node_that_never_starts_is_inconclusive_not_a_failure(
     pytester: pytest.Pytester,
