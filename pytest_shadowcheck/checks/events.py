@@ -123,6 +123,9 @@ def find_event(run: Run, matcher: dict[str, Any]) -> tuple[float, str] | None:
     if "any_of" in matcher:
         hits = [hit for each in matcher["any_of"] if (hit := find_event(run, each))]
         return min(hits, default=None)
+    if "last_of" in matcher:
+        hits = [hit for each in matcher["last_of"] if (hit := find_event(run, each))]
+        return max(hits, default=None)
     if "reply" in matcher:
         ref = matcher["reply"]
         msg = run.messages[ref]
@@ -212,8 +215,8 @@ def why_not(run: Run, *matchers: dict[str, Any]) -> str:
     never opened an SMTP session to mbx2" (empty when no link is involved)."""
     facts: list[str] = []
     for matcher in matchers:
-        if "any_of" in matcher:
-            fact = why_not(run, *matcher["any_of"])
+        if "any_of" in matcher or "last_of" in matcher:
+            fact = why_not(run, *matcher.get("any_of", matcher.get("last_of", [])))
         elif "link" in matcher and not matcher.get("opened") and find_event(run, matcher) is None:
             direction = matcher.get("direction") if "line" in matcher else None
             fact = session_fact(run, matcher["link"], direction)
@@ -227,8 +230,8 @@ def why_not(run: Run, *matchers: dict[str, Any]) -> str:
 def matcher_links(run: Run, *matchers: dict[str, Any]) -> list[str]:
     links: list[str] = []
     for m in matchers:
-        if "any_of" in m:
-            links += matcher_links(run, *m["any_of"])
+        if "any_of" in m or "last_of" in m:
+            links += matcher_links(run, *m.get("any_of", m.get("last_of", [])))
         if "link" in m:
             links.append(m["link"])
         for key in ("reply", "delivered", "message"):

@@ -267,6 +267,13 @@ def describe_matcher(matcher: dict[str, Any], run: Run | None = None) -> Phrase:
             "; ".join(p.never for p in parts),
             "; ".join(p.not_yet for p in parts),
         )
+    if "last_of" in matcher:
+        parts = [describe_matcher(each, run) for each in matcher["last_of"]]
+        return Phrase(
+            " or ".join(p.text for p in parts) + ", whichever was later",
+            "; ".join(p.never for p in parts),
+            "; ".join(p.not_yet for p in parts),
+        )
     if "reply" in matcher:
         ref = matcher["reply"]
         via = _via(run, ref)

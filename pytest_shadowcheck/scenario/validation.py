@@ -368,15 +368,17 @@ class StepChecker:
         )
 
     def matcher(self, arg: dict[str, Any], doc_path: list[Any]) -> None:
-        if "any_of" in arg:
+        for group in ("any_of", "last_of"):
+            if group not in arg:
+                continue
             if len(arg) > 1:
                 raise ScenarioError(
-                    "'any_of' takes no other key: put them in its matchers",
-                    self.at([*doc_path, "any_of"]),
-                    "e.g. {any_of: [{link: mbx1->mbx2, opened: true}, {reply: m1}]}",
+                    f"'{group}' takes no other key: put them in its matchers",
+                    self.at([*doc_path, group]),
+                    f"e.g. {{{group}: [{{link: mbx1->mbx2, opened: true}}, {{reply: m1}}]}}",
                 )
-            for i, each in enumerate(arg["any_of"]):
-                self.matcher(each, [*doc_path, "any_of", i])
+            for i, each in enumerate(arg[group]):
+                self.matcher(each, [*doc_path, group, i])
             return
         if "opened" in arg and not ({"link"} <= set(arg) <= {"link", "opened"}):
             raise ScenarioError(
