@@ -215,8 +215,8 @@ def why_not(run: Run, *matchers: dict[str, Any]) -> str:
     never opened an SMTP session to mbx2" (empty when no link is involved)."""
     facts: list[str] = []
     for matcher in matchers:
-        if "any_of" in matcher or "last_of" in matcher:
-            fact = why_not(run, *matcher.get("any_of", matcher.get("last_of", [])))
+        if _members(matcher):
+            fact = why_not(run, *_members(matcher))
         elif "link" in matcher and not matcher.get("opened") and find_event(run, matcher) is None:
             direction = matcher.get("direction") if "line" in matcher else None
             fact = session_fact(run, matcher["link"], direction)
@@ -227,11 +227,15 @@ def why_not(run: Run, *matchers: dict[str, Any]) -> str:
     return "; ".join(facts)
 
 
+def _members(matcher: dict[str, Any]) -> list[dict[str, Any]]:
+    """The matchers an ``any_of`` or ``last_of`` groups; [] for any other matcher."""
+    return list(matcher.get("any_of") or matcher.get("last_of") or [])
+
+
 def matcher_links(run: Run, *matchers: dict[str, Any]) -> list[str]:
     links: list[str] = []
     for m in matchers:
-        if "any_of" in m or "last_of" in m:
-            links += matcher_links(run, *m.get("any_of", m.get("last_of", [])))
+        links += matcher_links(run, *_members(m))
         if "link" in m:
             links.append(m["link"])
         for key in ("reply", "delivered", "message"):

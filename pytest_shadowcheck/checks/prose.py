@@ -260,20 +260,14 @@ def _possessive(who: str) -> str:
 
 def describe_matcher(matcher: dict[str, Any], run: Run | None = None) -> Phrase:
     """A matcher (docs/scenario-format.md, "event matcher") as an event in words."""
-    if "any_of" in matcher:
-        parts = [describe_matcher(each, run) for each in matcher["any_of"]]
-        return Phrase(
-            " or ".join(p.text for p in parts),
-            "; ".join(p.never for p in parts),
-            "; ".join(p.not_yet for p in parts),
-        )
-    if "last_of" in matcher:
-        parts = [describe_matcher(each, run) for each in matcher["last_of"]]
-        return Phrase(
-            " or ".join(p.text for p in parts) + ", whichever was later",
-            "; ".join(p.never for p in parts),
-            "; ".join(p.not_yet for p in parts),
-        )
+    for group, which in (("any_of", ""), ("last_of", ", whichever was later")):
+        if group in matcher:
+            parts = [describe_matcher(each, run) for each in matcher[group]]
+            return Phrase(
+                " or ".join(p.text for p in parts) + which,
+                "; ".join(p.never for p in parts),
+                "; ".join(p.not_yet for p in parts),
+            )
     if "reply" in matcher:
         ref = matcher["reply"]
         via = _via(run, ref)

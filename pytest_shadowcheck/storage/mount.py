@@ -134,9 +134,7 @@ def _answered(path: Path) -> bool:
         sock.settimeout(1)
         try:
             sock.connect(str(path))
-        except FileNotFoundError:
-            return False
-        except ConnectionRefusedError:
+        except (FileNotFoundError, ConnectionRefusedError):
             return False
         except OSError:
             return True  # e.g. a backlog full or a timeout: someone is there
