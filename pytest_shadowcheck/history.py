@@ -48,7 +48,6 @@ ordering and differences are meaningful even if the wall clock jumps.
 
 from __future__ import annotations
 
-import ast
 import bisect
 import json
 import re
@@ -85,11 +84,15 @@ EVENT_KINDS = frozenset(
 @dataclass(frozen=True)
 class Lateness:
     """The machine's share of a delay (:meth:`History.lateness`): what a timing check
-    grants before it blames the MTA."""
+    grants before it blames the MTA. ``waits``: (node, seconds its processes waited for
+    a CPU), longest first."""
 
     harness: float
-    node: str | None
-    node_wait: float
+    waits: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def node_wait(self) -> float:
+        return sum(seconds for _, seconds in self.waits)
 
     @property
     def total(self) -> float:
@@ -231,9 +234,9 @@ class History:
             total += max(0.0, min(event.t, until) - max(event.t - late, since))
         return total
 
-    def node_wait(self, since: float, until: float) -> tuple[str | None, float]:
-        """The node that waited longest for a CPU within ``[since, until]`` (``wait``
-        events), with those seconds; ``(None, 0.0)`` when none waited."""
+    def node_waits(self, since: float, until: float) -> dict[str, float]:
+        """Seconds each node's processes waited for a CPU within ``[since, until]``
+        (``wait`` events), longest first; nodes that did not wait are left out."""
         per_node: dict[str, float] = {}
         for event in self.events(kind="wait", since=since):
             # the kernel adds a wait to its total when the wait ends: a reading holds the
@@ -246,16 +249,15 @@ class History:
             share = (min(event.t, until) - max(start, since)) / span
             node = str(event.data.get("node"))
             per_node[node] = per_node.get(node, 0.0) + waited * share
-        if not per_node:
-            return None, 0.0
-        node = max(per_node, key=lambda n: per_node[n])
-        return node, per_node[node]
+        return dict(sorted(per_node.items(), key=lambda item: -item[1]))
 
     def lateness(self, since: float, until: float) -> Lateness:
         """How late the machine made what was observed within ``[since, until]``: the
-        harness's own lateness and the longest any node waited for a CPU."""
-        node, waited = self.node_wait(since, until)
-        return Lateness(self.lag(since, until), node, waited)
+        harness's own lateness and the waits of every node for a CPU. The nodes' waits
+        add up: an exchange between two nodes waits for the one, then for the other
+        (a timing check grants what the machine *could* explain)."""
+        waits = tuple(self.node_waits(since, until).items())
+        return Lateness(self.lag(since, until), waits)
 
     def excerpt(
         self,
@@ -373,6 +375,74 @@ def plain_value(value: Any) -> str:
 
 
 _LITERAL = re.compile(r"\[[^\[\]]*\]|\{[^{}]*\}")
+#: the tokens of a Python list or dict literal of strings, numbers, booleans and None
+_TOKEN = re.compile(
+    r"""\s*(?:(?P<string>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")"""
+    r"|(?P<number>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)|(?P<word>True|False|None)"
+    r"|(?P<mark>[\[\]{}(),:]))"
+)
+_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)")
+_ESCAPED = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
+_WORDS = {"True": True, "False": False, "None": None}
+
+
+def _literal(text: str) -> Any:
+    """The value of a Python list or dict literal as ``repr`` writes one, or ValueError.
+
+    Not ``ast.literal_eval``: the lanes run scenarios in threads, and CPython 3.11's AST
+    constructor keeps one recursion counter per interpreter, so two threads parsing at
+    once can fail with "SystemError: AST constructor recursion depth mismatch"
+    (CPython gh-106905; a scenario was INCONCLUSIVE for it at 16 lanes)."""
+    tokens: list[tuple[str, str]] = []
+    at = 0
+    while at < len(text.rstrip()):
+        found = _TOKEN.match(text, at)
+        if found is None or found.lastgroup is None:
+            raise ValueError(f"not a literal at {at}")
+        tokens.append((found.lastgroup, found[found.lastgroup]))
+        at = found.end()
+    value, used = _value(tokens, 0)
+    if used != len(tokens):
+        raise ValueError("text after the literal")
+    return value
+
+
+def _value(tokens: list[tuple[str, str]], at: int) -> tuple[Any, int]:
+    if at >= len(tokens):
+        raise ValueError("the literal ends too soon")
+    kind, text = tokens[at]
+    if kind == "string":
+        return _ESCAPE.sub(_unescape, text[1:-1]), at + 1
+    if kind == "number":
+        return (float(text) if "." in text or "e" in text.lower() else int(text)), at + 1
+    if kind == "word":
+        return _WORDS[text], at + 1
+    closing = {"[": "]", "(": ")", "{": "}"}.get(text)
+    if closing is None:
+        raise ValueError(f"unexpected {text}")
+    items: list[Any] = []
+    pairs: dict[Any, Any] = {}
+    at += 1
+    while tokens[at:at + 1] != [("mark", closing)]:
+        item, at = _value(tokens, at)
+        if text == "{":
+            if tokens[at:at + 1] != [("mark", ":")]:
+                raise ValueError("a mapping's key without a value")
+            pairs[item], at = _value(tokens, at + 1)
+        else:
+            items.append(item)
+        if tokens[at:at + 1] == [("mark", ",")]:
+            at += 1
+        elif tokens[at:at + 1] != [("mark", closing)]:
+            raise ValueError(f"expected , or {closing}")
+    return (pairs if text == "{" else tuple(items) if text == "(" else items), at + 1
+
+
+def _unescape(escape: re.Match[str]) -> str:
+    code = escape[1]
+    if code[0] in "xuU" and len(code) > 1:
+        return chr(int(code[1:], 16))
+    return _ESCAPED.get(code, code)
 
 
 def plain_text(text: str) -> str:
@@ -381,8 +451,8 @@ def plain_text(text: str) -> str:
 
     def plain_literal(match: re.Match[str]) -> str:
         try:
-            value = ast.literal_eval(match[0])
-        except (ValueError, SyntaxError):
+            value = _literal(match[0])
+        except (ValueError, KeyError, IndexError):
             return match[0]
         return plain_value(value) if isinstance(value, list | dict) else match[0]
 

@@ -10,10 +10,14 @@ __all__ = ["said"]
 
 
 def said(late: Lateness) -> str:
-    """"the harness itself ran 0.412s late and mbx1's processes waited 0.830s for a CPU"."""
+    """"the harness itself ran 0.412s late and mbx1's processes waited 0.830s for a
+    CPU, mbx2's 0.120s" (every node that waited, longest first)."""
     parts = []
     if late.harness > 0:
         parts.append(f"the harness itself ran {late.harness:.3f}s late")
-    if late.node is not None and late.node_wait > 0:
-        parts.append(f"{late.node}'s processes waited {late.node_wait:.3f}s for a CPU")
+    waits = [(node, seconds) for node, seconds in late.waits if seconds > 0]
+    if waits:
+        (node, seconds), *others = waits
+        text = f"{node}'s processes waited {seconds:.3f}s for a CPU"
+        parts.append(text + "".join(f", {other}'s {more:.3f}s" for other, more in others))
     return " and ".join(parts) or "nothing ran late"

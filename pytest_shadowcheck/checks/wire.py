@@ -344,7 +344,7 @@ async def check_timing(run: Run, step: Step) -> CheckResult:
     delta = b[0] - a[0]
     observed = f"{b[1]} {delta:.3f}s after {a[1]} {_at(a[0])}"
     excerpt = run.excerpt(b[0], matcher_links(run, arg["from"], arg["to"]), before=delta + 1)
-    miss, machine = 0.0, Lateness(0.0, None, 0.0)
+    miss, machine = 0.0, Lateness(0.0)
     if "at_least" in arg and delta < arg["at_least"] - tolerance:
         # too early: the start stamped late, or the MTA's own clock started at an event of
         # its own just before it (a heartbeat) that the overloaded machine ran early

@@ -17,7 +17,7 @@ from pytest_shadowcheck.checks.inside import check_log
 from pytest_shadowcheck.checks.prose import describe_matcher, pattern_words, reply_words
 from pytest_shadowcheck.checks.wire import check_lines, check_order, check_timing
 from pytest_shadowcheck.checks.workload import Fate, WorkloadReport, results
-from pytest_shadowcheck.history import History
+from pytest_shadowcheck.history import History, _literal, plain_text
 from pytest_shadowcheck.network.client import Reply, SendResult
 from pytest_shadowcheck.network.messages import Message
 from pytest_shadowcheck.progress import Progress
@@ -343,3 +343,29 @@ def test_a_workload_loss_says_the_count_and_each_message_once() -> None:
     assert dup.observed.startswith("0 of 8 acknowledged messages delivered more than once")
     assert "0 unexplained" in dup.observed
     assert settled.observed == "all 8 acknowledged messages delivered; seed 7"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        ["alice@corp.test", "bob@corp.test"],
+        {"MaxMessageSize": 1000, "Retry": [0.5, 2.0], "On": True, "Off": None},
+        ["it's", 'say "hi"', "back\\slash", "tab\there", "é ✓", "\x01", -3, 1e-05],
+        [[], {}, (1, "two"), ()],
+    ],
+)
+def test_a_label_s_literal_reads_as_python_reads_it(value: Any) -> None:
+    # the lanes' threads write step labels at once; Python's own reader of literals
+    # (ast) fails under threads on 3.11 (gh-106905), so the harness reads them itself
+    import ast
+
+    text = repr(value)
+    assert _literal(text) == ast.literal_eval(text)
+
+
+def test_what_is_not_a_literal_stays_as_written() -> None:
+    assert plain_text("a [not a literal] b {x} c [1, 2") == "a [not a literal] b {x} c [1, 2"
+    assert plain_text("to=['a@corp.test'] set={'On': True}") == "to=a@corp.test set=(On=true)"
+    for bad in ("[1,", "[1 2]", "{'a'}", "[x]", "[1]]", "{'a': }"):
+        with pytest.raises((ValueError, KeyError, IndexError)):
+            _literal(bad)
