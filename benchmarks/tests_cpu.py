@@ -56,12 +56,12 @@ def pytest_runtest_protocol(item, nextitem):
     group = os.path.join(BASE, f"{os.getpid()}-{count[0]}")
     os.makedirs(group, exist_ok=True)
     enter(group)
-    began = time.monotonic()
+    began = time.time()
     yield
-    wall = time.monotonic() - began
+    ended = time.time()
     enter(BASE)
     with open(OUT, "a") as f:
-        f.write(f"{item.nodeid}\\t{os.path.basename(group)}\\t{wall:.2f}\\n")
+        f.write(f"{item.nodeid}\\t{os.path.basename(group)}\\t{began:.2f}\\t{ended:.2f}\\n")
 
 
 def pytest_unconfigure(config):
@@ -111,9 +111,11 @@ def main() -> int:
         busy = machine_busy() - busy_before
         groups = dict(line.split("\t") for line in Path(f"{out}.groups").read_text().splitlines())
         tests = []
+        spans: dict[str, list[tuple[float, float]]] = defaultdict(list)  # per worker
         for line in out.read_text().splitlines():
-            nodeid, group, test_wall = line.split("\t")
-            tests.append((nodeid, float(groups.get(group, 0.0)), float(test_wall)))
+            nodeid, group, start, end = line.split("\t")
+            tests.append((nodeid, float(groups.get(group, 0.0)), float(end) - float(start)))
+            spans[group.split("-")[0]].append((float(start), float(end)))
     for group_dir in base.iterdir():
         if group_dir.is_dir():
             group_dir.rmdir()
@@ -126,6 +128,14 @@ def main() -> int:
     # docker's containers run under dockerd, outside the tests' groups: the machine's
     # own count shows them (and anything else that ran meanwhile)
     print(f"the machine was busy {busy:.0f} CPU-seconds ({busy / (wall * cores):.0%} of its cores)")
+    # the run's shape: a worker that ends long before the others leaves the tail to them
+    first = min(start for worker in spans.values() for start, _ in worker)
+    print("\nworkers (pid: tests, busy s, last test ended at s after the first began):")
+    for pid, worker in sorted(spans.items(), key=lambda kv: max(e for _, e in kv[1])):
+        busy_s = sum(end - start for start, end in worker)
+        ended_at = max(end for _, end in worker) - first
+        print(f"  {pid:>8}: {len(worker):4} tests, busy {busy_s:6.0f} s, "
+              f"ended at {ended_at:6.0f} s")
     folders: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
     for nodeid, cpu, test_wall in tests:
         folder = "/".join(nodeid.split("::")[0].split("/")[:2])
