@@ -71,8 +71,8 @@ def test_four_workers_per_core_and_never_more_than_the_scenarios() -> None:
     assert default_workers(cores=16, scenarios=1) == 0  # one scenario: no worker to start
 
 
-def test_six_lanes_per_core_on_an_idle_machine_four_on_a_busy_one() -> None:
-    assert default_lanes(cores=2, scenarios=98, busy=0.5) == 12
+def test_eight_lanes_per_core_on_an_idle_machine_four_on_a_busy_one() -> None:
+    assert default_lanes(cores=2, scenarios=98, busy=0.5) == 16
     assert default_lanes(cores=2, scenarios=98, busy=1.8) == 8
     assert default_lanes(cores=2, scenarios=5, busy=0.0) == 5
     assert default_lanes(cores=4, scenarios=1, busy=0.0) == 0
