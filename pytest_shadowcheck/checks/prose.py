@@ -262,7 +262,20 @@ def describe_matcher(matcher: dict[str, Any], run: Run | None = None) -> Phrase:
     """A matcher (docs/scenario-format.md, "event matcher") as an event in words."""
     for group, which in (("any_of", ""), ("last_of", ", whichever was later")):
         if group in matcher:
-            parts = [describe_matcher(each, run) for each in matcher[group]]
+            members = matcher[group]
+            shared = _shared_last_before(members) if group == "last_of" else None
+            if shared is not None:
+                # "X or Y for the last time before E, whichever was later": E said once
+                inner = [{k: v for k, v in m.items() if k != "last_before"} for m in members]
+                parts = [describe_matcher(each, run) for each in inner]
+                event = describe_matcher(shared, run).text
+                return Phrase(
+                    " or ".join(p.text for p in parts) + f" for the last time before {event}"
+                    + which,
+                    " and ".join(p.never for p in parts) + f" before {event}",
+                    " and ".join(p.not_yet for p in parts) + f" before {event}",
+                )
+            parts = [describe_matcher(each, run) for each in members]
             return Phrase(
                 " or ".join(p.text for p in parts) + which,
                 "; ".join(p.never for p in parts),
@@ -313,6 +326,13 @@ def describe_matcher(matcher: dict[str, Any], run: Run | None = None) -> Phrase:
         f"{line.never} before {before.text}",
         f"{line.not_yet} before {before.text}",
     )
+
+
+def _shared_last_before(members: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The event every member of a ``last_of`` is the last line before, if they share one."""
+    befores = [m.get("last_before") for m in members]
+    first = befores[0]
+    return first if first is not None and all(b == first for b in befores) else None
 
 
 def _line_phrase(

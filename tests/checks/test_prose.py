@@ -186,6 +186,30 @@ def _no_machine_text(result: CheckResult) -> None:
             {"any_of": [{"link": "mbx1->mbx2", "opened": True}, {"step": "^pause mbx1"}]},
             "mbx1 opened an SMTP session to mbx2 or the harness paused mbx1",
         ),
+        (
+            # the event both are the last line before is said once
+            {
+                "last_of": [
+                    {"link": "mbx2->mbx1", "direction": "s2c", "line": ".",
+                     "last_before": {"step": "^kill mbx1"}},
+                    {"link": "mbx1->mbx2", "direction": "c2s", "line": ".",
+                     "last_before": {"step": "^kill mbx1"}},
+                ]
+            },
+            "mbx1 answered mbx2 or mbx1 spoke to mbx2 for the last time before the harness "
+            "killed mbx1, whichever was later",
+        ),
+        (
+            {
+                "last_of": [
+                    {"link": "client->mbx1", "direction": "s2c", "line": "^221"},
+                    {"link": "client->mbx1", "direction": "s2c", "line": "^221",
+                     "last_before": {"reply": "m3"}},
+                ]
+            },
+            "mbx1 answered the sender with 221 or mbx1 answered the sender with 221 for the "
+            "last time before the sender got its reply to m3, whichever was later",
+        ),
     ],
 )
 def test_a_matcher_reads_as_the_event_it_names(matcher: dict[str, Any], text: str) -> None:
