@@ -129,13 +129,13 @@ def main() -> int:
     # own count shows them (and anything else that ran meanwhile)
     print(f"the machine was busy {busy:.0f} CPU-seconds ({busy / (wall * cores):.0%} of its cores)")
     # the run's shape: a worker that ends long before the others leaves the tail to them
-    first = min(start for worker in spans.values() for start, _ in worker)
-    print("\nworkers (pid: tests, busy s, last test ended at s after the first began):")
+    first = min((start for worker in spans.values() for start, _ in worker), default=0.0)
+    print("\nworkers (pid: tests, wall time in tests, when its last test ended):")
     for pid, worker in sorted(spans.items(), key=lambda kv: max(e for _, e in kv[1])):
         busy_s = sum(end - start for start, end in worker)
         ended_at = max(end for _, end in worker) - first
-        print(f"  {pid:>8}: {len(worker):4} tests, busy {busy_s:6.0f} s, "
-              f"ended at {ended_at:6.0f} s")
+        print(f"  {pid:>8}: {len(worker):4} tests, in tests {busy_s:6.0f} s, "
+              f"ended {ended_at:6.0f} s after the first began")
     folders: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
     for nodeid, cpu, test_wall in tests:
         folder = "/".join(nodeid.split("::")[0].split("/")[:2])

@@ -407,9 +407,15 @@ def _literal(text: str) -> Any:
     return value
 
 
-def _value(tokens: list[tuple[str, str]], at: int) -> tuple[Any, int]:
+#: how deep a literal may nest (a label's arguments nest two or three levels)
+_DEEPEST = 20
+
+
+def _value(tokens: list[tuple[str, str]], at: int, depth: int = 0) -> tuple[Any, int]:
     if at >= len(tokens):
         raise ValueError("the literal ends too soon")
+    if depth > _DEEPEST:
+        raise ValueError("a literal nested too deep")
     kind, text = tokens[at]
     if kind == "string":
         return _ESCAPE.sub(_unescape, text[1:-1]), at + 1
@@ -424,11 +430,13 @@ def _value(tokens: list[tuple[str, str]], at: int) -> tuple[Any, int]:
     pairs: dict[Any, Any] = {}
     at += 1
     while tokens[at:at + 1] != [("mark", closing)]:
-        item, at = _value(tokens, at)
+        item, at = _value(tokens, at, depth + 1)
         if text == "{":
             if tokens[at:at + 1] != [("mark", ":")]:
                 raise ValueError("a mapping's key without a value")
-            pairs[item], at = _value(tokens, at + 1)
+            if isinstance(item, list | dict):
+                raise ValueError("a mapping's key that is a list or a mapping")
+            pairs[item], at = _value(tokens, at + 1, depth + 1)
         else:
             items.append(item)
         if tokens[at:at + 1] == [("mark", ",")]:
@@ -452,7 +460,7 @@ def plain_text(text: str) -> str:
     def plain_literal(match: re.Match[str]) -> str:
         try:
             value = _literal(match[0])
-        except (ValueError, KeyError, IndexError):
+        except (ValueError, KeyError, IndexError, TypeError):
             return match[0]
         return plain_value(value) if isinstance(value, list | dict) else match[0]
 

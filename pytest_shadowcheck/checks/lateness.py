@@ -15,7 +15,8 @@ def said(late: Lateness) -> str:
     parts = []
     if late.harness > 0:
         parts.append(f"the harness itself ran {late.harness:.3f}s late")
-    waits = [(node, seconds) for node, seconds in late.waits if seconds > 0]
+    # longest first; a wait that rounds to nothing is not worth a word
+    waits = sorted(((n, s) for n, s in late.waits if s >= 0.0005), key=lambda w: -w[1])
     if waits:
         (node, seconds), *others = waits
         text = f"{node}'s processes waited {seconds:.3f}s for a CPU"

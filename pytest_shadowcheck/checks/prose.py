@@ -265,13 +265,14 @@ def describe_matcher(matcher: dict[str, Any], run: Run | None = None) -> Phrase:
             members = matcher[group]
             shared = _shared_last_before(members) if group == "last_of" else None
             if shared is not None:
-                # "X or Y for the last time before E, whichever was later": E said once
+                # "X or Y, whichever was later, each for the last time before E": E said
+                # once, and "each" tells it from a member taken at its first line
                 inner = [{k: v for k, v in m.items() if k != "last_before"} for m in members]
                 parts = [describe_matcher(each, run) for each in inner]
                 event = describe_matcher(shared, run).text
                 return Phrase(
-                    " or ".join(p.text for p in parts) + f" for the last time before {event}"
-                    + which,
+                    " or ".join(p.text for p in parts) + which
+                    + f", each for the last time before {event}",
                     " and ".join(p.never for p in parts) + f" before {event}",
                     " and ".join(p.not_yet for p in parts) + f" before {event}",
                 )

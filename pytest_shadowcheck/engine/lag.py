@@ -71,12 +71,13 @@ def _read(path: str) -> bytes:
 
 
 class _NodeWaits:
-    """The run-queue wait of each node's processes since the last reading recorded.
+    """The run-queue wait of each node's processes, recorded once it reaches a threshold.
 
-    A wait under :data:`THRESHOLD` is not recorded but not forgotten either: the next
-    reading counts from the same point, so twenty readings of 8 ms each (a node on a
-    loaded machine) add up to an event of their own instead of 0.16 s that went
-    uncounted. ``reader`` is :func:`run_queue_waits` (the tests give readings)."""
+    A wait under :data:`THRESHOLD` is not recorded but not forgotten either: it is kept
+    pending and added to the next readings' until the sum reaches the threshold, so a
+    node waiting 8 ms in every 50 ms reading (a loaded machine) is recorded as 16 ms
+    every other reading instead of not at all. ``reader`` is :func:`run_queue_waits`
+    (the tests give readings)."""
 
     def __init__(
         self,
@@ -85,8 +86,9 @@ class _NodeWaits:
     ) -> None:
         self._pids = pids
         self._reader = reader
-        #: node -> (its pid, each process's wait so far by pid, when read)
-        self._last: dict[str, tuple[int, dict[int, float], float]] = {}
+        #: node -> its pid, each process's wait so far by pid, and the wait not yet
+        #: recorded with the time it began to gather
+        self._last: dict[str, tuple[int, dict[int, float], float, float]] = {}
 
     def read(self, history: History) -> None:
         for node, pid in self._pids().items():
@@ -97,22 +99,20 @@ class _NodeWaits:
             last = self._last.get(node)
             at = history.now()
             if last is None or last[0] != pid:
-                self._last[node] = (pid, now, at)
+                self._last[node] = (pid, now, 0.0, at)
                 continue  # a first reading, or a new process: nothing to compare
+            _, before, pending, since = last
             # a process born since the last reading waited all its life in the interval;
-            # one that ended took its figure with it (its last share is not counted)
-            waited = sum(max(0.0, w - last[1].get(p, 0.0)) for p, w in now.items())
-            if waited < THRESHOLD:
-                # the baseline stays, less the processes that ended (a pid the kernel
-                # gives a new process later must not count from the old one's figure)
-                kept = {p: w for p, w in last[1].items() if p in now}
-                self._last[node] = (pid, kept, last[2])
+            # one that ended took its figure with it (what it waited since the last
+            # reading is not counted); a pid the kernel gave a new process counts from
+            # the new one's figure
+            pending += sum(max(0.0, w - before.get(p, 0.0)) for p, w in now.items())
+            if pending < THRESHOLD:
+                self._last[node] = (pid, now, pending, since)
                 continue
-            self._last[node] = (pid, now, at)
-            # over: the interval really read (a late loop reads less often)
-            history.record(
-                "wait", node=node, waited=round(waited, 4), over=round(at - last[2], 4)
-            )
+            self._last[node] = (pid, now, 0.0, at)
+            # over: the interval the wait gathered in (a late loop reads less often)
+            history.record("wait", node=node, waited=round(pending, 4), over=round(at - since, 4))
 
 
 async def _watch(history: History, pids: Pids | None) -> None:

@@ -44,9 +44,9 @@ __all__ = [
 #: measured on 2 cores (docs/suite-speed.md): the suite's wall time falls up to about
 #: 4 workers per core; more gain nothing (the longest scenario and the workers' start set it)
 WORKERS_PER_CORE = 4
-#: a lane costs no interpreter of its own, so more of them fit: on 2 cores 16 lanes ran
-#: the suite in 28.6 s (median of 5), 12 in 33.8 s, once the scenarios' timing windows
-#: held at 16 lanes beside a second suite (docs/suite-speed.md, session 30)
+#: a lane costs no interpreter of its own, so more of them fit: on 2 cores, with
+#: session 30's 104 scenarios, 16 lanes ran the suite in 28.6 s (median of 5) and 12 in
+#: 33.8 s; 20 runs beside a second suite at 16 lanes failed none (docs/suite-speed.md)
 LANES_PER_CORE = 8
 _CACHE_KEY = "shadowcheck/durations"
 _WORKERINPUT_KEY = "shadowcheck_durations"

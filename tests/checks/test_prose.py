@@ -196,8 +196,8 @@ def _no_machine_text(result: CheckResult) -> None:
                      "last_before": {"step": "^kill mbx1"}},
                 ]
             },
-            "mbx1 answered mbx2 or mbx1 spoke to mbx2 for the last time before the harness "
-            "killed mbx1, whichever was later",
+            "mbx1 answered mbx2 or mbx1 spoke to mbx2, whichever was later, each for the last "
+            "time before the harness killed mbx1",
         ),
         (
             {
@@ -390,6 +390,10 @@ def test_a_label_s_literal_reads_as_python_reads_it(value: Any) -> None:
 def test_what_is_not_a_literal_stays_as_written() -> None:
     assert plain_text("a [not a literal] b {x} c [1, 2") == "a [not a literal] b {x} c [1, 2"
     assert plain_text("to=['a@corp.test'] set={'On': True}") == "to=a@corp.test set=(On=true)"
+    # a key that cannot be one (a list), and nesting deeper than any label's
+    assert plain_text("x {[1]: 2} y") == "x {[1]: 2} y"
+    deep = "[" + "(" * 3000 + ")" * 3000 + "]"
+    assert plain_text(deep) == deep
     for bad in ("[1,", "[1 2]", "{'a'}", "[x]", "[1]]", "{'a': }"):
         with pytest.raises((ValueError, KeyError, IndexError)):
             _literal(bad)

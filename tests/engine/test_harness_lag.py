@@ -248,13 +248,15 @@ def test_waits_under_the_threshold_add_up_to_an_event() -> None:
     recorded = [e.data for e in history.events(kind="wait")]
     assert [round(r["waited"], 3) for r in recorded] == [0.012, 0.012], recorded
     # a process gone from the node (a delivery child ended) leaves the baseline: its
-    # pid, given to a new child later, counts that child's wait from nothing
-    readings = iter([{7: 1.0, 8: 0.5}, {7: 1.001}, {7: 1.002, 8: 0.02}])
+    # pid, given to a new child later, counts that child's wait from its own figure
+    readings = iter(
+        [{7: 1.0, 9: 0.5}, {7: 1.0, 9: 0.001}, {7: 1.0, 9: 0.2}, {7: 1.0, 9: 0.4}]
+    )
     history = History()
     waits = _NodeWaits(lambda: {"mbx1": 7}, reader=lambda pid: next(readings))
-    for _ in range(3):
+    for _ in range(4):
         waits.read(history)
-    assert [round(e.data["waited"], 3) for e in history.events(kind="wait")] == [0.022]
+    assert [round(e.data["waited"], 3) for e in history.events(kind="wait")] == [0.199, 0.2]
 
 
 @pytest.mark.skipif(
