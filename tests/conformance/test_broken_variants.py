@@ -109,14 +109,19 @@ def test_broken_variant_fails_its_scenarios(tmp_path: Path, variant: Variant) ->
     # the CPU of a child that runs one to five scenarios (101 children per run)
     files = sorted({suite_scenarios()[name] for name in variant.fails})
     lanes = str(min(len(variant.fails), 4))
+    histories = tmp_path / "histories"
     found = run_suite(
         tmp_path, f"broken:{variant.name}", variant.fails, scenarios=files,
-        extra=("--shadowcheck-concurrency", lanes, *UNUSED_PLUGINS),
+        extra=("--shadowcheck-concurrency", lanes, f"--shadowcheck-history={histories}",
+               *UNUSED_PLUGINS),
     )  # fmt: skip
     survived = {name: found[name] for name in variant.fails if found[name][0] != "failed"}
+    # a variant that passed once under CI's load is understood from its histories (pytest
+    # keeps the last three runs' directories: read them before the next run)
+    kept = [str(p) for name in survived for p in sorted(histories.glob(f"*__{name}[[]*.json"))]
     assert not survived, (
         f"variant {variant.name!r} ({variant.breaks}) should fail these scenarios, "
-        f"but got {survived}"
+        f"but got {survived}; histories: {kept}"
     )
 
 

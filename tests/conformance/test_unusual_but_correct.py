@@ -45,8 +45,12 @@ def retry_scenarios() -> set[str]:
 
 def _whole_suite(tmp_path: Path) -> tuple[str, ...]:
     """The child's options for a run of the whole suite with a certification (its
-    scenarios run at the plugin's own concurrency)."""
-    return (f"--shadowcheck-report={tmp_path / 'cert'}",)
+    scenarios run at the plugin's own concurrency), keeping every scenario's history:
+    a false FAIL seen once under CI's load is read from it (see _why)."""
+    return (
+        f"--shadowcheck-report={tmp_path / 'cert'}",
+        f"--shadowcheck-history={tmp_path / 'histories'}",
+    )
 
 
 def _statuses(tmp_path: Path) -> dict[str, dict[str, object]]:
@@ -65,6 +69,9 @@ def _why(tmp_path: Path) -> str:
         out.append(f"{row['scenario']}:")
         out += [f"  {c['name']}: {c['observed']}" for c in row["checks"] if c["status"] == "FAIL"]
         out.append(f"  {row.get('diagnostics', '')[-1500:]}")
+        # pytest keeps the last three runs' directories: read it before the next run
+        kept = sorted((tmp_path / "histories").glob(f"*__{row['scenario']}[[]*.json"))
+        out += [f"  history: {path}" for path in kept]
     return "\n".join(out)
 
 
