@@ -138,7 +138,12 @@ def test_opensmtpd_relays_and_keeps_an_acknowledged_message_across_kill_and_rest
     accepted = next(b for b in blocks if "smtp envelope" in b)
     (delivered,) = (b for b in blocks if b is not accepted)
     assert re.search(rf'mta delivery evpid={evpid} .* result="TempFail"', accepted), accepted
-    assert re.search(rf'mta delivery evpid={evpid} .* result="Ok"', delivered), delivered
+    # the restarted container opened the session that delivered it (the scenario's PASS
+    # says the sink got it); smtpd logs the result once it has read the 250, which a
+    # container stopped right after the delivery may not have done (seen at -n 4)
+    assert "mta connected" in delivered, delivered
+    results = re.findall(rf'mta delivery evpid={evpid} .* result="(\w+)"', delivered)
+    assert results in ([], ["Ok"]), delivered
 
     (routed,) = load_scenarios(tmp_path, ROUTED, "routed.yaml")
     verdict = run_scenario(routed, target, workdir=tmp_path / "routed")
