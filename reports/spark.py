@@ -156,7 +156,6 @@ def stop_spark(spark: SparkSession) -> None:
     server = getattr(context, "_accumulatorServer", None)
     if server is not None:
         context._accumulatorServer = None  # type: ignore[assignment]  # (as PySpark does)
-        server.server_shutdown = True
         threading.Thread(target=server.shutdown, name="accumulators-stop", daemon=True).start()
     spark.stop()
     recorded, _recording = _recording, None

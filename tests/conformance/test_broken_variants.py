@@ -100,6 +100,13 @@ def run_suite(
     return found
 
 
+def kept_histories(directory: Path, scenario: str) -> list[Path]:
+    """The history files a child run wrote for ``scenario`` into ``directory``
+    (``--shadowcheck-history``): a failure seen once under CI's load is read from them
+    (pytest keeps the last three runs' directories: read them before the next run)."""
+    return sorted(directory.glob(f"*__{scenario}[[]*.json"))
+
+
 # a correct but unusual variant (no scenario to fail) has a test of its own
 @pytest.mark.parametrize("variant", [v for v in all_variants() if v.fails], ids=lambda v: v.name)
 def test_broken_variant_fails_its_scenarios(tmp_path: Path, variant: Variant) -> None:
@@ -116,9 +123,7 @@ def test_broken_variant_fails_its_scenarios(tmp_path: Path, variant: Variant) ->
                *UNUSED_PLUGINS),
     )  # fmt: skip
     survived = {name: found[name] for name in variant.fails if found[name][0] != "failed"}
-    # a variant that passed once under CI's load is understood from its histories (pytest
-    # keeps the last three runs' directories: read them before the next run)
-    kept = [str(p) for name in survived for p in sorted(histories.glob(f"*__{name}[[]*.json"))]
+    kept = [str(p) for name in survived for p in kept_histories(histories, name)]
     assert not survived, (
         f"variant {variant.name!r} ({variant.breaks}) should fail these scenarios, "
         f"but got {survived}; histories: {kept}"

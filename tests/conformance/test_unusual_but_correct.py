@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from mta_variants import unusual
-from test_broken_variants import SUITE, run_suite
+from test_broken_variants import SUITE, kept_histories, run_suite
 
 from pytest_shadowcheck.scenario.loader import load_scenario_file
 
@@ -69,9 +69,7 @@ def _why(tmp_path: Path) -> str:
         out.append(f"{row['scenario']}:")
         out += [f"  {c['name']}: {c['observed']}" for c in row["checks"] if c["status"] == "FAIL"]
         out.append(f"  {row.get('diagnostics', '')[-1500:]}")
-        # pytest keeps the last three runs' directories: read it before the next run
-        kept = sorted((tmp_path / "histories").glob(f"*__{row['scenario']}[[]*.json"))
-        out += [f"  history: {path}" for path in kept]
+        out += [f"  history: {p}" for p in kept_histories(tmp_path / "histories", row["scenario"])]
     return "\n".join(out)
 
 
