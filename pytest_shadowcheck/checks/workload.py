@@ -15,6 +15,9 @@ the last queue snapshots - in one pass, and says for every message:
   OUTSIDE-GUARANTEE (PR-4) when two nodes were down together during its life, or when
   every node that held a copy was wiped after it got it (one failure after the other);
 * ``queued``: acknowledged, not delivered, still in a live node's queue after the settle;
+* ``unlisted``: acknowledged, not delivered, and a node that held it could not list its
+  queues at the end (down, paused, not answering): whether it is lost is not known, and
+  the loss check says so (INCONCLUSIVE) instead of counting it as lost;
 * ``unacked-delivered``: never acknowledged yet delivered (allowed, counted);
 * ``unacked``: never acknowledged, never delivered.
 
@@ -53,6 +56,7 @@ FATES = (
     "lost",
     "lost-outside",
     "queued",
+    "unlisted",
     "unacked-delivered",
     "unacked",
 )
@@ -77,6 +81,8 @@ class WorkloadReport:
     windows: list[Window] = field(default_factory=list)
     #: whether the target could list its queues (else "in no queue" is not known)
     queues_seen: bool = True
+    #: the nodes whose queues could not be listed at the end, and why
+    unlisted: dict[str, str] = field(default_factory=dict)
 
     def of(self, fate: str) -> list[Fate]:
         return [f for f in self.fates.values() if f.fate == fate]
@@ -130,6 +136,7 @@ FATE_WORDS = {
     "lost": "lost",
     "lost-outside": "lost outside the guarantee",
     "queued": "still queued",
+    "unlisted": "undelivered on a node whose queues could not be listed",
     "unacked-delivered": "delivered unacknowledged",
     "unacked": "unacknowledged",
 }
@@ -148,6 +155,7 @@ def check_workload(
     rcpts: dict[str, list[str]] = {}
     windows: dict[int, Window] = {}
     entries: list[Entry] = []
+    unlisted: dict[str, str] = {}  # node: why its queues are not known
     temporary = 0
     acks: list[float] = []
     deliveries: list[Event] = []
@@ -189,6 +197,8 @@ def check_workload(
             elif index in windows:
                 windows[index].end = event.t
         elif event.kind == "snapshot" and data.get("workload") == workload:
+            if data.get("unlisted"):
+                unlisted.setdefault(str(data.get("node")), str(data["unlisted"]))
             entries += [
                 Entry(str(data.get("node")), str(data.get("queue")), event.t,
                       str(e.get("message_id") or ""), str(e.get("trace") or ""),
@@ -231,6 +241,8 @@ def check_workload(
     held = _held(fates, rcpts, entries, down | ({"?"} if down else set()))
     for fate in fates.values():
         _judge(fate, rcpts[fate.ref], faults, held, unread, unanswered)
+        if fate.fate == "lost" and {fate.via, *fate.copied_to} & unlisted.keys():
+            fate.fate = "unlisted"
         if fate.fate == "duplicated":
             causes[fate.cause] += 1
     return WorkloadReport(
@@ -252,6 +264,7 @@ def check_workload(
         recoveries=_recoveries(faults, fates),
         windows=faults,
         faults=len(faults),
+        unlisted=unlisted,
     )
 
 
@@ -550,8 +563,9 @@ def _liveness(
     settle: float,
     retry: tuple[float, float] | None,
 ) -> CheckResult:
-    """Acknowledged, the faults over, and still not delivered when the settle ended."""
-    queued = report.of("queued")
+    """Acknowledged, the faults over, and still not delivered when the settle ended
+    (queued, or on a node whose queues could not be listed: undelivered either way)."""
+    queued = report.of("queued") + report.of("unlisted")
     acked = report.acknowledged
     name = f"workload {report.workload}: every acknowledged message delivered once faults ended"
     expected = (
@@ -567,6 +581,9 @@ def _liveness(
     held = (
         f"{len(queued)} of {acked} acknowledged messages still queued on a live node when the "
         f"settle ended, none of them lost: {_listed(queued)}"
+        if not report.of("unlisted")
+        else f"{len(queued)} of {acked} acknowledged messages not delivered when the settle "
+        f"ended: {_listed(queued)}"
     )
     if retry is not None and retry[1] > settle:
         low, high = (f"{t:g}s" for t in retry)
@@ -612,6 +629,16 @@ def _results(
             + f"): {_listed(lost)}. " + (f"{evidence}. " if evidence else "")
             + f"Figures: {figures}",
             where=where, excerpt=excerpt, behaviours=blamed,
+        )  # fmt: skip
+    elif report.of("unlisted"):
+        unknown = report.of("unlisted")
+        why = "; ".join(report.unlisted[n] for n in sorted(report.unlisted))
+        loss = CheckResult(
+            name, Status.INCONCLUSIVE, expected,
+            f"{len(unknown)} of {acked} acknowledged messages were not delivered, and whether "
+            f"they are lost is not known: a node that held them could not list its queues "
+            f"when the settle ended ({why}): {_listed(unknown)}. Figures: {figures}",
+            where=where, excerpt=excerpt, behaviours=behaviours,
         )  # fmt: skip
     elif outside_lost:
         loss = CheckResult(

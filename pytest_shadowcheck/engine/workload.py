@@ -42,6 +42,8 @@ __all__ = ["kept_faults", "replay_args", "run_workload", "workload_label"]
 #: faults planned ahead; a nemesis never gets near this many in one workload
 MAX_FAULTS = 10_000
 POLL = 0.1
+#: seconds before a queue listing that failed is asked again
+LISTING_RETRY = 1.0
 _QUEUES = {"active": "/queues/active", "shadow": "/queues/shadow"}
 
 
@@ -233,17 +235,39 @@ async def _settle(run: StepContext, accepted: list[Planned], settle: float) -> N
 
 
 async def _snapshot(run: StepContext, workload: str) -> None:
+    """Each node's queues as the target lists them. A queue that could not be listed (its
+    node down, paused or not answering) is recorded with the reason: the checker must not
+    read it as an empty queue, or every message it holds would count as lost."""
     for node in run.scenario.topology.nodes:
-        if node in run.down or node in run.paused:
-            continue
         for queue, path in _QUEUES.items():
             if not run.target.can("control_api", ("GET", path)):
                 continue
+            if node in run.down or node in run.paused:
+                state = "down" if node in run.down else "paused"
+                run.history.record(
+                    "snapshot", node=node, queue=queue, workload=workload,
+                    unlisted=f"{node} was {state} when the harness listed the queues",
+                )  # fmt: skip
+                continue
             try:
-                answer = await run.target.control(node, "GET", path)
-            except TargetError:
+                answer = await _listing(run, node, path)
+            except TargetError as exc:
+                run.history.record(
+                    "snapshot", node=node, queue=queue, workload=workload,
+                    unlisted=f"{node} did not list its {queue} queue: {exc}",
+                )  # fmt: skip
                 continue
             run.history.record("snapshot", node=node, queue=queue, answer=answer, workload=workload)
+
+
+async def _listing(run: StepContext, node: str, path: str) -> Any:
+    """GET ``path`` on ``node``, asked a second time after a failure: a node that has
+    just come back, or a loaded machine, may miss one request."""
+    try:
+        return await run.target.control(node, "GET", path)
+    except TargetError:
+        await asyncio.sleep(LISTING_RETRY)
+        return await run.target.control(node, "GET", path)
 
 
 def workload_label(spec: WorkloadSpec) -> str:

@@ -135,3 +135,51 @@ def test_a_recipient_refused_at_rcpt_is_owed_nothing() -> None:
     assert report.fates["w-00000"].missing == ["carol@partner.test"]
     assert report.fates["w-00000"].fate == "lost"
     assert report.fates["w-00001"].fate == "delivered"
+
+
+def _unlisted(h: History, node: str, why: str) -> None:
+    h.record("snapshot", node=node, queue="active", workload="w", unlisted=why)
+
+
+def test_an_undelivered_message_on_a_node_that_could_not_list_its_queues_is_not_a_loss() -> None:
+    # mbx1 acknowledged it, and its queue listing failed at the end: whether it still
+    # holds the message is not known, so the loss is not claimed (INCONCLUSIVE)
+    h = History()
+    _attempt(h, "w-00000", "<a@x>", ["bob@corp.test"])
+    _attempt(h, "w-00001", "<b@x>", ["bob@corp.test"], via="mbx2")
+    _delivery(h, ["bob@corp.test"], "w-00001.tok", "<b@x>")
+    why = "mbx1 did not list its active queue: GET /queues/active on mbx1: HTTP 401"
+    _unlisted(h, "mbx1", why)
+    _snapshot(h, "mbx2", "active", [])
+    report = check_workload(h, "w", 1)
+    assert report.fates["w-00000"].fate == "unlisted"
+    loss, _dup, liveness = results(report, ["PR-3"], "here", settle=5)
+    assert loss.status == Status.INCONCLUSIVE
+    assert "1 of 2 acknowledged messages were not delivered" in loss.observed
+    assert "whether they are lost is not known" in loss.observed
+    assert why in loss.observed and "w-00000 <a@x>" in loss.observed
+    # undelivered either way: a liveness question the MTA's compiled-in retry may excuse
+    assert liveness.status == Status.FAIL and "w-00000" in liveness.observed
+    _d, _u, excused = results(report, ["PR-3"], "here", settle=5, retry=(60.0, 60.0))
+    assert excused.status == Status.UNTESTABLE
+
+
+def test_a_node_that_could_not_list_its_queues_excuses_only_what_it_may_hold() -> None:
+    # the message went through mbx1, which listed an empty queue: mbx2's failed listing
+    # cannot hold it (it never had a copy), so the loss stands
+    h = History()
+    _attempt(h, "w-00000", "<a@x>", ["bob@corp.test"])
+    _snapshot(h, "mbx1", "active", [])
+    _unlisted(h, "mbx2", "mbx2 was down when the harness listed the queues")
+    report = check_workload(h, "w", 1)
+    assert report.fates["w-00000"].fate == "lost"
+    loss = results(report, ["PR-3"], "here", settle=5)[0]
+    assert loss.status == Status.FAIL and "never delivered, in no queue" in loss.observed
+    # had mbx2 received a shadow copy, it might hold it
+    h.record(
+        "data", "mbx1->mbx2", 4, trace="w-00000.tok", message_id="<a@x>",
+        mail_from="a@ext.test", rcpt_tos=["bob@corp.test"],
+    )  # fmt: skip
+    assert check_workload(h, "w", 1, nodes=frozenset({"mbx1", "mbx2"})).fates[
+        "w-00000"
+    ].fate == "unlisted"

@@ -600,3 +600,44 @@ def test_same_seed_same_faults_and_verdict_scale_multiplies(pytester: pytest.Pyt
     scaled.assert_outcomes(passed=1)
     assert len([e for e in events3 if e["kind"] == "attempt"]) == 20
     assert len([e for e in events1 if e["kind"] == "attempt"]) == 40
+
+
+DOWN_AT_THE_END = """\
+scenarios:
+  - name: wl_shadow_down
+    behaviours: [PR-3]
+    topology: two-node-dag
+    settings: {RejectMessageOnShadowFailure: false, TransientFailureRetryInterval: 0.5s}
+    steps:
+      - kill: mbx2
+      - fault: {link: mbx1->mailbox, kind: cut}
+      - workload: {messages: 4, sessions: 1, via: [mbx1], settle: 1s, all_delivered: false}
+"""
+
+
+@pytest.mark.slow
+def test_a_node_down_at_the_snapshot_is_recorded_as_unlisted_not_as_empty(
+    tmp_path: Path,
+) -> None:
+    # real nodes: mbx2 killed before the workload stays down; mbx1 holds the messages
+    # behind its cut next hop and lists them
+    from pytest_shadowcheck.engine.run import run_scenario
+    from pytest_shadowcheck.targets.reference import ReferenceTarget
+
+    source = tmp_path / "down.yaml"
+    source.write_text(DOWN_AT_THE_END)
+    (scenario,) = load_scenario_file(source)
+    history = tmp_path / "history.json"
+    verdict = run_scenario(
+        scenario, ReferenceTarget(), workdir=tmp_path / "run", history_file=history
+    )
+    snapshots = [e["data"] for e in json.loads(history.read_text())["events"]
+                 if e["kind"] == "snapshot"]  # fmt: skip
+    unlisted = {(d["node"], d["queue"]): d.get("unlisted") for d in snapshots}
+    assert unlisted[("mbx2", "active")] == "mbx2 was down when the harness listed the queues"
+    assert unlisted[("mbx1", "active")] is None
+    listed = next(d["answer"] for d in snapshots if (d["node"], d["queue"]) == ("mbx1", "active"))
+    assert len(listed) == 4
+    (summary,) = verdict.workloads
+    assert summary["fates"] == {"queued": 4}, summary
+    assert verdict.status == Status.PASS, (verdict.reason, verdict.failures)
