@@ -8,7 +8,9 @@ harness made: it reads these ``lag`` events (``History.lag``) and refuses to jud
 miss the harness's own delay could explain.
 
 A task sleeps one :data:`PERIOD` at a time and records how much later than asked it
-woke, when that is at least :data:`THRESHOLD` (a quiet machine records nothing).
+woke, beyond :data:`NOISE` (a timer's rounding: a quiet machine records nothing), once
+that reaches :data:`THRESHOLD`: smaller lateness is carried to the next probes, so a
+loaded machine that wakes the loop 5 ms late at every probe is recorded, not ignored.
 
 The MTA's own processes are starved on such a machine too: ready to run, they wait in
 the kernel's run queue, and a timer the MTA set fires late for no fault of its design.
@@ -33,8 +35,11 @@ __all__ = ["PERIOD", "THRESHOLD", "run_queue_waits", "watching_lag"]
 
 #: how often the loop is probed: short enough that a stall of a tenth of a second shows
 PERIOD = 0.05
-#: lateness below this is timer noise, not load
+#: lateness is recorded once it adds up to this (a record every probe would be noise)
 THRESHOLD = 0.01
+#: how late a probe wakes on a quiet machine (epoll rounds its timeout up to the
+#: millisecond, and the wake-up itself takes a little): not counted as load
+NOISE = 0.002
 #: the nodes' pids by node name, asked afresh each time (a restarted node has a new one)
 Pids = Callable[[], Mapping[str, "int | None"]]
 
@@ -115,15 +120,30 @@ class _NodeWaits:
             history.record("wait", node=node, waited=round(pending, 4), over=round(at - since, 4))
 
 
+class _LoopLag:
+    """The loop's lateness at each probe, recorded once it adds up to :data:`THRESHOLD`
+    (as :class:`_NodeWaits` carries small waits); a probe's lateness under the threshold
+    counts beyond :data:`NOISE` only."""
+
+    def __init__(self) -> None:
+        self.pending = 0.0
+
+    def add(self, late: float, history: History) -> None:
+        # a stall is recorded whole, as it came; only small lateness pays the noise
+        self.pending += late if late >= THRESHOLD else max(0.0, late - NOISE)
+        if self.pending >= THRESHOLD:
+            history.record("lag", late=round(self.pending, 4))
+            self.pending = 0.0
+
+
 async def _watch(history: History, pids: Pids | None) -> None:
     loop = asyncio.get_running_loop()
     nodes = _NodeWaits(pids) if pids is not None else None
+    lag = _LoopLag()
     while True:
         asked = loop.time() + PERIOD
         await asyncio.sleep(PERIOD)
-        late = loop.time() - asked
-        if late >= THRESHOLD:
-            history.record("lag", late=round(late, 4))
+        lag.add(loop.time() - asked, history)
         if nodes is not None:
             nodes.read(history)  # ~0.1 ms a node (its threads' and children's files)
 

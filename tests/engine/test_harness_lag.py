@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from harnesskit import LoopStall
 
-from pytest_shadowcheck.engine.lag import _NodeWaits, run_queue_waits
+from pytest_shadowcheck.engine.lag import NOISE, _LoopLag, _NodeWaits, run_queue_waits
 from pytest_shadowcheck.engine.run import run_scenario
 from pytest_shadowcheck.history import History
 from pytest_shadowcheck.scenario.loader import load_scenario_file
@@ -257,6 +257,22 @@ def test_waits_under_the_threshold_add_up_to_an_event() -> None:
     for _ in range(4):
         waits.read(history)
     assert [round(e.data["waited"], 3) for e in history.events(kind="wait")] == [0.199, 0.2]
+
+
+def test_the_loop_s_small_lateness_adds_up_beyond_a_timer_s_rounding() -> None:
+    # a loaded machine wakes the harness's loop 6 ms late at every 50 ms probe: each
+    # below the threshold, 4 ms of it beyond a quiet timer's noise, recorded once it
+    # adds up; a stall is recorded whole; a quiet machine's 1.5 ms never adds up
+    history = History()
+    lag = _LoopLag()
+    for late in (0.006, 0.006, 0.006, 0.006, 0.25):
+        lag.add(late, history)
+    assert [round(e.data["late"], 3) for e in history.events(kind="lag")] == [0.012, 0.254]
+    quiet = History()
+    lag = _LoopLag()
+    for _ in range(1000):
+        lag.add(NOISE * 0.75, quiet)
+    assert quiet.events(kind="lag") == []
 
 
 @pytest.mark.skipif(
