@@ -222,14 +222,20 @@ async def put_peers(request: web.Request) -> web.Response:
 async def put_next_hops(request: web.Request) -> web.Response:
     node = _node(request)
     body = await _body(request)
+    # every hop is read before any is applied: a request with one bad hop changes nothing
     try:
-        for domain, raw in body.items():
-            if raw is None:
-                node.routes.pop(domain.lower(), None)
-            else:
-                node.routes[domain.lower()] = parse_next_hop(domain, raw, f"next_hops.{domain}")
+        parsed = {
+            domain.lower(): None if raw is None
+            else parse_next_hop(domain, raw, f"next_hops.{domain}")
+            for domain, raw in body.items()
+        }  # fmt: skip
     except ConfigError as exc:
         return _error(400, str(exc))
+    for domain, hop in parsed.items():
+        if hop is None:
+            node.routes.pop(domain, None)
+        else:
+            node.routes[domain] = hop
     node.admin.record_routes(body)
     node.shadowing.retry_awaiting_route()
     return _json({d: hop.as_dict() for d, hop in node.routes.items()})

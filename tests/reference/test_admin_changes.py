@@ -3,10 +3,13 @@ again on the same data directory, or on a new one beside it (a wipe), runs with 
 
 from __future__ import annotations
 
+import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from clusterkit import Cluster, Sink, two_nodes, wait_until
 
 from reference_impl.config import ConfigError, parse_cluster
 from reference_impl.node import Node
@@ -56,3 +59,21 @@ def test_an_unreadable_file_of_changes_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "mbx1.admin.json").write_text("{not json")
     with pytest.raises(ConfigError, match=r"mbx1\.admin\.json: the node's saved admin changes"):
         _node(tmp_path / "mbx1")
+
+
+def test_a_route_change_with_one_bad_hop_changes_no_route(
+    cluster_factory: Callable[..., Cluster], sink: Sink
+) -> None:
+    # a real node's control API: one good hop and one unreadable in one request
+    cluster = cluster_factory(two_nodes(sink))
+    answer = cluster.api(
+        "mbx1", "PUT", "/topology/next_hops",
+        {"corp.test": None, "new.test": "127.0.0.1:2600", "bad.test": {"kind": "nowhere"}},
+    )  # fmt: skip
+    assert answer["status"] == 400 and "bad.test" in json.dumps(answer)
+    # nothing of it was applied: corp.test still routed, new.test not, nothing recorded
+    routes = cluster.api("mbx1", "PUT", "/topology/next_hops", {})
+    assert set(routes) == {"corp.test"}
+    code, _, message_id = cluster.send("mbx1", ["alice@corp.test"])
+    assert code == 250
+    wait_until(lambda: sink.of(message_id))
