@@ -251,12 +251,13 @@ class History:
             per_node[node] = per_node.get(node, 0.0) + waited * share
         return dict(sorted(per_node.items(), key=lambda item: -item[1]))
 
-    def lateness(self, since: float, until: float) -> Lateness:
+    def lateness(self, since: float, until: float, waiters: int | None = None) -> Lateness:
         """How late the machine made what was observed within ``[since, until]``: the
         harness's own lateness and the waits of every node for a CPU. The nodes' waits
         add up: an exchange between two nodes waits for the one, then for the other
-        (a timing check grants what the machine *could* explain)."""
-        waits = tuple(self.node_waits(since, until).items())
+        (a timing check grants what the machine *could* explain). ``waiters``: only the
+        waits of that many nodes, the longest first (None: every node's)."""
+        waits = tuple(self.node_waits(since, until).items())[:waiters]
         return Lateness(self.lag(since, until), waits)
 
     def excerpt(

@@ -235,6 +235,9 @@ def test_a_node_wait_counts_the_part_of_its_interval_in_the_window() -> None:
     # share of a delay over the whole window is what both nodes waited
     assert round(history.lateness(0.0, 4.0).node_wait, 3) == 0.8
     assert history.lateness(5.0, 6.0).total == 0.0
+    # the model check grants the longest waiter only (over its long horizon a node
+    # mostly waited for its own background work)
+    assert history.lateness(0.0, 2.0, waiters=1).waits == (("mbx1", 0.4),)
 
 
 def test_waits_under_the_threshold_add_up_to_an_event() -> None:

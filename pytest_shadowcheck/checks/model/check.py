@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 from pytest_shadowcheck.checks.lateness import said
 from pytest_shadowcheck.checks.model import explain
-from pytest_shadowcheck.history import Lateness
 from pytest_shadowcheck.verdict import CheckResult, Status
 
 if TYPE_CHECKING:
@@ -43,11 +42,10 @@ async def check_model(run: Run, step: Step) -> CheckResult:
         # The model's windows are met by the events the harness stamps: a harness that
         # itself ran late stamps them late. Granted that lateness as more slack, does
         # the run still diverge? (A divergence that remains is judged with it.)
-        machine = run.history.lateness(max(0.0, found.t - LAG_HORIZON), found.t)
         # over a horizon this long a node mostly waited for its own background work,
         # not on the path to the divergence: the longest waiter is granted, not the sum
         # a timing window of one exchange grants (checks/wire.py)
-        machine = Lateness(machine.harness, machine.waits[:1])
+        machine = run.history.lateness(max(0.0, found.t - LAG_HORIZON), found.t, waiters=1)
         late = machine.total
         if late > 0:
             widened = explain(run.scenario, run.history, slack=slack + late)
