@@ -5,17 +5,27 @@ against. Importable as ``harnesskit`` (tests/conftest.py puts tests/ on the path
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pytest_shadowcheck.engine.run import run_scenario
 from pytest_shadowcheck.history import History
 from pytest_shadowcheck.network import MailSink
+from pytest_shadowcheck.scenario.loader import load_scenario_file
 from pytest_shadowcheck.targets.reference import ReferenceTarget
+from pytest_shadowcheck.verdict import Verdict
 
-__all__ = ["LoopStall", "ThreadedSink", "junit_schema", "reference_or_variant"]
+__all__ = [
+    "LoopStall",
+    "ThreadedSink",
+    "junit_schema",
+    "reference_or_variant",
+    "run_on_reference",
+]
 
 XSD = Path("/work/shared/data/junit-10.xsd")
 #: the broken variants' launcher (tests/conformance): every node runs the variant
@@ -46,6 +56,20 @@ def reference_or_variant(variant: str = "") -> ReferenceTarget:
     return (
         ReferenceTarget(launcher=[str(VARIANT_LAUNCHER), variant]) if variant else ReferenceTarget()
     )
+
+
+def run_on_reference(tmp_path: Path, text: str) -> tuple[list[dict[str, Any]], Verdict]:
+    """Run the one scenario of the YAML ``text`` in-process on real reference nodes:
+    the events of its history (as written to its file) and its verdict."""
+    source = tmp_path / "scenario.yaml"
+    source.write_text(text)
+    (scenario,) = load_scenario_file(source)
+    history = tmp_path / "history.json"
+    verdict = run_scenario(
+        scenario, ReferenceTarget(), workdir=tmp_path / "run", history_file=history
+    )
+    events: list[dict[str, Any]] = json.loads(history.read_text())["events"]
+    return events, verdict
 
 
 class LoopStall:

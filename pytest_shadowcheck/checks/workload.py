@@ -632,7 +632,8 @@ def _results(
         )  # fmt: skip
     elif report.of("unlisted"):
         unknown = report.of("unlisted")
-        why = "; ".join(report.unlisted[n] for n in sorted(report.unlisted))
+        holders = {n for f in unknown for n in (f.via, *f.copied_to)}
+        why = "; ".join(report.unlisted[n] for n in sorted(holders & report.unlisted.keys()))
         loss = CheckResult(
             name, Status.INCONCLUSIVE, expected,
             f"{len(unknown)} of {acked} acknowledged messages were not delivered, and whether "

@@ -26,15 +26,12 @@ is ``cr10_every_recipient_refused_for_good_is_reported`` in scenarios/refusals.y
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from harnesskit import run_on_reference
 
-from pytest_shadowcheck.engine.run import run_scenario
-from pytest_shadowcheck.scenario.loader import load_scenario_file
-from pytest_shadowcheck.targets.reference import ReferenceTarget
 from pytest_shadowcheck.verdict import Status, Verdict
 
 REPORTED_THEN_PROMOTED = """\
@@ -98,7 +95,7 @@ scenarios:
 
 @pytest.mark.slow
 def test_a_report_deferred_past_a_promotion_is_no_false_report(tmp_path: Path) -> None:
-    events, verdict = _run(tmp_path, REPORT_DEFERRED_PAST_A_PROMOTION)
+    events, verdict = run_on_reference(tmp_path, REPORT_DEFERRED_PAST_A_PROMOTION)
     _no_false_report(verdict, "m5")
     # the combination happened: mbx2 delivered to nobody, then mbx1's report came
     to_nobody = [t for t, by in _deliveries(events, "nobody@other.test") if by == "mbx2"]
@@ -125,23 +122,11 @@ def _deliveries(events: list[dict[str, Any]], rcpt: str = "") -> list[tuple[floa
     ]
 
 
-def _run(tmp_path: Path, text: str) -> tuple[list[dict[str, Any]], Verdict]:
-    source = tmp_path / "s.yaml"
-    source.write_text(text)
-    (scenario,) = load_scenario_file(source)
-    history = tmp_path / "history.json"
-    verdict = run_scenario(
-        scenario, ReferenceTarget(), workdir=tmp_path / "run", history_file=history
-    )
-    events: list[dict[str, Any]] = json.loads(history.read_text())["events"]
-    return events, verdict
-
-
 @pytest.mark.slow
 def test_a_report_then_a_promoted_copy_after_the_reporters_wipe_is_no_false_report(
     tmp_path: Path,
 ) -> None:
-    events, verdict = _run(tmp_path, REPORTED_THEN_PROMOTED)
+    events, verdict = run_on_reference(tmp_path, REPORTED_THEN_PROMOTED)
     _no_false_report(verdict, "m4")
     # the combination happened: mbx2 reported nobody failed, then mbx1 delivered to it
     to_nobody = [by for _, by in _deliveries(events, "nobody@corp.test")]
@@ -178,7 +163,7 @@ scenarios:
 def test_a_report_then_a_copy_promoted_by_a_cut_off_shadow_is_no_false_report(
     tmp_path: Path,
 ) -> None:
-    events, verdict = _run(tmp_path, SHADOW_CUT_OFF)
+    events, verdict = run_on_reference(tmp_path, SHADOW_CUT_OFF)
     _no_false_report(verdict, "m2")
     # the combination happened: mbx2 reported nobody failed, mbx1 delivered to it later
     to_nobody = [t for t, by in _deliveries(events, "nobody@corp.test") if by == "mbx1"]

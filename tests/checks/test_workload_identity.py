@@ -150,6 +150,7 @@ def test_an_undelivered_message_on_a_node_that_could_not_list_its_queues_is_not_
     _delivery(h, ["bob@corp.test"], "w-00001.tok", "<b@x>")
     why = "mbx1 did not list its active queue: GET /queues/active on mbx1: HTTP 401"
     _unlisted(h, "mbx1", why)
+    _unlisted(h, "mbx3", "mbx3 was paused when the harness listed the queues")
     _snapshot(h, "mbx2", "active", [])
     report = check_workload(h, "w", 1)
     assert report.fates["w-00000"].fate == "unlisted"
@@ -158,6 +159,7 @@ def test_an_undelivered_message_on_a_node_that_could_not_list_its_queues_is_not_
     assert "1 of 2 acknowledged messages were not delivered" in loss.observed
     assert "whether they are lost is not known" in loss.observed
     assert why in loss.observed and "w-00000 <a@x>" in loss.observed
+    assert "mbx3" not in loss.observed  # it never held the message
     # undelivered either way: a liveness question the MTA's compiled-in retry may excuse
     assert liveness.status == Status.FAIL and "w-00000" in liveness.observed
     _d, _u, excused = results(report, ["PR-3"], "here", settle=5, retry=(60.0, 60.0))

@@ -5,16 +5,14 @@ delivered and its shadow copy discarded, long before its timeout."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from harnesskit import run_on_reference
 
-from pytest_shadowcheck.engine.run import run_scenario
 from pytest_shadowcheck.errors import ScenarioError
 from pytest_shadowcheck.scenario.loader import load_scenario_file
-from pytest_shadowcheck.targets.reference import ReferenceTarget
 from pytest_shadowcheck.verdict import Status
 
 SCENARIO = """\
@@ -36,11 +34,6 @@ scenarios:
 """
 
 
-def _events(path: Path) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = json.loads(path.read_text())["events"]
-    return events
-
-
 def _at(events: list[dict[str, Any]], kind: str, text: str) -> float:
     """When the first event of ``kind`` whose text starts with ``text`` was recorded."""
     return next(
@@ -52,15 +45,8 @@ def _at(events: list[dict[str, Any]], kind: str, text: str) -> float:
 
 @pytest.mark.slow
 def test_the_wait_ends_when_the_cluster_holds_nothing(tmp_path: Path) -> None:
-    source = tmp_path / "quiet.yaml"
-    source.write_text(SCENARIO)
-    (scenario,) = load_scenario_file(source)
-    history = tmp_path / "history.json"
-    verdict = run_scenario(
-        scenario, ReferenceTarget(), workdir=tmp_path / "run", history_file=history
-    )
+    events, verdict = run_on_reference(tmp_path, SCENARIO)
     assert verdict.status == Status.PASS, (verdict.reason, verdict.failures)
-    events = _events(history)
     sent = _at(events, "step", "send id=m1")
     held = _at(events, "note", "held wait over")
     healed = _at(events, "step", "heal mbx1->mailbox")

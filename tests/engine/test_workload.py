@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from harnesskit import run_on_reference
 
 from pytest_shadowcheck.checks.workload import check_workload, results
 from pytest_shadowcheck.engine.nemesis import NemesisSpec, plan_faults, usable_kinds
@@ -621,18 +622,8 @@ def test_a_node_down_at_the_snapshot_is_recorded_as_unlisted_not_as_empty(
 ) -> None:
     # real nodes: mbx2 killed before the workload stays down; mbx1 holds the messages
     # behind its cut next hop and lists them
-    from pytest_shadowcheck.engine.run import run_scenario
-    from pytest_shadowcheck.targets.reference import ReferenceTarget
-
-    source = tmp_path / "down.yaml"
-    source.write_text(DOWN_AT_THE_END)
-    (scenario,) = load_scenario_file(source)
-    history = tmp_path / "history.json"
-    verdict = run_scenario(
-        scenario, ReferenceTarget(), workdir=tmp_path / "run", history_file=history
-    )
-    snapshots = [e["data"] for e in json.loads(history.read_text())["events"]
-                 if e["kind"] == "snapshot"]  # fmt: skip
+    events, verdict = run_on_reference(tmp_path, DOWN_AT_THE_END)
+    snapshots = [e["data"] for e in events if e["kind"] == "snapshot"]
     unlisted = {(d["node"], d["queue"]): d.get("unlisted") for d in snapshots}
     assert unlisted[("mbx2", "active")] == "mbx2 was down when the harness listed the queues"
     assert unlisted[("mbx1", "active")] is None
