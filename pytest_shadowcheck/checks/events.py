@@ -119,7 +119,8 @@ def times(n: int) -> str:
 
 def find_event(run: Run, matcher: dict[str, Any]) -> tuple[float, str] | None:
     """First history event matching ``matcher`` (the last before its ``last_before``
-    event, when it names one): (t, what happened in words) or None."""
+    event, or the first after its ``first_after`` event, when it names one): (t, what
+    happened in words) or None."""
     if "any_of" in matcher:
         hits = [hit for each in matcher["any_of"] if (hit := find_event(run, each))]
         return min(hits, default=None)
@@ -155,6 +156,12 @@ def find_event(run: Run, matcher: dict[str, Any]) -> tuple[float, str] | None:
         if bound is None:
             return None
         events = [e for e in events if e.t <= bound[0]][::-1]
+    if "first_after" in matcher:
+        # the first such line after another event: what a node did once a node came back
+        bound = find_event(run, matcher["first_after"])
+        if bound is None:
+            return None
+        events = [e for e in events if e.t >= bound[0]]
     pattern = re.compile(matcher.get("line", ".*"))
     direction = matcher.get("direction")
     conns: dict[Any, float] | None = None

@@ -319,6 +319,13 @@ def describe_matcher(matcher: dict[str, Any], run: Run | None = None) -> Phrase:
     line = _line_phrase(
         parse_pattern(matcher.get("line", ".*")), matcher.get("direction"), client, server, ref
     )
+    if "first_after" in matcher:
+        after = describe_matcher(matcher["first_after"], run)
+        return Phrase(
+            f"{line.text} for the first time after {after.text}",
+            f"{line.never} after {after.text}",
+            f"{line.not_yet} after {after.text}",
+        )
     if "last_before" not in matcher:
         return line
     before = describe_matcher(matcher["last_before"], run)

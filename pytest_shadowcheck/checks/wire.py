@@ -317,7 +317,11 @@ async def check_timing(run: Run, step: Step) -> CheckResult:
             # what the harness relays or stamps is late by the harness's own delay
             await await_event(run, arg["to"], late)
     b = find_event(run, arg["to"])
-    said_from, said_to = matcher_phrase(arg["from"], run), matcher_phrase(arg["to"], run)
+    # "the first X after the start" needs no "after the start" twice in one sentence
+    to = arg["to"]
+    if to.get("first_after") == arg["from"]:
+        to = {key: value for key, value in to.items() if key != "first_after"}
+    said_from, said_to = matcher_phrase(arg["from"], run), matcher_phrase(to, run)
     expected = f"{said_to.text} {_bounds(arg)} after {said_from.text} (give or take {tolerance:g}s)"
     if a is None:
         # the clock never started: the behaviour timed here did not come into play

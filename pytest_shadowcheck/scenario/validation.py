@@ -411,6 +411,16 @@ class StepChecker:
                     "last_before: {step: '^kill mbx1'}}",
                 )
             self.matcher(arg["last_before"], [*doc_path, "last_before"])
+        if "first_after" in arg:
+            if not {"link", "line"} <= set(arg) or {"closed", "opened", "last_before"} & set(arg):
+                raise ScenarioError(
+                    "'first_after' picks the first line on a link after another event: "
+                    "it needs link and line, and takes no closed, opened or last_before",
+                    self.at([*doc_path, "first_after"]),
+                    "e.g. {link: chicago->newyork, direction: c2s, line: '^XSHADOW', "
+                    "first_after: {step: '^newyork back'}}",
+                )
+            self.matcher(arg["first_after"], [*doc_path, "first_after"])
         if "closed" in arg and ("link" not in arg or "line" in arg or "direction" in arg):
             raise ScenarioError(
                 "'closed' matches the close of a connection on a link: it needs link, "

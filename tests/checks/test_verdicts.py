@@ -255,6 +255,49 @@ def test_last_before_and_last_of_take_the_latest_event(
     assert [last["status"], later["status"]] == ["PASS", "PASS"], row["checks"]
 
 
+FIRST_AFTER = """\
+defaults:
+  topology:
+    nodes: {mbx1: {}}
+scenarios:
+  - name: the_first_answer_after_an_event
+    behaviours: [CR-5]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - wait: 1s
+      - send: {id: m2, via: mbx1, to: [alice@corp.test]}
+    expect:
+      # m1's session ended right after its reply; the first 221 after m2's reply is
+      # m2's, a second later (without first_after: m1's own, at once)
+      - timing:
+          from: {reply: m1}
+          to: {link: client->mbx1, direction: s2c, line: "^221", first_after: {reply: m2}}
+          at_least: 0.8s
+          at_most: 1.5s
+          tolerance: 0s
+"""
+
+
+def test_first_after_takes_the_first_line_after_the_event(
+    pytester: pytest.Pytester, plain_smtp: ThreadedSink
+) -> None:
+    _write(pytester, "s.yaml", FIRST_AFTER)
+    result = pytester.runpytest(
+        "--shadowcheck", f"--shadowcheck-target=external:mbx1={plain_smtp.address}",
+        f"--shadowcheck-report={pytester.path / 'cert'}", "library",
+    )  # fmt: skip
+    result.assert_outcomes(passed=1)
+    (row,) = _certification(pytester)["scenarios"]
+    (timing,) = [c for c in row["checks"] if c["name"] == "timing"]
+    assert "221 for the first time after mbx1 gave the sender its reply to m2" in timing["expected"]
+    assert timing["status"] == "PASS", timing
+    bad = FIRST_AFTER.replace('direction: s2c, line: "^221", ', "closed: server, ")
+    _write(pytester, "s.yaml", bad)
+    result = pytester.runpytest("--shadowcheck", "library")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*s.yaml:*'first_after' picks the first line on a link*"])
+
+
 def test_last_before_needs_a_line_on_a_link(pytester: pytest.Pytester) -> None:
     bad = LAST_BEFORE.replace('direction: s2c, line: "^221", ', "closed: server, ")
     _write(pytester, "s.yaml", bad)
