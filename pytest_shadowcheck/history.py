@@ -35,7 +35,8 @@ Event kinds (``Event.kind``) and the keys their ``data`` carries:
 ``lag``       the harness's own event loop woke ``late`` seconds after it asked to
               (pytest_shadowcheck.engine.lag): the machine or the harness was
               overloaded, and everything it relayed, answered and stamped then ran
-              late too; stamped when it woke
+              late too; stamped when it woke; with ``over``, lateness gathered from
+              several probes in the ``over`` seconds before the stamp
 ``wait``      a node's processes were ready to run but waited ``waited`` seconds
               for a CPU, waits that ended in the ``over`` seconds before the stamp
               (``node``; pytest_shadowcheck.engine.lag): an MTA starved by the
@@ -227,11 +228,18 @@ class History:
 
     def lag(self, since: float, until: float) -> float:
         """Seconds within ``[since, until]`` in which the harness's own event loop ran
-        late (``lag`` events): a delay the harness caused, not the MTA."""
+        late (``lag`` events): a delay the harness caused, not the MTA. A lateness
+        gathered over several probes (``over``) counts for the part of its interval in
+        the window, as a node's wait does."""
         total = 0.0
         for event in self.events(kind="lag", since=since):
             late = float(event.data.get("late", 0.0))
-            total += max(0.0, min(event.t, until) - max(event.t - late, since))
+            span = max(float(event.data.get("over", 0.0)), late)
+            start = event.t - span
+            if span <= 0 or start > until:
+                continue
+            inside = max(0.0, min(event.t, until) - max(start, since))
+            total += late * inside / span
         return total
 
     def node_waits(self, since: float, until: float) -> dict[str, float]:

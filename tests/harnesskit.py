@@ -12,10 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pytest_shadowcheck.engine.run import run_scenario
 from pytest_shadowcheck.history import History
 from pytest_shadowcheck.network import MailSink
-from pytest_shadowcheck.scenario.loader import load_scenario_file
 from pytest_shadowcheck.targets.reference import ReferenceTarget
 from pytest_shadowcheck.verdict import Verdict
 
@@ -61,6 +59,10 @@ def reference_or_variant(variant: str = "") -> ReferenceTarget:
 def run_on_reference(tmp_path: Path, text: str) -> tuple[list[dict[str, Any]], Verdict]:
     """Run the one scenario of the YAML ``text`` in-process on real reference nodes:
     the events of its history (as written to its file) and its verdict."""
+    # here, not at the top: most tests that use this kit run no scenario
+    from pytest_shadowcheck.engine.run import run_scenario
+    from pytest_shadowcheck.scenario.loader import load_scenario_file
+
     source = tmp_path / "scenario.yaml"
     source.write_text(text)
     (scenario,) = load_scenario_file(source)

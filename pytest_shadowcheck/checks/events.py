@@ -157,7 +157,8 @@ def find_event(run: Run, matcher: dict[str, Any]) -> tuple[float, str] | None:
             return None
         events = [e for e in events if e.t <= bound[0]][::-1]
     if "first_after" in matcher:
-        # the first such line after another event: what a node did once a node came back
+        # the first such line at or after another event: what a node did once a node
+        # came back
         bound = find_event(run, matcher["first_after"])
         if bound is None:
             return None
@@ -243,6 +244,8 @@ def matcher_links(run: Run, *matchers: dict[str, Any]) -> list[str]:
     links: list[str] = []
     for m in matchers:
         links += matcher_links(run, *_members(m))
+        # the event a line is the first after (or last before) is part of the story
+        links += matcher_links(run, *(m[k] for k in ("first_after", "last_before") if k in m))
         if "link" in m:
             links.append(m["link"])
         for key in ("reply", "delivered", "message"):

@@ -127,13 +127,21 @@ class _LoopLag:
 
     def __init__(self) -> None:
         self.pending = 0.0
+        #: when the lateness not yet recorded began to gather
+        self.since: float | None = None
 
     def add(self, late: float, history: History) -> None:
-        # a stall is recorded whole, as it came; only small lateness pays the noise
+        if late >= THRESHOLD and self.pending == 0.0:
+            history.record("lag", late=round(late, 4))  # a stall alone, as it came
+            return
+        # only small lateness pays the noise; a stall joins what was gathering
         self.pending += late if late >= THRESHOLD else max(0.0, late - NOISE)
+        if self.pending > 0.0 and self.since is None:
+            self.since = history.now() - late
         if self.pending >= THRESHOLD:
-            history.record("lag", late=round(self.pending, 4))
-            self.pending = 0.0
+            over = history.now() - (self.since if self.since is not None else history.now())
+            history.record("lag", late=round(self.pending, 4), over=round(over, 4))
+            self.pending, self.since = 0.0, None
 
 
 async def _watch(history: History, pids: Pids | None) -> None:

@@ -188,13 +188,15 @@ def _replay_facts(
     prefix: str,
 ) -> dict[str, Any]:  # fmt: skip
     """What a shrinker reads of one run of the workload: the messages planned and the
-    faults played (by number in the plan), which messages failed (lost, still queued, or
-    duplicated with no fault to explain it) and which faults met them (a fault of a node
-    that held the message, between its sending and its last delivery)."""
+    faults played (by number in the plan), which messages failed (lost, still queued or
+    on a node whose queues could not be listed, or duplicated with no fault to explain
+    it) and which faults met them (a fault of a node that held the message, between its
+    sending and its last delivery)."""
     number = {p.ref: p.index for p in planned}
     failing = [
         f for f in report.fates.values()
-        if f.fate in ("lost", "queued") or (f.fate == "duplicated" and "with no fault" in f.cause)
+        if f.fate in ("lost", "queued", "unlisted")
+        or (f.fate == "duplicated" and "with no fault" in f.cause)
     ]  # fmt: skip
     met: set[int] = set()
     for fate in failing:

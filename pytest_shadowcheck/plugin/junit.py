@@ -64,6 +64,7 @@ def workload_properties(workloads: list[dict[str, Any]]) -> list[tuple[str, str]
             "duplicated": fates.get("duplicated", 0),
             "duplicate_rate": w.get("duplicate_rate"),
             "still_queued": fates.get("queued", 0),
+            "undelivered_on_unlisted_nodes": fates.get("unlisted", 0),
             "ack_latency_p50_s": w.get("ack_latency_s", {}).get("p50"),
             "ack_latency_p99_s": w.get("ack_latency_s", {}).get("p99"),
             "end_to_end_p99_s": w.get("end_to_end_s", {}).get("p99"),

@@ -34,6 +34,10 @@ __all__ = [
     "control_call",
 ]
 
+#: seconds the harness waits for a node's control API to answer
+CONTROL_TIMEOUT = 15.0
+
+
 @dataclass(frozen=True)
 class Glue:
     """What a target's set-up adds around the MTA that provides behaviours the MTA does
@@ -247,7 +251,7 @@ class Target(abc.ABC):
         if handle.control is None:
             raise TargetError(f"node {node} has no control API")
         url = f"http://{handle.control[0]}:{handle.control[1]}{path}"
-        timeout = aiohttp.ClientTimeout(total=15)
+        timeout = aiohttp.ClientTimeout(total=CONTROL_TIMEOUT)
         try:
             async with (
                 aiohttp.ClientSession(timeout=timeout) as session,
@@ -259,8 +263,14 @@ class Target(abc.ABC):
                 if response.status >= 400:
                     raise TargetError(f"{method} {path} on {node}: HTTP {response.status} {text}")
                 return await response.json(content_type=None) if text else None
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise TargetError(f"{method} {path} on {node}: {exc!r}") from None
+        except TimeoutError:
+            raise TargetError(
+                f"{method} {path} on {node}: no answer within {CONTROL_TIMEOUT:g}s"
+            ) from None
+        except aiohttp.ClientError as exc:
+            # in words, not a repr: "Cannot connect to host 127.0.0.1:4021 ..."
+            said = str(exc) or type(exc).__name__
+            raise TargetError(f"{method} {path} on {node}: {said}") from None
 
     async def set_settings(self, node: str, values: dict[str, Any]) -> Any:
         """Capability ``set_settings``: change settings (Exchange names) on a running node.

@@ -275,6 +275,11 @@ scenarios:
           at_least: 0.8s
           at_most: 1.5s
           tolerance: 0s
+      # timed from the event it is the first after: said once
+      - timing:
+          from: {reply: m2}
+          to: {link: client->mbx1, direction: s2c, line: "^221", first_after: {reply: m2}}
+          at_most: 0.5s
 """
 
 
@@ -288,9 +293,12 @@ def test_first_after_takes_the_first_line_after_the_event(
     )  # fmt: skip
     result.assert_outcomes(passed=1)
     (row,) = _certification(pytester)["scenarios"]
-    (timing,) = [c for c in row["checks"] if c["name"] == "timing"]
+    timing, from_it = [c for c in row["checks"] if c["name"] == "timing"]
     assert "221 for the first time after mbx1 gave the sender its reply to m2" in timing["expected"]
-    assert timing["status"] == "PASS", timing
+    assert from_it["expected"].startswith(
+        "mbx1 answered the sender with 221 at most 0.5s after mbx1 gave the sender its reply to m2"
+    ), from_it["expected"]
+    assert [timing["status"], from_it["status"]] == ["PASS", "PASS"], row["checks"]
     bad = FIRST_AFTER.replace('direction: s2c, line: "^221", ', "closed: server, ")
     _write(pytester, "s.yaml", bad)
     result = pytester.runpytest("--shadowcheck", "library")

@@ -276,6 +276,14 @@ def test_the_loop_s_small_lateness_adds_up_beyond_a_timer_s_rounding() -> None:
     for _ in range(1000):
         lag.add(NOISE * 0.75, quiet)
     assert quiet.events(kind="lag") == []
+    # gathered lateness counts for the part of its interval inside a window
+    spread = History()
+    start = time.monotonic() - spread.now()
+    spread.record_at(start + 1.0, "lag", late=0.02, over=0.2)
+    spread.record_at(start + 3.0, "lag", late=0.25)  # a stall: the 0.25 s before it
+    assert round(spread.lag(0.0, 0.9), 4) == 0.01
+    assert round(spread.lag(0.0, 2.0), 4) == 0.02
+    assert round(spread.lag(2.8, 2.9), 4) == 0.1
 
 
 @pytest.mark.skipif(

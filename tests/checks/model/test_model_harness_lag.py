@@ -30,7 +30,7 @@ scenarios:
     steps:
       - send: {id: m1, via: mbx1, to: [alice@corp.test]}
       - wait: {delivered: m1, timeout: 10s}
-      - wait: 3s
+      - wait: LOOK
       - snapshot: {node: mbx2, queue: shadow}
     expect:
       - model: {}
@@ -40,13 +40,17 @@ scenarios:
 def _looking(history: History) -> bool:
     """m1 is delivered and the wait before the look at the shadow queue has begun."""
     return any(
-        str(e.data.get("text", "")).startswith("wait 3") for e in history.events(kind="step")
+        str(e.data.get("text", "")).startswith("wait ")
+        and "delivered" not in str(e.data.get("text", ""))
+        for e in history.events(kind="step")
     )
 
 
-def _model(tmp_path: Path, stall: float, variant: str = "") -> tuple[Status, str]:
+def _model(
+    tmp_path: Path, stall: float, variant: str = "", look: float = 3.0
+) -> tuple[Status, str]:
     source = tmp_path / "s.yaml"
-    source.write_text(SCENARIO)
+    source.write_text(SCENARIO.replace("LOOK", f"{look:g}s"))
     (scenario,) = load_scenario_file(source)
     target = reference_or_variant(variant)
     verdict = run_scenario(
@@ -57,19 +61,24 @@ def _model(tmp_path: Path, stall: float, variant: str = "") -> tuple[Status, str
 
 
 @pytest.mark.parametrize(
-    ("stall", "variant", "status", "said"),
+    ("stall", "variant", "look", "status", "said"),
     [
-        (0.0, "", Status.PASS, "rules decided"),
-        (5.0, "", Status.INCONCLUSIVE, "but the harness itself ran"),
-        # the copy still held at the look, or no discard query while it was held: DI-2
-        (0.3, "never-queries-discards", Status.FAIL, ("still held m1", "did not ask again")),
+        (0.0, "", 3.0, Status.PASS, "rules decided"),
+        (5.0, "", 3.0, Status.INCONCLUSIVE, "but the harness itself ran"),
+        # the copy still held at the look, or no discard query while it was held: DI-2.
+        # The look comes late (6 s against a window of 2.5 s): the miss then stays beyond
+        # what a loaded machine's lateness over the model's 10 s horizon can explain
+        # (0.6-0.8 s at -n 4 beside the project's other tests; a 3 s look left 0.5 s)
+        (0.3, "never-queries-discards", 6.0, Status.FAIL,
+         ("still held m1", "did not ask again")),
     ],
     ids=["quiet", "harness-stalled", "shadow-never-asks-beyond-the-stall"],
 )
 def test_a_prediction_the_harness_missed_is_no_verdict(
-    tmp_path: Path, stall: float, variant: str, status: Status, said: str | tuple[str, ...]
-) -> None:
-    got, observed = _model(tmp_path, stall, variant)
+    tmp_path: Path, stall: float, variant: str, look: float, status: Status,
+    said: str | tuple[str, ...],
+) -> None:  # fmt: skip
+    got, observed = _model(tmp_path, stall, variant, look)
     assert got == status, observed
     assert any(w in observed for w in ((said,) if isinstance(said, str) else said)), observed
     if status == Status.INCONCLUSIVE:
