@@ -315,14 +315,21 @@ def test_a_node_s_wait_counts_the_processes_below_it() -> None:
             time.sleep(0.01)
         tree = run_queue_waits(node.pid) or {}
         assert len(tree) == 2, tree  # the node and its child, each with its own figure
+        (child,) = set(tree) - {node.pid}
         waits.read(history)
-        before = tree[node.pid]
         time.sleep(0.5)
         waits.read(history)
-        own = (run_queue_waits(node.pid) or {}).get(node.pid, before) - before
+        after = run_queue_waits(node.pid) or {}
+        own = after.get(node.pid, tree[node.pid]) - tree[node.pid]
+        child_waited = after.get(child, tree[child]) - tree[child]
         recorded = [e.data for e in history.events(kind="wait")]
-        # the child waited for CPU 0 while the parent, blocked in wait(), hardly ran
-        assert recorded and recorded[0]["waited"] > own + 0.05, (recorded, own)
+        # the child waited for CPU 0, and the node's record holds that wait beside the
+        # parent's own (on a loaded machine the parent waits too: a CI run saw 0.33 s
+        # of it, so the record is not compared with the parent's alone)
+        assert child_waited > 0.05, (tree, after)
+        assert recorded and recorded[0]["waited"] - own >= 0.5 * child_waited, (
+            recorded, own, child_waited,
+        )  # fmt: skip
     finally:
         for process in (*hogs, node):
             process.kill()
