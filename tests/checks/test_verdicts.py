@@ -239,16 +239,26 @@ scenarios:
 """
 
 
-def test_last_before_and_last_of_take_the_latest_event(
-    pytester: pytest.Pytester, plain_smtp: ThreadedSink
-) -> None:
-    _write(pytester, "s.yaml", LAST_BEFORE)
+def _passed_on_a_plain_server(
+    pytester: pytest.Pytester, plain_smtp: ThreadedSink, text: str
+) -> dict[str, Any]:
+    """Run the one scenario of ``text`` against a plain SMTP server; it must pass: its
+    certification row."""
+    _write(pytester, "s.yaml", text)
     result = pytester.runpytest(
         "--shadowcheck", f"--shadowcheck-target=external:mbx1={plain_smtp.address}",
         f"--shadowcheck-report={pytester.path / 'cert'}", "library",
     )  # fmt: skip
     result.assert_outcomes(passed=1)
-    (row,) = _certification(pytester)["scenarios"]
+    rows: list[dict[str, Any]] = _certification(pytester)["scenarios"]
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def test_last_before_and_last_of_take_the_latest_event(
+    pytester: pytest.Pytester, plain_smtp: ThreadedSink
+) -> None:
+    row = _passed_on_a_plain_server(pytester, plain_smtp, LAST_BEFORE)
     last, later = [c for c in row["checks"] if c["name"] == "timing"]
     assert "for the last time before" in last["expected"], last["expected"]
     assert "whichever was later" in later["expected"], later["expected"]
@@ -286,13 +296,7 @@ scenarios:
 def test_first_after_takes_the_first_line_after_the_event(
     pytester: pytest.Pytester, plain_smtp: ThreadedSink
 ) -> None:
-    _write(pytester, "s.yaml", FIRST_AFTER)
-    result = pytester.runpytest(
-        "--shadowcheck", f"--shadowcheck-target=external:mbx1={plain_smtp.address}",
-        f"--shadowcheck-report={pytester.path / 'cert'}", "library",
-    )  # fmt: skip
-    result.assert_outcomes(passed=1)
-    (row,) = _certification(pytester)["scenarios"]
+    row = _passed_on_a_plain_server(pytester, plain_smtp, FIRST_AFTER)
     timing, from_it = [c for c in row["checks"] if c["name"] == "timing"]
     assert "221 for the first time after mbx1 gave the sender its reply to m2" in timing["expected"]
     assert from_it["expected"].startswith(
