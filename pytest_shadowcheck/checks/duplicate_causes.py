@@ -143,10 +143,11 @@ def _promoted_copies(fate: Fate, node: str, faults: list[Window]) -> str | None:
 LATE_REPLY = 0.1
 
 
-def unread_reply(history: History, sent: Event) -> str | None:
+def unread_reply(history: History, sent: Event, timeout: float | None = None) -> str | None:
     """Why the node may not have read the reply to the content ``sent`` (a ``data``
     event on its link to a next hop), when the history says so: it closed the connection
-    before any reply, or the reply came while the harness itself ran late and the node
+    before any reply, or the reply came while the harness itself ran late, or as the
+    node's own ``timeout`` (its SendConnectionInactivityTimeout) ran out, and the node
     sent nothing more on that connection (it gave up waiting and dropped it)."""
     node = str(sent.link).partition("->")[0]
     on_conn = [
@@ -171,6 +172,23 @@ def unread_reply(history: History, sent: Event) -> str | None:
         if e.conn == sent.conn and e.kind == "line" and e.direction == "s2c"
     ]
     began = before[-1].t if before else sent.t
+    if (
+        timeout is not None
+        and closed is not None
+        and closed.data.get("reason") == "client closed"
+        and closed.t - began >= timeout
+        and closed.t - reply.t <= LATE_REPLY
+    ):
+        # the node's wait began once it read the go-ahead (not before the harness relayed
+        # it), so a close a timeout after it is that timer running out, the 250 then in
+        # flight: a node slow to send its content (a loop blocked on the disk) counts
+        # that time against the next hop too
+        return (
+            f"a reply that came as its SendConnectionInactivityTimeout ran out (the 250 "
+            f"came {reply.t - began:.3f}s after the server's go-ahead for {node}'s message "
+            f"content, its timeout {timeout:g}s, and {node} closed the connection "
+            f"{closed.t - reply.t:.3f}s later without another command)"
+        )
     late = history.lag(began, closed.t if closed is not None else reply.t)
     if late < LATE_REPLY:
         return None

@@ -44,7 +44,7 @@ from pytest_shadowcheck.statuses import Status
 from pytest_shadowcheck.verdict import CheckResult
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from pytest_shadowcheck.history import Event, History
 
@@ -148,9 +148,12 @@ def check_workload(
     seed: int,
     since: float = 0.0,
     nodes: frozenset[str] = frozenset(),
+    send_timeouts: Mapping[str, float] | None = None,
 ) -> WorkloadReport:
     """Judge the workload named ``workload`` from the events recorded after ``since``;
-    ``nodes`` (the topology's) tells node-to-node links, where shadow copies travel."""
+    ``nodes`` (the topology's) tells node-to-node links, where shadow copies travel;
+    ``send_timeouts`` each node's SendConnectionInactivityTimeout, where the scenario
+    sets it (a reply that comes as it runs out may go unread)."""
     fates: dict[str, Fate] = {}
     rcpts: dict[str, list[str]] = {}
     windows: dict[int, Window] = {}
@@ -229,7 +232,8 @@ def check_workload(
 
     def unread(fate: Fate, node: str) -> str | None:
         sent = first_handed.get((fate.ref, node))
-        return None if sent is None else unread_reply(history, sent)
+        timeout = (send_timeouts or {}).get(node)
+        return None if sent is None else unread_reply(history, sent, timeout)
 
     def unanswered(fate: Fate, shadow: str) -> str | None:
         first = min(t for t, helo, _ in fate.deliveries if helo.split(".")[0] == shadow)

@@ -45,6 +45,8 @@ POLL = 0.1
 #: seconds before a queue listing that failed is asked again
 LISTING_RETRY = 1.0
 _QUEUES = {"active": "/queues/active", "shadow": "/queues/shadow"}
+#: the setting whose running out can leave a next hop's 250 unread (a duplicate's cause)
+SEND_TIMEOUT = "SendConnectionInactivityTimeout"
 
 
 async def run_workload(run: StepContext, step: Step, verdict: Verdict) -> None:
@@ -97,8 +99,15 @@ async def run_workload(run: StepContext, step: Step, verdict: Verdict) -> None:
     listable = any(run.target.can("control_api", ("GET", path)) for path in _QUEUES.values())
     if listable:
         await _snapshot(run, spec.name)
+    scenario = run.scenario
+    timeouts = {
+        node: float(value)
+        for node in scenario.topology.nodes
+        if (value := scenario.node_settings.get(node, {}).get(
+            SEND_TIMEOUT, scenario.settings.get(SEND_TIMEOUT))) is not None
+    }  # fmt: skip
     report = check_workload(
-        history, spec.name, spec.seed, since, frozenset(run.scenario.topology.nodes)
+        history, spec.name, spec.seed, since, frozenset(scenario.topology.nodes), timeouts
     )
     report.queues_seen = listable
     summary = report.summary()
