@@ -346,7 +346,10 @@ async def check_timing(run: Run, step: Step) -> CheckResult:
             run.excerpt(run.history.now(), matcher_links(run, arg["from"], arg["to"])),
         )
     delta = b[0] - a[0]
-    observed = f"{b[1]} {delta:.3f}s after {a[1]} {_at(a[0])}"
+    # an MTA can act on an event before the harness has stamped it (a container that
+    # answered its peer before the harness's readiness probe returned)
+    relation = f"{delta:.3f}s after" if delta >= 0 else f"{-delta:.3f}s before"
+    observed = f"{b[1]} {relation} {a[1]} {_at(a[0])}"
     excerpt = run.excerpt(b[0], matcher_links(run, arg["from"], arg["to"]), before=delta + 1)
     miss, machine = 0.0, Lateness(0.0)
     if "at_least" in arg and delta < arg["at_least"] - tolerance:
