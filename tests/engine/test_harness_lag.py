@@ -58,19 +58,26 @@ def _replied(history: History) -> bool:
     return any(e.data.get("command") == "EOD" for e in history.events(kind="reply"))
 
 
-def _run(tmp_path: Path, stall: float, slow: bool) -> tuple[Status, str]:
+def _timed(tmp_path: Path, text: str, stall: LoopStall) -> tuple[Status, str]:
+    """The status and observation of the one timing check of the scenario ``text``, run
+    on the reference with the harness's loop stalled as ``stall`` says."""
     source = tmp_path / "s.yaml"
-    source.write_text(SCENARIO.format(slow=SLOW_NEXT_HOP if slow else ""))
+    source.write_text(text)
     (scenario,) = load_scenario_file(source)
     verdict = run_scenario(
         scenario,
         ReferenceTarget(),
         workdir=tmp_path / "run",
-        hooks=LoopStall(stall, _replied),
+        hooks=stall,
         history_file=tmp_path / "history.json",
     )
     (timing,) = [c for c in verdict.checks if c.name == "timing"]
     return timing.status, timing.observed
+
+
+def _run(tmp_path: Path, stall: float, slow: bool) -> tuple[Status, str]:
+    text = SCENARIO.format(slow=SLOW_NEXT_HOP if slow else "")
+    return _timed(tmp_path, text, LoopStall(stall, _replied))
 
 
 @pytest.mark.parametrize(
@@ -376,16 +383,7 @@ def test_a_session_the_stalled_harness_left_idle_is_no_verdict(
     closes the session, long before the 3 s connection timeout the window waits for.
     That early close is the harness's doing (a CI history beside a second suite,
     session 33): no verdict, naming the harness's delay; on time, the window holds."""
-    source = tmp_path / "s.yaml"
-    source.write_text(BUSY_SESSION)
-    (scenario,) = load_scenario_file(source)
-    verdict = run_scenario(
-        scenario,
-        ReferenceTarget(),
-        workdir=tmp_path / "run",
-        hooks=LoopStall(stall, _noop_answered),
-    )
-    (timing,) = [c for c in verdict.checks if c.name == "timing"]
-    assert timing.status == status, timing.observed
+    got, observed = _timed(tmp_path, BUSY_SESSION, LoopStall(stall, _noop_answered))
+    assert got == status, observed
     if status == Status.INCONCLUSIVE:
-        assert "the harness itself ran 1." in timing.observed, timing.observed
+        assert "the harness itself ran 1." in observed, observed
