@@ -103,9 +103,8 @@ async def run_workload(run: StepContext, step: Step, verdict: Verdict) -> None:
     timeouts = {
         node: float(value)
         for node in scenario.topology.nodes
-        if (value := scenario.node_settings.get(node, {}).get(
-            SEND_TIMEOUT, scenario.settings.get(SEND_TIMEOUT))) is not None
-    }  # fmt: skip
+        if (value := scenario.node_setting(node, SEND_TIMEOUT)) is not None
+    }
     report = check_workload(
         history, spec.name, spec.seed, since, frozenset(scenario.topology.nodes), timeouts
     )

@@ -180,6 +180,10 @@ class Scenario:
     #: explored scenario, whose behaviours are all its model may judge)
     named_evidence: bool = False
 
+    def node_setting(self, node: str, name: str, default: Any = None) -> Any:
+        """The value ``node`` starts with for ``name``: its own, else the scenario's."""
+        return self.node_settings.get(node, {}).get(name, self.settings.get(name, default))
+
     def setting_values(self, name: str) -> list[Any]:
         """Every value the scenario gives ``name``: at start, per node, in set_settings."""
         values = [self.settings[name]] if name in self.settings else []

@@ -115,9 +115,7 @@ class Timeline:
         return self._values("accepting", self.sinks.get(sink, []), a, b)
 
     def setting(self, node: str, name: str, a: float, b: float) -> set[Any]:
-        start = self.scenario.node_settings.get(node, {}).get(
-            name, self.scenario.settings.get(name, DEFAULTS.get(name))
-        )
+        start = self.scenario.node_setting(node, name, DEFAULTS.get(name))
         return self._values(start, self.settings.get((node, name), []), a, b)
 
     def one_setting(self, node: str, name: str, a: float, b: float) -> Any | None:
