@@ -11,11 +11,28 @@ from harnesskit import ThreadedSink
 
 from pytest_shadowcheck.plugin import enabled as shadowcheck_enabled
 
-# The child pytest runs of these tests do not need Hypothesis's reporting plugin, which
-# imports all of Hypothesis (about 1 CPU-second) at the end of every run.
-os.environ["PYTEST_ADDOPTS"] = " ".join(
-    filter(None, [os.environ.get("PYTEST_ADDOPTS", ""), "-p no:hypothesispytest"])
-)
+#: plugins the child pytest runs of these tests do without: Hypothesis's reporting plugin
+#: (imports all of Hypothesis at the end of every run), and pytest's unraisable-exception
+#: plugin, which collects garbage five times as each run ends (0.2 CPU-seconds a child,
+#: more in the grown heap of a worker's in-process pytester run, where an exception it
+#: would report still reaches the worker's own plugin)
+NO_HYPOTHESIS = "-p no:hypothesispytest"
+NO_UNRAISABLE = "-p no:unraisableexception"
+
+
+def _addopts(*more: str) -> str:
+    return " ".join(filter(None, [os.environ.get("PYTEST_ADDOPTS", ""), *more]))
+
+
+# every process below this one, xdist's workers included
+os.environ["PYTEST_ADDOPTS"] = _addopts(NO_HYPOTHESIS)
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytest's own, whose runs see no PYTEST_ADDOPTS of ours unless told again."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", f"{NO_HYPOTHESIS} {NO_UNRAISABLE}")
+    return pytester
 
 
 #: fixture scopes wider than a test but narrower than a worker's session
@@ -28,6 +45,11 @@ def pytest_configure(config: pytest.Config) -> None:
     ``load``."""
     if shadowcheck_enabled(config):
         return  # a conformance run from this directory: the plugin schedules its scenarios
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        # the process that runs the tests, its own plugins chosen by now: its children
+        # do without the unraisable-exception plugin; not xdist's controller, so that
+        # the workers it starts keep theirs
+        os.environ["PYTEST_ADDOPTS"] = _addopts(NO_UNRAISABLE)
     said = [*config.invocation_params.args, *os.environ.get("PYTEST_ADDOPTS", "").split()]
     chosen = any(a.startswith(("--dist", "-d")) for a in said)
     if getattr(config.option, "dist", None) == "load" and not chosen:
