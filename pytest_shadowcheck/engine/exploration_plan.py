@@ -25,6 +25,7 @@ from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS
 from pytest_shadowcheck.errors import SourceRef
 from pytest_shadowcheck.scenario.durations import parse_duration
 from pytest_shadowcheck.scenario.loader import load_scenario_file
+from pytest_shadowcheck.scenario.marked_yaml import SAFE_LOADER
 from pytest_shadowcheck.scenario.model import Scenario
 
 __all__ = [
@@ -121,7 +122,7 @@ class ClusterState:
 @cache
 def topology_data(name: str) -> dict[str, Any]:
     path = Path(str(resources.files("scenarios"))) / "topologies" / f"{name}.yaml"
-    data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data: dict[str, Any] = yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
     return data
 
 

@@ -25,7 +25,7 @@ import yaml
 
 from pytest_shadowcheck.errors import ScenarioError, SourceRef
 from pytest_shadowcheck.scenario.durations import parse_duration
-from pytest_shadowcheck.scenario.marked_yaml import load_marked_yaml, locate
+from pytest_shadowcheck.scenario.marked_yaml import SAFE_LOADER, load_marked_yaml, locate
 from pytest_shadowcheck.scenario.model import (
     CAPABILITIES,
     CAPABILITY_NEED,
@@ -74,7 +74,8 @@ BUNDLED_TOPOLOGIES = "topologies"
 def load_behaviours() -> dict[str, dict[str, str]]:
     """The behaviour catalogue shipped with the package: ID -> {summary, text, group}."""
     text = resources.files("pytest_shadowcheck").joinpath("behaviours.yaml")
-    data = yaml.safe_load(text.read_text(encoding="utf-8"))
+    # libyaml: every pytest --shadowcheck run reads it, an in-process pytester run again
+    data = yaml.load(text.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
     return {entry["id"]: entry for entry in data["behaviours"]}
 
 
