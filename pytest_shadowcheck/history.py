@@ -318,6 +318,19 @@ class History:
         target.write_text(json.dumps(self.to_jsonable(), indent=1), encoding="utf-8")
         return target
 
+    @classmethod
+    def read_json(cls, path: str | Path) -> History:
+        """A history :meth:`write_json` wrote (``--shadowcheck-history``), to judge again
+        or measure afterwards; its events as written (bytes came back as text)."""
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        history = cls()
+        history.started_at = data["started_at"]
+        history._events = [
+            Event(e["t"], e["kind"], e["link"], e["conn"], e["direction"], e["data"])
+            for e in data["events"]
+        ]
+        return history
+
 
 def _describe_body(event: Event) -> str:
     data = event.data

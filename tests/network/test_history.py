@@ -104,6 +104,22 @@ def test_json_round_trip(tmp_path: Path) -> None:
     assert history.to_jsonable() == loaded
 
 
+def test_a_written_history_reads_back_as_it_was_measured(tmp_path: Path) -> None:
+    history = History()
+    origin = time.monotonic() - history.now()
+    history.record_at(origin + 1.0, "step", text="kill mbx1")
+    history.record_at(origin + 2.0, "lag", late=0.3)
+    history.record_at(origin + 2.5, "wait", node="mbx1", waited=0.02, over=0.1)
+    again = History.read_json(history.write_json(tmp_path / "history.json"))
+    assert again.to_jsonable() == history.to_jsonable()
+    assert again.started_at == history.started_at
+    # the machine's lateness over a window, as a timing check reads it afterwards
+    late = again.lateness(1.0, 3.0)
+    assert late.total == pytest.approx(history.lateness(1.0, 3.0).total)
+    assert late.harness == pytest.approx(0.3)
+    assert dict(late.waits) == pytest.approx({"mbx1": 0.02})
+
+
 def test_concurrent_records_are_all_kept() -> None:
     history = History()
 
