@@ -17,7 +17,8 @@ any run had a failure or an error.
 the load of another job: a flake under that load is a defect, not the machine's.
 ``--histories`` keeps every scenario's history of each run (and of the one beside) in a
 directory next to its JUnit (``run-suite-01-histories/``): a flake's timing can be read
-afterwards instead of run for again.
+afterwards instead of run for again, and the runs end with the timing windows that came
+closest to failing (``benchmarks/timing_margins.py``).
 
 ``--against REV`` measures wall-time growth: it checks REV out in a git worktree
 and alternates runs of both checkouts over the scenarios both have (by name), so
@@ -196,6 +197,12 @@ def main() -> int:
         now, then = (statistics.median(walls[label]) for label, _, _ in sides)
         print(f"wall-time growth over {args.against}: {(now / then - 1):+.1%}")
     print(f"runs with a failure: {bad_runs}")
+    if args.histories:
+        # a window the machine pushed near its bound flakes next: name the tightest
+        from timing_margins import report
+
+        print("\nthe timing windows that came closest to failing (benchmarks/timing_margins.py):")
+        print("\n".join(report([args.out], [here / "scenarios"], 8)))
     return 1 if bad_runs else 0
 
 

@@ -183,6 +183,25 @@ def collect(dirs: list[Path], scenarios: dict[str, Scenario]) -> dict[tuple[str,
     return windows
 
 
+def report(dirs: list[Path], scenarios: list[Path], top: int) -> list[str]:
+    """The table's lines: the ``top`` windows that came closest to failing."""
+    windows = [w for w in collect(dirs, library(scenarios)).values() if w.runs]
+    if not windows:
+        return ["no history of a scenario with a timing expectation was found"]
+    windows.sort(key=lambda w: min(g for _, g, _ in w.runs))
+    lines = [f"{'margin':>8} {'granted':>8} {'outside':>9}  window (worst run)"]
+    for w in windows[:top]:
+        margin, granted = min(m for m, _, _ in w.runs), min(g for _, g, _ in w.runs)
+        outside = sum(1 for m, _, _ in w.runs if m < 0)
+        worst = min(w.runs, key=lambda r: r[1])[2]
+        unmeasured = f", {w.unmeasured} unmeasured" if w.unmeasured else ""
+        lines.append(
+            f"{margin:8.3f} {granted:8.3f} {outside:4}/{len(w.runs):<4}  {w.scenario} "
+            f"({w.side}, {w.where}{unmeasured})\n{'':29}{worst}"
+        )
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dirs", nargs="+", type=Path, help="directories of kept histories")
@@ -195,22 +214,9 @@ def main() -> int:
     missing = [str(d) for d in args.dirs if not d.is_dir()]
     if missing:
         parser.error(f"not a directory: {', '.join(missing)}")
-    windows = [w for w in collect(args.dirs, library(args.scenarios)).values() if w.runs]
-    if not windows:
-        print("no history of a scenario with a timing expectation was found")
-        return 1
-    windows.sort(key=lambda w: min(g for _, g, _ in w.runs))
-    print(f"{'margin':>8} {'granted':>8} {'outside':>9}  window (worst run)")
-    for w in windows[: args.top]:
-        margin, granted = min(m for m, _, _ in w.runs), min(g for _, g, _ in w.runs)
-        outside = sum(1 for m, _, _ in w.runs if m < 0)
-        worst = min(w.runs, key=lambda r: r[1])[2]
-        unmeasured = f", {w.unmeasured} unmeasured" if w.unmeasured else ""
-        print(
-            f"{margin:8.3f} {granted:8.3f} {outside:4}/{len(w.runs):<4}  {w.scenario} "
-            f"({w.side}, {w.where}{unmeasured})\n{'':29}{worst}"
-        )
-    return 0
+    lines = report(args.dirs, args.scenarios, args.top)
+    print("\n".join(lines))
+    return 0 if len(lines) > 1 else 1
 
 
 if __name__ == "__main__":
