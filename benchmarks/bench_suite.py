@@ -164,9 +164,13 @@ def main() -> int:
     ratios: dict[str, list[float]] = {label: [] for label, _, _ in sides}
     cores = len(os.sched_getaffinity(0))
     bad_runs = 0
+    kept: list[Path] = []  # this invocation's histories of this checkout's runs
     for run in range(1, args.runs + 1):
         for label, checkout, nodes in sides:
             junit = args.out / f"run-{label.strip() or 'suite'}-{run:02d}.xml"
+            if checkout == here:
+                runs = [junit, junit.with_name(junit.stem + "-beside.xml")]
+                kept += [j.resolve().with_name(j.stem + "-histories") for j in runs]
             wall, cpu, counts, proc = run_once(checkout, junit, args, nodes)
             floor = max(cpu / cores, longest_case(junit) if junit.exists() else 0.0)
             walls[label].append(wall)
@@ -202,7 +206,7 @@ def main() -> int:
         from timing_margins import report
 
         print("\nthe timing windows that came closest to failing (benchmarks/timing_margins.py):")
-        print("\n".join(report([args.out], [here / "scenarios"], 8)))
+        print("\n".join(report([d for d in kept if d.is_dir()], [here / "scenarios"], 8)))
     return 1 if bad_runs else 0
 
 

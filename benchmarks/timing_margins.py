@@ -15,7 +15,10 @@ below the lower bound; negative: outside the window), the smallest margin counti
 lateness the check grants (negative there: a FAIL), how many runs fell outside the
 window before that grant (those runs were INCONCLUSIVE at best), and the worst run's
 file. A window's ends read from the history alone: wire lines, steps, the sender's
-replies (the end of each message's DATA on the sender's link) and deliveries.
+replies (the end of each message's DATA on the sender's link) and deliveries; a window
+one of whose ends names a message refused before its DATA is not measured. A window's
+``given`` and a target's stretched timers are not taken into account: measure the
+reference's histories, or read a margin as against the scenario's own figures.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_shadowcheck.checks.events import find_event  # noqa: E402
 from pytest_shadowcheck.checks.wire import BEFORE_START, DEFAULT_TOLERANCE, STALL_ENDED  # noqa: E402
+from pytest_shadowcheck.errors import ScenarioError  # noqa: E402
 from pytest_shadowcheck.history import History  # noqa: E402
 from pytest_shadowcheck.network.sink import Delivery  # noqa: E402
 from pytest_shadowcheck.scenario.loader import load_scenario_file  # noqa: E402
@@ -94,9 +98,11 @@ class RecordedRun:
             link, trace = event.link or "", str(event.data.get("trace") or "")
             if not link.startswith("client->") or not trace:
                 continue
-            ref = trace.partition(".")[0]
+            # the harness's trace is the message's id, a dot, and a token of the run
+            ref = trace.rpartition(".")[0]
+            message_id = str(event.data.get("message_id") or f"<{trace}>")
             sent = self.messages.setdefault(
-                ref, Sent(ref, str(event.data.get("message_id")), link[len("client->") :], trace)
+                ref, Sent(ref, message_id, link[len("client->") :], trace)
             )
             # the reply to the end of its DATA, on the same connection
             answer = next(
@@ -134,7 +140,10 @@ def measure(run: RecordedRun, step: Step) -> list[tuple[str, float, float]]:
     arg = step.arg
     # the event matchers read only a run's history, messages and sinks
     view = cast("RunView", run)
-    a, b = find_event(view, arg["from"]), find_event(view, arg["to"])
+    try:
+        a, b = find_event(view, arg["from"]), find_event(view, arg["to"])
+    except KeyError:
+        return []  # a message the history shows no DATA of (refused before it)
     if a is None or b is None:
         return []
     tolerance = arg.get("tolerance", DEFAULT_TOLERANCE)
@@ -159,16 +168,27 @@ def library(paths: list[Path]) -> dict[str, Scenario]:
     return found
 
 
-def collect(dirs: list[Path], scenarios: dict[str, Scenario]) -> dict[tuple[str, str, str], Window]:
+def collect(
+    dirs: list[Path], scenarios: dict[str, Scenario], unreadable: list[Path] | None = None
+) -> dict[tuple[str, str, str], Window]:
+    """Every timing window of the histories under ``dirs``; a history file that cannot be
+    read (cut short by an interrupted run) is added to ``unreadable``."""
     windows: dict[tuple[str, str, str], Window] = {}
     for directory in dirs:
         for file in sorted(directory.rglob("*.json")):
             match = NAME.search(file.name)
             scenario = scenarios.get(match.group("name")) if match else None
-            steps = [s for s in scenario.expect if s.kind == "timing"] if scenario else []
+            if scenario is None:
+                continue
+            steps = [s for s in scenario.expect if s.kind == "timing"]
             if not steps:
                 continue
-            run = RecordedRun(scenario, History.read_json(file))  # type: ignore[arg-type]
+            try:
+                run = RecordedRun(scenario, History.read_json(file))
+            except (OSError, ValueError, KeyError, TypeError):
+                if unreadable is not None:
+                    unreadable.append(file)
+                continue
             for step in steps:
                 measured = measure(run, step)
                 sides = [s for s in ("at most", "at least") if s.replace(" ", "_") in step.arg]
@@ -185,9 +205,13 @@ def collect(dirs: list[Path], scenarios: dict[str, Scenario]) -> dict[tuple[str,
 
 def report(dirs: list[Path], scenarios: list[Path], top: int) -> list[str]:
     """The table's lines: the ``top`` windows that came closest to failing."""
-    windows = [w for w in collect(dirs, library(scenarios)).values() if w.runs]
+    unreadable: list[Path] = []
+    windows = [w for w in collect(dirs, library(scenarios), unreadable).values() if w.runs]
+    notes = [
+        f"{len(unreadable)} history file(s) could not be read (cut short?), e.g. {unreadable[0]}"
+    ] if unreadable else []  # fmt: skip
     if not windows:
-        return ["no history of a scenario with a timing expectation was found"]
+        return [*notes, "no history of a scenario with a timing expectation was found"]
     windows.sort(key=lambda w: min(g for _, g, _ in w.runs))
     lines = [f"{'margin':>8} {'granted':>8} {'outside':>9}  window (worst run)"]
     for w in windows[:top]:
@@ -199,7 +223,7 @@ def report(dirs: list[Path], scenarios: list[Path], top: int) -> list[str]:
             f"{margin:8.3f} {granted:8.3f} {outside:4}/{len(w.runs):<4}  {w.scenario} "
             f"({w.side}, {w.where}{unmeasured})\n{'':29}{worst}"
         )
-    return lines
+    return [*notes, *lines]
 
 
 def main() -> int:
@@ -214,9 +238,12 @@ def main() -> int:
     missing = [str(d) for d in args.dirs if not d.is_dir()]
     if missing:
         parser.error(f"not a directory: {', '.join(missing)}")
-    lines = report(args.dirs, args.scenarios, args.top)
+    try:
+        lines = report(args.dirs, args.scenarios, args.top)
+    except ScenarioError as exc:
+        parser.error(f"the scenarios the histories ran do not load: {exc}")
     print("\n".join(lines))
-    return 0 if len(lines) > 1 else 1
+    return 0 if any(line.startswith(f"{'margin':>8}") for line in lines) else 1
 
 
 if __name__ == "__main__":

@@ -320,8 +320,9 @@ class History:
 
     @classmethod
     def read_json(cls, path: str | Path) -> History:
-        """A history :meth:`write_json` wrote (``--shadowcheck-history``), to judge again
-        or measure afterwards; its events as written (bytes came back as text)."""
+        """A history :meth:`write_json` wrote (``--shadowcheck-history``), to measure
+        afterwards: its events as written (bytes come back as text). Its clock is not
+        the run's: :meth:`now` counts from the reading."""
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         history = cls()
         history.started_at = data["started_at"]

@@ -3,20 +3,33 @@ judged them: run on real reference nodes, then read back from the history file."
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from pytest_shadowcheck.engine.run import run_scenario
+from pytest_shadowcheck.history import History
 from pytest_shadowcheck.scenario.loader import load_scenario_file
 from pytest_shadowcheck.targets.reference import ReferenceTarget
 from pytest_shadowcheck.verdict import Status
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "timing_margins.py"
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("timing_margins", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 SCENARIOS = """\
 scenarios:
@@ -39,9 +52,7 @@ scenarios:
       - timing: {from: {reply: m1}, to: {delivered: m1}, at_most: 0s, tolerance: 0.2s}
 """
 
-pytestmark = pytest.mark.slow
-
-
+@pytest.mark.slow
 def test_margins_read_from_histories_are_the_checks_own(tmp_path: Path) -> None:
     source = tmp_path / "timed.yaml"
     source.write_text(SCENARIOS)
@@ -61,6 +72,12 @@ def test_margins_read_from_histories_are_the_checks_own(tmp_path: Path) -> None:
         shutil.copy(history, kept / f"tests_timed.yaml__{scenario.name}[CR-1].json")
     assert observed["delivered_soon_after_the_reply"][0] == Status.PASS
     assert observed["delivered_late_after_the_reply"][0] == Status.FAIL
+    # the sender's reply is the one to the end of DATA, not the QUIT answer after it
+    history = History.read_json(tmp_path / "delivered_late_after_the_reply.json")
+    (scenario, *_) = load_scenario_file(source)
+    run = _script().RecordedRun(scenario, history)
+    (eod,) = [e for e in history.events(kind="reply") if e.data.get("command") == "EOD"]
+    assert run.messages["m1"].reply_t == eod.t and run.messages["m1"].code == 250
 
     out = subprocess.run(
         [sys.executable, str(SCRIPT), str(kept), "--scenarios", str(source)],
@@ -84,3 +101,58 @@ def test_margins_read_from_histories_are_the_checks_own(tmp_path: Path) -> None:
     assert late[1] < 0 and late[2] == "1/1", out
     assert soon[0] == pytest.approx(2.5 - observed["delivered_soon_after_the_reply"][1], abs=2e-3)
     assert soon[0] > 0 and soon[2] == "0/1", out
+
+
+SYNTHETIC = """\
+scenarios:
+  - name: two_bounds
+    behaviours: [TO-1]
+    topology: single-node
+    steps:
+      - wait: 1s
+    expect:
+      - timing: {from: {step: "^start"}, to: {step: "^end"}, at_least: 1s, at_most: 1s}
+"""
+
+
+def test_a_window_s_margins_grant_the_lateness_the_check_grants(tmp_path: Path) -> None:
+    """Both bounds at the default tolerance (0.5 s), with the machine's lateness placed
+    where the check does and does not count it."""
+    tm = _script()
+    source = tmp_path / "s.yaml"
+    source.write_text(SYNTHETIC)
+    (scenario,) = load_scenario_file(source)
+    history = History()
+    zero = time.monotonic() - history.now()
+    history.record_at(zero + 5.0, "lag", late=0.04)  # long before: counts for neither
+    history.record_at(zero + 9.5, "lag", late=0.1)  # the second before the start
+    history.record_at(zero + 10.0, "step", text="start")
+    history.record_at(zero + 10.8, "wait", node="mbx1", waited=0.2, over=0.05)
+    history.record_at(zero + 11.7, "step", text="end")
+    (timing,) = scenario.expect
+    measured = tm.measure(tm.RecordedRun(scenario, history), timing)
+    got = {side: (margin, granted) for side, margin, granted in measured}
+    # 1.7 s after the start: 0.2 s past 1 s + 0.5 s; 1.2 s above 1 s - 0.5 s
+    assert got["at most"][0] == pytest.approx(-0.2)
+    assert got["at most"][1] == pytest.approx(-0.2 + 0.2)  # the node's wait inside
+    assert got["at least"][0] == pytest.approx(1.2)
+    assert got["at least"][1] == pytest.approx(1.2 + 0.1 + 0.2)  # and the lag before
+
+
+def test_a_window_naming_a_message_refused_before_its_data_is_not_measured(
+    tmp_path: Path,
+) -> None:
+    tm = _script()
+    source = tmp_path / "s.yaml"
+    source.write_text(SCENARIOS)
+    scenario = load_scenario_file(source)[0]
+    history = History()  # the sender's session ended at RCPT: no DATA, no delivery
+    history.record("reply", "client->mbx1", 1, "s2c", command="RCPT", code=550, text="no")
+    kept = tmp_path / "kept"
+    history.write_json(kept / f"x__{scenario.name}[CR-1].json")
+    (kept / "y__delivered_soon_after_the_reply[CR-1].json").write_text('{"events": [')
+    unreadable: list[Path] = []
+    windows = tm.collect([kept], {scenario.name: scenario}, unreadable)
+    (window,) = windows.values()
+    assert window.runs == [] and window.unmeasured == 1
+    assert [p.name for p in unreadable] == ["y__delivered_soon_after_the_reply[CR-1].json"]
