@@ -12,9 +12,9 @@ from harnesskit import ThreadedSink
 from pytest_shadowcheck.plugin import enabled as shadowcheck_enabled
 
 #: plugins the child pytest runs of these tests do without: Hypothesis's reporting plugin
-#: (imports all of Hypothesis at the end of every run), and pytest's unraisable-exception
-#: plugin, which collects garbage five times as each run ends (0.2 CPU-seconds a child,
-#: more in the grown heap of a worker's in-process pytester run, where an exception it
+#: (it imports all of Hypothesis as a run ends), and, in a child process, pytest's
+#: unraisable-exception plugin, which collects garbage five times as each run ends (0.2
+#: CPU-seconds a child; an in-process pytester run collects none, and an exception it
 #: would report still reaches the worker's own plugin)
 NO_HYPOTHESIS = "-p no:hypothesispytest"
 NO_UNRAISABLE = "-p no:unraisableexception"
@@ -45,10 +45,10 @@ def pytest_configure(config: pytest.Config) -> None:
     ``load``."""
     if shadowcheck_enabled(config):
         return  # a conformance run from this directory: the plugin schedules its scenarios
-    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+    if hasattr(config, "workerinput") or getattr(config.option, "dist", "no") == "no":
         # the process that runs the tests, its own plugins chosen by now: its children
-        # do without the unraisable-exception plugin; not xdist's controller, so that
-        # the workers it starts keep theirs
+        # do without the unraisable-exception plugin; not xdist's controller (-n N, or
+        # --tx with --dist), so that the workers it starts keep theirs
         os.environ["PYTEST_ADDOPTS"] = _addopts(NO_UNRAISABLE)
     said = [*config.invocation_params.args, *os.environ.get("PYTEST_ADDOPTS", "").split()]
     chosen = any(a.startswith(("--dist", "-d")) for a in said)
