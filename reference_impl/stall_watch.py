@@ -26,16 +26,25 @@ class StallWatch:
         self._now = now
         #: when (on the node's clock) the latest stall ended; 0: never stood still
         self.last_stall_end = 0.0
+        #: when the watchdog last woke (monotonic); None until it runs
+        self._woke: float | None = None
 
     def stood_still_since(self, since: float) -> bool:
-        """Whether the node stood still at some time after ``since`` (node clock)."""
+        """Whether the node stood still at some time after ``since`` (node clock).
+
+        A stall that is only now ending counts too: when the loop resumes, a timer that
+        ran out meanwhile (a heartbeat's) may be handled before the watchdog's own wake-up,
+        which finds the watchdog overdue (a shadow thawed from SIGSTOP promoted a live
+        primary's copies so, its first heartbeat stalled a second after the thaw)."""
+        if self._woke is not None and time.monotonic() - self._woke > TICK + SLACK:
+            self.last_stall_end = self._now()
         return self.last_stall_end > since
 
     async def run(self) -> None:
-        before = time.monotonic()
+        self._woke = time.monotonic()
         while True:
             await asyncio.sleep(TICK)
             after = time.monotonic()
-            if after - before > TICK + SLACK:
+            if after - self._woke > TICK + SLACK:
                 self.last_stall_end = self._now()
-            before = after
+            self._woke = after
