@@ -31,6 +31,7 @@ def _script() -> ModuleType:
     spec.loader.exec_module(module)
     return module
 
+
 SCENARIOS = """\
 scenarios:
   - name: delivered_soon_after_the_reply
