@@ -33,18 +33,19 @@ class StallWatch:
         """Whether the node stood still at some time after ``since`` (node clock).
 
         A stall that is only now ending counts too: when the loop resumes, a timer that
-        ran out meanwhile (a heartbeat's) may be handled before the watchdog's own wake-up,
-        which finds the watchdog overdue (a shadow thawed from SIGSTOP promoted a live
-        primary's copies so, its first heartbeat stalled a second after the thaw)."""
+        ran out meanwhile (a heartbeat's) may be handled before the watchdog's own
+        wake-up, and would otherwise count this node's stall against the primary."""
+        self._note_overdue()
+        return self.last_stall_end > since
+
+    def _note_overdue(self) -> None:
+        """Record a stall ending now if the watchdog woke too long ago."""
         if self._woke is not None and time.monotonic() - self._woke > TICK + SLACK:
             self.last_stall_end = self._now()
-        return self.last_stall_end > since
 
     async def run(self) -> None:
         self._woke = time.monotonic()
         while True:
             await asyncio.sleep(TICK)
-            after = time.monotonic()
-            if after - self._woke > TICK + SLACK:
-                self.last_stall_end = self._now()
-            self._woke = after
+            self._note_overdue()
+            self._woke = time.monotonic()
