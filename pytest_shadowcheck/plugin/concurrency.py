@@ -13,7 +13,9 @@ With several workers the run lasts at least as long as its longest scenario, so 
 longest ones must start first: the workers sort their collection by how long each
 scenario took last time (pytest's cache), or by an estimate from its waits and workloads,
 and :class:`LongestFirstScheduling` hands each worker one scenario at a time in that
-order. The durations travel from the controller to the workers in ``workerinput``, so
+order. A deep exploration's scenarios come after them, in the seed's order: its
+deadline leaves the end of that list unrun, and longest first would spend it on the
+slowest scenarios. The durations travel from the controller to the workers in ``workerinput``, so
 every worker sorts alike even while another session rewrites the cache.
 """
 
@@ -334,15 +336,25 @@ class DurationOrder:
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         if self.workerinput is None and self.config.stash.get(LANES_KEY, 0) <= 1:
             return  # serially, the file order reads best
+        from pytest_shadowcheck.plugin.exploration import explored_index, get_exploration
+
         known = self.known()
+        exploration = get_exploration(self.config)
+        deep = exploration is not None and exploration.deadline is not None
 
-        def seconds(item: pytest.Item) -> float:
-            if _key(item.nodeid) in known:
-                return known[_key(item.nodeid)]
+        def order(item: pytest.Item) -> tuple[int, float]:
             scenario = getattr(item, "scenario", None)
-            return estimated_seconds(scenario) if scenario is not None else 0.0
+            found = explored_index(scenario.name) if deep and scenario is not None else None
+            if found is not None:
+                # a deep exploration's deadline cuts its list: in the seed's order, the
+                # short scenarios first (plugin/exploration.py DEEP_RAMP), after the
+                # hand-written ones, which all run whatever the deadline
+                return (1, found[1])
+            if _key(item.nodeid) in known:
+                return (0, -known[_key(item.nodeid)])
+            return (0, -estimated_seconds(scenario) if scenario is not None else 0.0)
 
-        items.sort(key=seconds, reverse=True)
+        items.sort(key=order)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.workerinput is None:

@@ -53,6 +53,7 @@ __all__ = [
     "Exploration",
     "ExplorationHooks",
     "XdistExploration",
+    "deep_length",
     "explored_index",
     "explores",
     "setup_exploration",
@@ -63,8 +64,14 @@ __all__ = [
 SLICE_SEED = 2027
 SLICE_SCENARIOS = 3
 SLICE_OPERATIONS = 10
-#: operations of each scenario of a deep exploration
+#: operations of each scenario of a deep exploration, once past :data:`DEEP_RAMP`
 DEEP_OPERATIONS = 16
+#: a deep exploration's first scenarios are short, as QuickCheck's and Hypothesis's
+#: sizes grow: (index below which, operations). Most defects show in a few operations,
+#: and a short scenario ends in half a minute where a deep one takes two to five
+#: (session 35: seed 11's longest ran 335 s); the deep ones come once the cheap, broad
+#: ones have run. Fixed, not by lanes: a seed draws the same scenarios on any machine
+DEEP_RAMP: tuple[tuple[int, int], ...] = ((16, 8), (32, 12))
 #: about the shortest a deep explored scenario runs (s): a deep exploration collects
 #: enough scenarios for its duration at this pace in every lane, and starts none after
 #: the deadline (session 17, 88 scenarios of seed 1001 in 12 lanes: 35 s at the least,
@@ -96,8 +103,20 @@ class Exploration:
     only: bool = False
     files: list[Path] = field(default_factory=list)
 
+    def length_of(self, index: int) -> int:
+        """The operations drawn for scenario ``index``: a deep exploration's grow."""
+        return deep_length(index) if self.deadline is not None else self.length
+
     def plan(self, index: int) -> ExplorationPlan:
-        return plan(self.seed, index, capabilities=self.capabilities, length=self.length)
+        length = self.length_of(index)
+        return plan(self.seed, index, capabilities=self.capabilities, length=length)
+
+    def lengths(self) -> str:
+        """How long its scenarios are, in words (the header's)."""
+        shortest = self.length_of(0)
+        if shortest == self.length or self.count <= DEEP_RAMP[0][0]:
+            return f"of {shortest} operations"
+        return f"of {shortest} operations growing to {self.length_of(self.count - 1)}"
 
     def expired(self, name: str) -> bool:
         """Whether the scenario ``name`` is an explored one that must not start now: a
@@ -107,6 +126,11 @@ class Exploration:
             and explored_index(name) is not None
             and time.time() >= self.deadline
         )
+
+
+def deep_length(index: int) -> int:
+    """The operations a deep exploration draws for its scenario ``index``."""
+    return next((n for below, n in DEEP_RAMP if index < below), DEEP_OPERATIONS)
 
 
 def _duration(text: str) -> float:
@@ -161,7 +185,8 @@ def setup_exploration(config: pytest.Config, state: ShadowcheckState) -> Explora
     # the same seed draws other scenarios for other capabilities or lengths: a directory
     # of their own, so that two sessions never overwrite each other's files
     digest = hashlib.sha1(",".join(sorted(capabilities)).encode()).hexdigest()[:8]
-    name = f"{target.label}-s{seed}-n{length}-{digest}"
+    ramp = "r" if deadline is not None else ""  # a deep one's first scenarios are shorter
+    name = f"{target.label}-s{seed}-n{length}{ramp}-{digest}"
     directory = Path(tempfile.gettempdir()) / "shadowcheck-explore" / name
     exploration = Exploration(
         int(seed), count, length, capabilities, directory, deadline=deadline, only=only
@@ -264,6 +289,8 @@ class ExplorationHooks:
         self.report_dir = report_dir
         self.controller = controller
         self.ran = 0
+        #: operations drawn in the scenarios run, and their steps with the endings
+        self.drawn = 0
         self.operations = 0
         self.failed: list[str] = []
         self.exercised: Counter[str] = Counter()
@@ -277,8 +304,8 @@ class ExplorationHooks:
             else "bounded slice"
         )
         return [
-            f"shadowcheck exploration: seed {e.seed} ({kind}), {e.count} scenario(s) of "
-            f"{e.length} operations; replay with --shadowcheck-explore-seed={e.seed}"
+            f"shadowcheck exploration: seed {e.seed} ({kind}), {e.count} scenario(s) "
+            f"{e.lengths()}; replay with --shadowcheck-explore-seed={e.seed}"
             + (" --shadowcheck-explore-only" if e.only else "")
         ]
 
@@ -299,7 +326,8 @@ class ExplorationHooks:
         verdict = getattr(item, "verdict", None)
         if call.when != "setup" or scenario is None or verdict is None:
             return report
-        if explored_index(scenario.name) is None:
+        found = explored_index(scenario.name)
+        if found is None:
             return report
         operations = sum(1 for s in scenario.steps if s.kind != "snapshot")
         exercised: Counter[str] = Counter()
@@ -308,6 +336,8 @@ class ExplorationHooks:
                 exercised.update(c.counts)
         facts = {
             "operations": operations,
+            # the operations drawn (a deep exploration's first scenarios draw fewer)
+            "length": self.exploration.length_of(found[1]),
             "status": str(verdict.status),
             "exercised": dict(exercised),
         }
@@ -322,6 +352,7 @@ class ExplorationHooks:
                 continue
             facts = json.loads(str(value))
             self.ran += 1
+            self.drawn += int(facts["length"])
             self.operations += int(facts["operations"])
             self.exercised.update(facts["exercised"])
             if facts["status"] == str(Status.FAIL):
@@ -331,7 +362,7 @@ class ExplorationHooks:
         e = self.exploration
         lines = [
             f"exploration: seed {e.seed}, {self.ran} explored scenario(s) run, "
-            f"{self.ran * e.length} operations ({self.operations} steps with the endings), "
+            f"{self.drawn} operations ({self.operations} steps with the endings), "
             f"{len(self.failed)} failed"
         ]
         if self.exercised:
@@ -357,7 +388,7 @@ class ExplorationHooks:
             "seed": e.seed,
             "deep": e.deadline is not None,
             "scenarios_run": self.ran,
-            "operations_run": self.ran * e.length,
+            "operations_run": self.drawn,
             "steps_run": self.operations,
             "failed": self.failed,
             "exercised": dict(sorted(self.exercised.items())),

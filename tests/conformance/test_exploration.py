@@ -20,13 +20,17 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from pytest_shadowcheck.engine.exploration_plan import explored_name
 from pytest_shadowcheck.engine.generator import plan
-from pytest_shadowcheck.plugin.exploration import SLICE_OPERATIONS
+from pytest_shadowcheck.plugin.exploration import SLICE_OPERATIONS, Exploration, deep_length
+from pytest_shadowcheck.scenario.capabilities import CAPABILITIES
 from pytest_shadowcheck.scenario.loader import load_scenario_file
 from pytest_shadowcheck.targets.reference import ReferenceTarget
 
@@ -81,6 +85,60 @@ def test_a_deep_exploration_collects_enough_for_every_lane(
     )  # fmt: skip
     names = re.findall(r"::(explore_s44_\d{3})", result.stdout.str())
     assert len(set(names)) == collected, result.stdout.str()
+
+
+LIBRARY = """\
+defaults:
+  topology: single-node
+  settings: {RejectMessageOnShadowFailure: false}
+scenarios:
+  - name: quick_one
+    behaviours: [CR-5]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+    expect:
+      - reply: {message: m1, code: 250}
+  - name: waits_a_while
+    behaviours: [CR-5]
+    steps:
+      - send: {id: m1, via: mbx1, to: [carol@corp.test]}
+      - wait: 1.5s
+    expect:
+      - reply: {message: m1, code: 250}
+"""
+
+
+def test_a_deep_exploration_runs_short_scenarios_first_in_the_seeds_order(
+    pytester: pytest.Pytester,
+) -> None:
+    """Its deadline leaves the end of the list unrun: the hand-written scenarios first
+    (longest first), then the explored ones in the seed's order, the first sixteen of
+    8 operations, the next sixteen of 12 (DEEP_RAMP), each file the generator's plan of
+    that length."""
+    library = pytester.path / "library" / "two.yaml"
+    library.parent.mkdir()
+    library.write_text(LIBRARY, encoding="utf-8")
+    result = pytester.runpytest_subprocess(
+        "--shadowcheck", "--shadowcheck-explore=300s", "--shadowcheck-explore-seed=44",
+        "--shadowcheck-scenarios", str(library.parent), "--shadowcheck-concurrency", "3",
+        "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+    )  # fmt: skip
+    output = result.stdout.str()
+    names = re.findall(r"^\S*::(\w+)\[", output, re.MULTILINE)  # the collected items
+    explored = [explored_name(44, i) for i in range(30)]
+    assert names == ["waits_a_while", "quick_one", *explored], output
+    # the header's words (not shown with -q)
+    deep = Exploration(44, 30, 16, frozenset(), pytester.path, deadline=time.time())
+    assert deep.lengths() == "of 8 operations growing to 12"
+    assert replace(deep, count=16).lengths() == "of 8 operations"
+    assert replace(deep, deadline=None, count=3, length=10).lengths() == "of 10 operations"
+    (written,) = (Path(tempfile.gettempdir()) / "shadowcheck-explore").glob("reference-s44-n16r-*")
+    capabilities = frozenset(c for c in CAPABILITIES if ReferenceTarget().can(c))
+    for index, length in ((0, 8), (15, 8), (16, 12), (29, 12)):
+        assert deep_length(index) == length
+        drawn = plan(44, index, capabilities=capabilities, length=length)
+        text = (written / f"{explored_name(44, index)}.yaml").read_text(encoding="utf-8")
+        assert text == drawn.yaml(), index
 
 
 def test_operations_a_black_box_cannot_perform_are_not_generated(tmp_path: Path) -> None:
