@@ -20,6 +20,13 @@ reports, and for every process below each: workers, delivery processes) and reco
 ``wait`` events from :data:`THRESHOLD` up (a smaller wait is carried to the next
 reading). Where the kernel keeps no such figure (no ``/proc``, a container's pid not
 given) nothing is recorded and the checks grant the harness's lateness alone.
+
+A ``wait`` event also says how long the node's processes ran on a CPU over the same
+interval (``ran``, schedstat's first field): a node silent on every link while it
+neither ran nor waited was blocked (its disk, a lock, a stop signal not yet lifted),
+one that ran was busy with work of its own. No check reads it; it is there for the
+reader of a history who must tell the two apart (sessions 25-34's "no fault"
+promotions in durability_pause could not).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 
 from pytest_shadowcheck.history import History
 
-__all__ = ["PERIOD", "THRESHOLD", "run_queue_waits", "watching_lag"]
+__all__ = ["PERIOD", "THRESHOLD", "scheduler_times", "watching_lag"]
 
 #: how often the loop is probed: short enough that a stall of a tenth of a second shows
 PERIOD = 0.05
@@ -44,12 +51,17 @@ NOISE = 0.002
 Pids = Callable[[], Mapping[str, "int | None"]]
 
 
-def run_queue_waits(pid: int) -> dict[int, float] | None:
+#: seconds a process's threads have (run on a CPU, waited for one), since it started
+Times = tuple[float, float]
+
+
+def scheduler_times(pid: int) -> dict[int, Times] | None:
     """Seconds the threads of process ``pid`` and of each of its descendants (an MTA's
-    workers, its delivery processes) have spent ready to run but waiting for a CPU,
-    by pid, since each started; None when the kernel does not say (or ``pid`` is gone)."""
+    workers, its delivery processes) have spent on a CPU and ready to run but waiting
+    for one, by pid, since each started; None when the kernel does not say (or ``pid``
+    is gone, or no process of it ever waited)."""
     # plain os calls: pathlib's objects made a reading 1.5x the CPU (20 a second a node)
-    waits: dict[int, float] = {}
+    times: dict[int, Times] = {}
     todo = [pid]
     while todo:
         current = todo.pop()
@@ -60,14 +72,15 @@ def run_queue_waits(pid: int) -> dict[int, float] | None:
             if current == pid:
                 return None
             continue  # a descendant that ended meanwhile
-        total = 0
+        ran = waited = 0
         for thread in threads:
             with contextlib.suppress(OSError, IndexError, ValueError):
-                total += int(_read(f"{tasks}{thread}/schedstat").split()[1])
+                fields = _read(f"{tasks}{thread}/schedstat").split()
+                ran, waited = ran + int(fields[0]), waited + int(fields[1])
             with contextlib.suppress(OSError, ValueError):
                 todo += [int(c) for c in _read(f"{tasks}{thread}/children").split()]
-        waits[current] = total / 1e9
-    return waits if any(waits.values()) else None
+        times[current] = (ran / 1e9, waited / 1e9)
+    return times if any(w for _, w in times.values()) else None
 
 
 def _read(path: str) -> bytes:
@@ -81,19 +94,20 @@ class _NodeWaits:
     A wait under :data:`THRESHOLD` is not recorded but not forgotten either: it is kept
     pending and added to the next readings' until the sum reaches the threshold, so a
     node waiting 8 ms in every 50 ms reading (a loaded machine) is recorded as 16 ms
-    every other reading instead of not at all. ``reader`` is :func:`run_queue_waits`
-    (the tests give readings)."""
+    every other reading instead of not at all. The time the node ran on a CPU is
+    gathered over the same interval. ``reader`` is :func:`scheduler_times` (the tests
+    give readings)."""
 
     def __init__(
         self,
         pids: Pids,
-        reader: Callable[[int], dict[int, float] | None] = run_queue_waits,
+        reader: Callable[[int], dict[int, Times] | None] = scheduler_times,
     ) -> None:
         self._pids = pids
         self._reader = reader
-        #: node -> its pid, each process's wait so far by pid, and the wait not yet
-        #: recorded with the time it began to gather
-        self._last: dict[str, tuple[int, dict[int, float], float, float]] = {}
+        #: node -> its pid, each process's times so far by pid, the wait and the run
+        #: not yet recorded, and the time they began to gather
+        self._last: dict[str, tuple[int, dict[int, Times], Times, float]] = {}
 
     def read(self, history: History) -> None:
         for node, pid in self._pids().items():
@@ -104,20 +118,25 @@ class _NodeWaits:
             last = self._last.get(node)
             at = history.now()
             if last is None or last[0] != pid:
-                self._last[node] = (pid, now, 0.0, at)
+                self._last[node] = (pid, now, (0.0, 0.0), at)
                 continue  # a first reading, or a new process: nothing to compare
-            _, before, pending, since = last
-            # a process born since the last reading waited all its life in the interval;
-            # one that ended took its figure with it (what it waited since the last
-            # reading is not counted); a pid the kernel gave a new process counts from
-            # the new one's figure
-            pending += sum(max(0.0, w - before.get(p, 0.0)) for p, w in now.items())
+            _, before, (ran, pending), since = last
+            # a process born since the last reading ran and waited all its life in the
+            # interval; one that ended took its figures with it (what it did since the
+            # last reading is not counted); a pid the kernel gave a new process counts
+            # from the new one's figures
+            for p, (r, w) in now.items():
+                r0, w0 = before.get(p, (0.0, 0.0))
+                ran, pending = ran + max(0.0, r - r0), pending + max(0.0, w - w0)
             if pending < THRESHOLD:
-                self._last[node] = (pid, now, pending, since)
+                self._last[node] = (pid, now, (ran, pending), since)
                 continue
-            self._last[node] = (pid, now, 0.0, at)
+            self._last[node] = (pid, now, (0.0, 0.0), at)
             # over: the interval the wait gathered in (a late loop reads less often)
-            history.record("wait", node=node, waited=round(pending, 4), over=round(at - since, 4))
+            history.record(
+                "wait", node=node, waited=round(pending, 4), over=round(at - since, 4),
+                ran=round(ran, 4),
+            )  # fmt: skip
 
 
 class _LoopLag:

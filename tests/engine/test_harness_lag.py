@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from harnesskit import LoopStall
 
-from pytest_shadowcheck.engine.lag import NOISE, _LoopLag, _NodeWaits, run_queue_waits
+from pytest_shadowcheck.engine.lag import NOISE, _LoopLag, _NodeWaits, scheduler_times
 from pytest_shadowcheck.engine.run import run_scenario
 from pytest_shadowcheck.history import History
 from pytest_shadowcheck.scenario.loader import load_scenario_file
@@ -250,17 +250,19 @@ def test_a_node_wait_counts_the_part_of_its_interval_in_the_window() -> None:
 def test_waits_under_the_threshold_add_up_to_an_event() -> None:
     # a node on a loaded machine waits 6 ms in each 50 ms reading: none reaches the
     # threshold, together they are 30 ms of delay a timing check must be able to grant
-    readings = iter([{7: 1.000}, {7: 1.006}, {7: 1.012}, {7: 1.018}, {7: 1.024}, {7: 1.030}])
+    # (it runs 20 ms in each, counted over the same intervals)
+    readings = iter([{7: (0.02 * i, 1.0 + 0.006 * i)} for i in range(6)])
     history = History()
     waits = _NodeWaits(lambda: {"mbx1": 7}, reader=lambda pid: next(readings))
     for _ in range(6):
         waits.read(history)
     recorded = [e.data for e in history.events(kind="wait")]
     assert [round(r["waited"], 3) for r in recorded] == [0.012, 0.012], recorded
+    assert [round(r["ran"], 3) for r in recorded] == [0.04, 0.04], recorded
     # a process gone from the node (a delivery child ended) leaves the baseline: its
     # pid, given to a new child later, counts that child's wait from its own figure
     readings = iter(
-        [{7: 1.0, 9: 0.5}, {7: 1.0, 9: 0.001}, {7: 1.0, 9: 0.2}, {7: 1.0, 9: 0.4}]
+        [{7: (0.0, 1.0), 9: (0.0, w)} for w in (0.5, 0.001, 0.2, 0.4)]
     )
     history = History()
     waits = _NodeWaits(lambda: {"mbx1": 7}, reader=lambda pid: next(readings))
@@ -318,17 +320,19 @@ def test_a_node_s_wait_counts_the_processes_below_it() -> None:
         history = History()
         waits = _NodeWaits(lambda: {"mbx1": node.pid})
         deadline = time.monotonic() + 10
-        while len(run_queue_waits(node.pid) or {}) < 2 and time.monotonic() < deadline:
+        while len(scheduler_times(node.pid) or {}) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
-        tree = run_queue_waits(node.pid) or {}
+        tree = scheduler_times(node.pid) or {}
         assert len(tree) == 2, tree  # the node and its child, each with its own figure
         (child,) = set(tree) - {node.pid}
         waits.read(history)
         time.sleep(0.5)
         waits.read(history)
-        after = run_queue_waits(node.pid) or {}
-        own = after.get(node.pid, tree[node.pid]) - tree[node.pid]
-        child_waited = after.get(child, tree[child]) - tree[child]
+        after = scheduler_times(node.pid) or {}
+        own = after.get(node.pid, tree[node.pid])[1] - tree[node.pid][1]
+        child_ran, child_waited = (
+            a - b for a, b in zip(after.get(child, tree[child]), tree[child], strict=True)
+        )
         recorded = [e.data for e in history.events(kind="wait")]
         # the child waited for CPU 0, and the node's record holds that wait beside the
         # parent's own (on a loaded machine the parent waits too: a CI run saw 0.33 s
@@ -337,6 +341,9 @@ def test_a_node_s_wait_counts_the_processes_below_it() -> None:
         assert recorded and recorded[0]["waited"] - own >= 0.5 * child_waited, (
             recorded, own, child_waited,
         )  # fmt: skip
+        # ... and the little it ran between the nice -20 spinners (the parent only waits
+        # for it, blocked)
+        assert child_ran > 0 and recorded[0]["ran"] >= 0.5 * child_ran, (recorded, child_ran)
     finally:
         for process in (*hogs, node):
             process.kill()
