@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import random
 import re
 import shutil
@@ -72,10 +71,12 @@ DEEP_OPERATIONS = 16
 #: (session 35: seed 11's longest ran 335 s); the deep ones come once the cheap, broad
 #: ones have run. Fixed, not by lanes: a seed draws the same scenarios on any machine
 DEEP_RAMP: tuple[tuple[int, int], ...] = ((16, 8), (32, 12))
-#: about the shortest a deep explored scenario runs (s): a deep exploration collects
-#: enough scenarios for its duration at this pace in every lane, and starts none after
-#: the deadline (session 17, 88 scenarios of seed 1001 in 12 lanes: 35 s at the least,
-#: 78 s the median; every file written costs the start ~0.06 s)
+#: about the shortest a deep explored scenario of DEEP_OPERATIONS runs (s), a shorter
+#: one in proportion: a deep exploration collects enough scenarios for its duration at
+#: this pace in every lane, and starts none after the deadline (session 17, 88
+#: scenarios of seed 1001 in 12 lanes: 35 s at the least, 78 s the median; session 35,
+#: seed 11 in 16 lanes: 8 operations 23 s the median, 16 operations 55 s; every file
+#: written costs the start ~0.06 s)
 _FASTEST = 30.0
 _KEY = pytest.StashKey["Exploration"]()
 _EXPLORED = re.compile(r"^explore_s(\d+)_(\d{3,})$")
@@ -133,6 +134,16 @@ def deep_length(index: int) -> int:
     return next((n for below, n in DEEP_RAMP if index < below), DEEP_OPERATIONS)
 
 
+def _enough(lane_seconds: float) -> int:
+    """How many deep explored scenarios fill ``lane_seconds`` at the fastest pace
+    (:data:`_FASTEST`, the short ones of :data:`DEEP_RAMP` in proportion)."""
+    count, filled = 0, 0.0
+    while filled < lane_seconds or count == 0:
+        filled += _FASTEST * deep_length(count) / DEEP_OPERATIONS
+        count += 1
+    return count
+
+
 def _duration(text: str) -> float:
     found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*", text)
     if not found:
@@ -175,7 +186,7 @@ def setup_exploration(config: pytest.Config, state: ShadowcheckState) -> Explora
         # (no numprocesses option at all under -p no:xdist)
         workers = getattr(config.option, "numprocesses", None) or 0
         at_once = max(1, config.stash.get(LANES_KEY, 0), workers)
-        count = shared.get("count", max(1, math.ceil(seconds / _FASTEST)) * at_once)
+        count = shared.get("count", _enough(seconds * at_once))
         length = DEEP_OPERATIONS
     else:
         seed = SLICE_SEED if seed is None else int(seed)

@@ -70,14 +70,15 @@ def _child(
 
 @pytest.mark.parametrize(
     ("at_once", "collected", "xdist"),
-    [("1", 2, "xdist"), ("3", 6, "xdist"), ("3", 6, "no:xdist")],
+    [("1", 4, "xdist"), ("3", 12, "xdist"), ("3", 12, "no:xdist")],
 )
 def test_a_deep_exploration_collects_enough_for_every_lane(
     pytester: pytest.Pytester, at_once: str, collected: int, xdist: str
 ) -> None:
-    """A minute at the fastest pace a deep explored scenario runs (30 s) is two scenarios
-    for each lane: one after another, or three lanes at once; also without pytest-xdist
-    (``-p no:xdist``, which benchmarks/explore_variants.py gives its children)."""
+    """A minute at the fastest pace a deep explored scenario runs (30 s for 16
+    operations, 15 s for the first ones' 8) is four scenarios for each lane: one after
+    another, or three lanes at once; also without pytest-xdist (``-p no:xdist``, which
+    benchmarks/explore_variants.py gives its children)."""
     result = pytester.runpytest_subprocess(
         "--shadowcheck", "--shadowcheck-explore=60s", "--shadowcheck-explore-only",
         "--shadowcheck-explore-seed=44", "--shadowcheck-concurrency", at_once,
@@ -113,8 +114,8 @@ def test_a_deep_exploration_runs_short_scenarios_first_in_the_seeds_order(
 ) -> None:
     """Its deadline leaves the end of the list unrun: the hand-written scenarios first
     (longest first), then the explored ones in the seed's order, the first sixteen of
-    8 operations, the next sixteen of 12 (DEEP_RAMP), each file the generator's plan of
-    that length."""
+    8 operations, the next sixteen of 12, the others of 16 (DEEP_RAMP), each file the
+    generator's plan of that length."""
     library = pytester.path / "library" / "two.yaml"
     library.parent.mkdir()
     library.write_text(LIBRARY, encoding="utf-8")
@@ -125,7 +126,8 @@ def test_a_deep_exploration_runs_short_scenarios_first_in_the_seeds_order(
     )  # fmt: skip
     output = result.stdout.str()
     names = re.findall(r"^\S*::(\w+)\[", output, re.MULTILINE)  # the collected items
-    explored = [explored_name(44, i) for i in range(30)]
+    # 300 s in 3 lanes: 16 at 15 s, 16 at 22.5 s and 10 at 30 s (plugin/exploration.py)
+    explored = [explored_name(44, i) for i in range(42)]
     assert names == ["waits_a_while", "quick_one", *explored], output
     # the header's words (not shown with -q)
     deep = Exploration(44, 30, 16, frozenset(), pytester.path, deadline=time.time())
@@ -134,7 +136,7 @@ def test_a_deep_exploration_runs_short_scenarios_first_in_the_seeds_order(
     assert replace(deep, deadline=None, count=3, length=10).lengths() == "of 10 operations"
     (written,) = (Path(tempfile.gettempdir()) / "shadowcheck-explore").glob("reference-s44-n16r-*")
     capabilities = frozenset(c for c in CAPABILITIES if ReferenceTarget().can(c))
-    for index, length in ((0, 8), (15, 8), (16, 12), (29, 12)):
+    for index, length in ((0, 8), (15, 8), (16, 12), (31, 12), (32, 16), (41, 16)):
         assert deep_length(index) == length
         drawn = plan(44, index, capabilities=capabilities, length=length)
         text = (written / f"{explored_name(44, index)}.yaml").read_text(encoding="utf-8")
