@@ -215,6 +215,8 @@ class Drawer:
         self.single_holder = False
         self.redundancy = True
         self.reject = True
+        #: the timers exploration changes live, as in force now (the start's: plan())
+        self.timers: dict[str, float] = {}
         #: how long the cluster needs after a fault ends (ExplorationPlan.recovery)
         self.recovery = 10.0
         self.resubmits = 0
@@ -405,6 +407,17 @@ class Drawer:
     def set_settings(self) -> Operation:
         name = self.rng.choice(sorted(_LIVE))
         value = self.rng.choice(_LIVE[name])
+        in_force = {
+            "ShadowRedundancyEnabled": self.redundancy,
+            "RejectMessageOnShadowFailure": self.reject,
+            **self.timers,
+        }
+        if value == in_force.get(name):
+            # a change to the value in force tests nothing: the other one (the same draw
+            # from the stream, so that the operations after it stay as they were)
+            value = next(v for v in _LIVE[name] if v != value)
+        if name in self.timers:
+            self.timers[name] = float(value)
         if name == "ShadowRedundancyEnabled":
             self.redundancy = bool(value)
         if name == "RejectMessageOnShadowFailure":
@@ -465,6 +478,7 @@ def plan(
         settings["SafetyNetHoldTime"] = rng.choice((600.0, 3600.0))
     drawer = Drawer(rng, topology, capabilities)
     drawer.reject = bool(settings["RejectMessageOnShadowFailure"])
+    drawer.timers = {k: float(v) for k in _LIVE if isinstance(v := settings.get(k), float)}
     shared = random.Random(f"shadowcheck-explore-message-id:{seed}:{index}")
     if length >= _DEEP and shared.random() < _SHARED_ID:
         # its own stream, and only what the sends say changes: every draw stays as it was

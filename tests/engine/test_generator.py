@@ -344,6 +344,32 @@ def test_some_scenarios_start_with_a_heartbeat_long_beside_the_slack() -> None:
     assert 8 <= beats.count(4.0) <= 32, beats.count(4.0)
 
 
+def test_a_setting_changed_live_changes_the_value_in_force() -> None:
+    """An admin's change to the value already in force tests nothing (session 35: six of
+    the ten live heartbeat changes in seed 11's first ninety scenarios set 0.5 s over
+    0.5 s); the slow heartbeat made fast is there (heartbeat-frequency-read-once)."""
+    live = ("ShadowHeartbeatFrequency", "ShadowResubmitTimeSpan",
+            "RejectMessageOnShadowFailure", "ShadowRedundancyEnabled")  # fmt: skip
+    changes = 0
+    slow_made_fast = 0
+    for index in range(120):
+        explored = plan(11, index, capabilities=ALL, length=16)
+        in_force = {k: explored.settings.get(k, True) for k in live}
+        for op in explored.operations:
+            if not op.label.startswith("set "):
+                continue  # a drill's own settings, put back by the drill
+            ((name, value),) = op.steps[0]["set_settings"]["values"].items()
+            if name not in live:
+                continue  # ReplayLagTime's drill (engine/generator_replay_lag.py)
+            if isinstance(value, str):
+                value = parse_duration(value, None)  # type: ignore[arg-type]
+            assert value != in_force[name], (index, op.label, in_force)
+            slow_made_fast += in_force[name] == 4.0 and name == "ShadowHeartbeatFrequency"
+            in_force[name] = value
+            changes += 1
+    assert changes >= 60 and slow_made_fast >= 3, (changes, slow_made_fast)
+
+
 def test_placement_sends_go_where_the_site_preference_shows() -> None:
     """In topologies spanning AD sites some sends go through a node with a candidate in
     its own site and one in another, every node up (CR-7: shadow-placement-local-first);
