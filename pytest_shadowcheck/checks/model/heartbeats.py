@@ -7,8 +7,10 @@ A node is the primary's shadow while it holds a copy the primary gave it: from t
 that copy in a ``250-DISCARD`` line of an answer to the shadow's query (docs/protocol.md).
 Only then is a query owed; an MTA that asks only while it holds copies is correct. Both
 rules judge a stretch only when the two nodes were up and linked throughout, on the real
-clock (a virtual clock moves the nodes' heartbeats, not the harness's), with one
-ShadowHeartbeatFrequency in force.
+clock (a virtual clock moves the nodes' heartbeats, not the harness's). An admin's
+change of ShadowHeartbeatFrequency takes effect when made: made shorter, the next query
+is due that much after the change (if that is sooner); made longer, the later of the
+two dues stands.
 """
 
 from __future__ import annotations
@@ -163,6 +165,27 @@ def _query_in_every_session(j: Judge, sessions: list[Session], held: list[_Held]
     return False
 
 
+def _due(j: Judge, shadow: str, start: float) -> tuple[float, str] | None:
+    """When a query is due at the latest after one at ``start``, and the frequency in
+    words ("4 s", or "4 s, 0.5 s from +12.3s"); None when no number is in force."""
+    name = "ShadowHeartbeatFrequency"
+    beat = j.tl.one_setting(shadow, name, start, start)
+    if not isinstance(beat, int | float):
+        return None  # a change under way at ``start``: its query is not judged
+    due, said = start + beat + j.slack, f"{beat:g} s"
+    for change in j.tl.settings.get((shadow, name), []):
+        if change.hi <= start or change.lo >= due:
+            continue  # before the query, or after it was already owed
+        if not isinstance(change.value, int | float):
+            return None
+        # the latest it could have taken effect, the new frequency from there
+        then = change.hi + change.value + j.slack
+        due = min(due, then) if change.value < beat else max(due, then)
+        said += f", {change.value:g} s from {j.when(change.hi)}"
+        beat = change.value
+    return due, said
+
+
 def _query_every_heartbeat(j: Judge, sessions: list[Session], held: list[_Held]) -> None:
     """While it holds a copy, a shadow asks its primary at least once every
     ShadowHeartbeatFrequency (plus the slack)."""
@@ -172,14 +195,16 @@ def _query_every_heartbeat(j: Judge, sessions: list[Session], held: list[_Held])
             if what == "line" and direction == "c2s" and QUERY_LINE.match(text):
                 queries.setdefault(s.ends, []).append(t)
     for h in sorted(held, key=lambda h: h.since):
-        beat = j.tl.one_setting(h.shadow, "ShadowHeartbeatFrequency", h.since, h.until)
-        if not isinstance(beat, int | float):
-            continue
-        allowed = beat + j.slack
         start = h.since
         asked = sorted(q for q in queries.get((h.shadow, h.primary), []) if q > h.since)
         for nxt in [*asked, h.until]:
-            due = start + allowed
+            timed = _due(j, h.shadow, start)
+            if timed is None:  # the frequency changing at ``start``: the next query on
+                if nxt >= h.until:
+                    break
+                start = nxt
+                continue
+            due, beat = timed
             if due >= min(nxt, h.until):
                 if nxt >= h.until:
                     break
@@ -193,7 +218,7 @@ def _query_every_heartbeat(j: Judge, sessions: list[Session], held: list[_Held])
             j.diverged(
                 "DI-2",
                 f"{h.shadow}, holding a shadow copy for {h.primary}, asks it for discard "
-                f"status at least once every ShadowHeartbeatFrequency ({beat:g} s)",
+                f"status at least once every ShadowHeartbeatFrequency ({beat})",
                 f"after {last} at {j.when(start)}, {h.shadow} did not ask "
                 + (
                     f"until {j.when(nxt)}"

@@ -162,3 +162,45 @@ def test_di2_no_query_owed_to_a_primary_that_stopped_offering_xshadow(tmp_path: 
     on.at(10.9, "note", text="end")
     found = on.explain().divergence
     assert found is not None and found.behaviour == "DI-2"
+
+
+def test_di2_a_heartbeat_made_shorter_while_the_cluster_runs_is_due_at_once(
+    tmp_path: Path,
+) -> None:
+    """ShadowHeartbeatFrequency 4 s set to 0.5 s at +1.1s while mbx2 holds m1's copy: the
+    next query is due 0.5 s (and the slack) after the change, not at the end of the 4 s
+    beat under way (heartbeat-frequency-read-once's defect; before session 35 a copy held
+    across a change was not judged at all). Made longer (0.5 s to 4 s), the later due
+    stands: a shadow that takes the new frequency at once is no divergence."""
+    wait = "  - wait: 10s\n"
+    change = "  - set_settings: {values: {ShadowHeartbeatFrequency: 0.5s}}\n"
+    slow = "settings: {ShadowHeartbeatFrequency: 4s}\n" + HELD.replace(wait, change + wait)
+
+    def asks(b: Built, *times: float) -> None:
+        for t in times:
+            b.heartbeats("mbx2", "mbx1", t, t + 0.1)  # one query at t
+
+    late = Built(tmp_path, slow)
+    copied(late)
+    late.steps(1.0, 1.1, 1.2)  # send m2, the change, the wait
+    asks(late, 4.6, 8.6)  # the beat begun at +0.6s ran out first
+    late.at(10.9, "note", text="end")
+    found = late.explain().divergence
+    assert found is not None and found.behaviour == "DI-2", found
+    assert "ShadowHeartbeatFrequency (4 s, 0.5 s from +1.2s)" in found.expected
+    assert "after the copy was acknowledged at +0.7s" in found.observed
+    assert "until +4.6s" in found.observed
+    at_once = Built(tmp_path, slow)
+    copied(at_once)
+    at_once.steps(1.0, 1.1, 1.2)
+    at_once.heartbeats("mbx2", "mbx1", 1.3, 10.9)
+    at_once.at(10.9, "note", text="end")
+    outcome = at_once.explain()
+    assert outcome.divergence is None and outcome.exercised["DI-2"] >= 1
+    longer = Built(tmp_path, HELD.replace(wait, change.replace("0.5s", "4s") + wait))
+    copied(longer)
+    longer.steps(1.0, 1.1, 1.2)
+    asks(longer, 1.0, 5.0, 9.0)
+    longer.at(10.9, "note", text="end")
+    outcome = longer.explain()
+    assert outcome.divergence is None and outcome.exercised["DI-2"] >= 1, outcome.divergence
