@@ -11,8 +11,10 @@ conformance tests run them) a child ``pytest --shadowcheck --shadowcheck-explore
 (scenarios in lanes: as a user's deep exploration runs), or ``--concurrency N`` scenarios
 at once (1: one after another, the figures of sessions 12-14). The table, in Markdown,
 has per variant: found or not, the operations of the explored scenarios reported up to
-the find, the seconds from the child's start to the failing scenario's end (shrinking
-not counted; wall-clock, so with several scenarios at once it is the user's wait), the
+the find, the seconds from the child's start to the failing scenario's verdict (the
+"found at" its failure text gives, since session 35; before, the child's end less its
+shrinking, which counted the other lanes' scenarios still running: an upper bound;
+wall-clock, so with several scenarios at once it is the user's wait), the
 shrunk length (operations) and the file the shrunk scenario was written to. Timing lives
 here, not in the tests. ``--lanes N`` runs N variants at a time (their seconds are then
 comparable only with other rows measured at the same load). A FAIL counts as a find
@@ -40,6 +42,7 @@ import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +66,7 @@ _SHRUNK = re.compile(
     r"shrunk explored scenario: (\d+) -> (\d+) operations \((.*); (\d+) attempts, ([\d.]+)s"
 )
 _FILE = re.compile(r"written as a scenario file: (\S+)")
+_FOUND_AT = re.compile(r"found at (\d\d):(\d\d):(\d\d) local time")
 
 
 @dataclass
@@ -104,7 +108,7 @@ def explore(
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT), str(CONFORMANCE), *filter(None, [env.get("PYTHONPATH")])]
     )
-    began = time.monotonic()
+    began, launched = time.monotonic(), datetime.now()
     done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, check=False)
     wall = time.monotonic() - began
     output = done.stdout + done.stderr
@@ -123,7 +127,16 @@ def explore(
                 break
     shrunk, file = "-", ""
     match = _SHRUNK.search(output)
-    if match:
+    found_at = _FOUND_AT.search(output)
+    if found_at:
+        # the moment the failing verdict was in, from the child's own clock: scenarios
+        # still running in other lanes, shrinking and the report come after it
+        hour, minute, second = (int(g) for g in found_at.groups())
+        moment = launched.replace(hour=hour, minute=minute, second=second, microsecond=0)
+        if moment < launched - timedelta(seconds=1):
+            moment += timedelta(days=1)  # past midnight
+        seconds = (moment - launched).total_seconds()
+    elif match:
         seconds -= float(match.group(5))  # shrinking ran inside the failing item
         shrunk = f"{match.group(2)} of {match.group(1)} ({match.group(4)} runs)"
         where = _FILE.search(output)

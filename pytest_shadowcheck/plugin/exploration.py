@@ -103,6 +103,8 @@ class Exploration:
     deadline: float | None = None
     only: bool = False
     files: list[Path] = field(default_factory=list)
+    #: epoch seconds when the exploration began (the controller's, in xdist workers)
+    started: float = field(default_factory=time.time)
 
     def length_of(self, index: int) -> int:
         """The operations drawn for scenario ``index``: a deep exploration's grow."""
@@ -200,8 +202,9 @@ def setup_exploration(config: pytest.Config, state: ShadowcheckState) -> Explora
     name = f"{target.label}-s{seed}-n{length}{ramp}-{digest}"
     directory = Path(tempfile.gettempdir()) / "shadowcheck-explore" / name
     exploration = Exploration(
-        int(seed), count, length, capabilities, directory, deadline=deadline, only=only
-    )
+        int(seed), count, length, capabilities, directory, deadline=deadline, only=only,
+        started=shared.get("started", time.time()),
+    )  # fmt: skip
     for index in range(count):
         exploration.files.append(exploration.plan(index).write(directory=directory))
     config.stash[_KEY] = exploration
@@ -237,6 +240,7 @@ def shrink_explored(
         candidate = explored.scenario(keep, directory=scratch, name=shrunk_name)
         return attempt_run(state, candidate)
 
+    found_at = time.time()  # the failing verdict is in: the find's moment
     count = len(explored.operations)
     progress.note(f"shrinking {scenario.name}: {count} operations")
     result = shrink_operations(verdict, count, attempt, budget, progress.note)
@@ -264,6 +268,8 @@ def shrink_explored(
         "seconds": round(result.seconds, 1),
         "stopped": result.stopped,
         "command": replay(str(path)),
+        "found_at": round(found_at, 3),
+        "found_after": round(found_at - exploration.started, 1),
     }
     progress.note(
         f"shrunk {scenario.name} to {len(result.kept)} of {count} operations in "
@@ -286,7 +292,7 @@ class XdistExploration:
 
     def pytest_configure_node(self, node: Any) -> None:
         e = self.exploration
-        shared = {"seed": e.seed, "deadline": e.deadline, "count": e.count}
+        shared = {"seed": e.seed, "deadline": e.deadline, "count": e.count, "started": e.started}
         node.workerinput["shadowcheck_explore"] = json.dumps(shared)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 import shutil
+import time
 from typing import TYPE_CHECKING, Any
 
 from pytest_shadowcheck.engine.run import run_scenario
@@ -147,4 +148,9 @@ def explored_text(shrunk: dict[str, Any] | None) -> list[str]:
             f"    written as a scenario file: {shrunk['file']}",
             f"    replay shrunk: {shrunk['command']}",
         ]
+        if "found_at" in shrunk:  # (a verdict read back from an older report has none)
+            at = time.strftime("%H:%M:%S", time.localtime(shrunk["found_at"]))
+            lines.append(
+                f"    found at {at} local time, {shrunk['found_after']:.0f}s into the exploration"
+            )
     return lines

@@ -216,6 +216,9 @@ def test_a_find_is_shrunk_written_and_replayed(tmp_path: Path) -> None:
     assert int(shrunk.group(2)) <= 4, output[-4000:]
     written = report / "explored" / f"{name}_shrunk.yaml"
     assert f"written as a scenario file: {written}" in output
+    # when the find came, before its shrinking (benchmarks/explore_variants.py reads it)
+    found = re.search(r"found at \d\d:\d\d:\d\d local time, (\d+)s into the exploration", output)
+    assert found and 0 < int(found.group(1)) < 300, output[-4000:]
     (scenario,) = load_scenario_file(written)
     assert {"send", "wipe"} <= {step.kind for step in scenario.steps}
     # the replay command, as printed, fails the same way on the variant
