@@ -127,6 +127,11 @@ def explore(
                 break
     shrunk, file = "-", ""
     match = _SHRUNK.search(output)
+    if match:
+        seconds -= float(match.group(5))  # shrinking ran inside the failing item
+        shrunk = f"{match.group(2)} of {match.group(1)} ({match.group(4)} runs)"
+        where = _FILE.search(output)
+        file = where.group(1) if where else ""
     found_at = _FOUND_AT.search(output)
     if found_at:
         # the moment the failing verdict was in, from the child's own clock: scenarios
@@ -136,11 +141,6 @@ def explore(
         if moment < launched - timedelta(seconds=1):
             moment += timedelta(days=1)  # past midnight
         seconds = (moment - launched).total_seconds()
-    elif match:
-        seconds -= float(match.group(5))  # shrinking ran inside the failing item
-        shrunk = f"{match.group(2)} of {match.group(1)} ({match.group(4)} runs)"
-        where = _FILE.search(output)
-        file = where.group(1) if where else ""
     row = Row(name, found, operations, max(seconds, 0.0), shrunk, wall, file)
     if found:
         _judge_the_find(row, work / name / "certification.json", work, env)
