@@ -15,8 +15,9 @@ scenario took last time (pytest's cache), or by an estimate from its waits and w
 and :class:`LongestFirstScheduling` hands each worker one scenario at a time in that
 order. A deep exploration's scenarios come after them, in the seed's order: its
 deadline leaves the end of that list unrun, and longest first would spend it on the
-slowest scenarios. The durations travel from the controller to the workers in ``workerinput``, so
-every worker sorts alike even while another session rewrites the cache.
+slowest scenarios. The durations travel from the controller to the workers in
+``workerinput``, so every worker sorts alike even while another session rewrites the
+cache.
 """
 
 from __future__ import annotations
