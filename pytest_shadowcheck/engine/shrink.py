@@ -7,9 +7,12 @@ shrinker starts from a first guess - the messages that failed alone, with the fa
 met them - and then runs delta debugging (Zeller's ddmin, as Hypothesis shrinks) over the
 messages by number, then over the faults by number. Every attempt is a fresh run of the
 scenario with only the selection played, supplied by the caller (``attempt``); it counts
-as failing only when the same checks fail for the same behaviour IDs. The number of
-attempts and the time are bounded: when either runs out, the smallest reproduction found
-so far is the answer, marked incomplete.
+as failing only when the same checks fail for the same behaviour IDs, and only when a
+second run fails so too: a smaller selection that failed once may have won a race the
+fault it dropped used to decide (a send racing its own delivery once a link cut is
+gone), and a reproduction that passes on replay is none. The number of attempts and the
+time are bounded: when either runs out, the smallest reproduction found so far is the
+answer, marked incomplete.
 """
 
 from __future__ import annotations
@@ -43,6 +46,30 @@ def failure_signature(verdict: Verdict) -> frozenset[tuple[str, tuple[str, ...]]
 
 class _OutOfBudget(Exception):
     pass
+
+
+def _fails_twice(
+    run: Callable[[], tuple[bool, Status]], budget: Budget, say: Callable[[str], None], what: str
+) -> bool:
+    """Whether a candidate fails the same way in two runs, the second only after the
+    first failed; each run spends one attempt of the budget."""
+    for confirming in (False, True):
+        budget.spend()
+        began = time.monotonic()
+        same, status = run()
+        if same:
+            outcome = "fails the same way" + (" again" if confirming else "")
+        elif confirming:
+            outcome = f"does not this time ({status}): a race, not kept"
+        else:
+            outcome = f"does not ({status})"
+        say(
+            f"shrink attempt {budget.used}/{budget.attempts}: {what}: {outcome} "
+            f"({time.monotonic() - began:.0f}s)"
+        )
+        if not same:
+            return False
+    return True
 
 
 @dataclass
@@ -143,21 +170,16 @@ def shrink_workload(
     best = full
     seen: dict[tuple[frozenset[int], frozenset[int]], bool] = {}
 
-    def fails(selection: Selection) -> bool:
-        key = (selection.messages or frozenset(), selection.faults or frozenset())
-        if key in seen:
-            return seen[key]
-        budget.spend()
-        began = time.monotonic()
+    def run(selection: Selection) -> tuple[bool, Status]:
         verdict = attempt(selection)
         same = verdict.status == Status.FAIL and failure_signature(verdict) == wanted
-        seen[key] = same
-        outcome = "fails the same way" if same else f"does not ({verdict.status})"
-        say(
-            f"shrink attempt {budget.used}/{budget.attempts}: {selection.describe()}: "
-            f"{outcome} ({time.monotonic() - began:.0f}s)"
-        )
-        return same
+        return same, verdict.status
+
+    def fails(selection: Selection) -> bool:
+        key = (selection.messages or frozenset(), selection.faults or frozenset())
+        if key not in seen:
+            seen[key] = _fails_twice(lambda: run(selection), budget, say, selection.describe())
+        return seen[key]
 
     def with_messages(kept: list[int]) -> bool:
         nonlocal best
@@ -214,22 +236,17 @@ def shrink_operations(
     seen: dict[tuple[int, ...], bool] = {}
     kept = list(range(count))
 
+    def run(key: tuple[int, ...]) -> tuple[bool, Status]:
+        verdict = attempt(list(key))
+        same = verdict.status == Status.FAIL and bool(wanted & {c.name for c in verdict.failures})
+        return same, verdict.status
+
     def fails(subset: list[int]) -> bool:
         nonlocal kept
         key = tuple(sorted(subset))
         if key not in seen:
-            budget.spend()
-            began = time.monotonic()
-            verdict = attempt(list(key))
-            same = verdict.status == Status.FAIL and bool(
-                wanted & {c.name for c in verdict.failures}
-            )
-            seen[key] = same
-            outcome = "fails the same way" if same else f"does not ({verdict.status})"
-            say(
-                f"shrink attempt {budget.used}/{budget.attempts}: {len(key)} of {count} "
-                f"operations: {outcome} ({time.monotonic() - began:.0f}s)"
-            )
+            what = f"{len(key)} of {count} operations"
+            seen[key] = _fails_twice(lambda: run(key), budget, say, what)
         if seen[key] and len(key) < len(kept):
             kept = list(key)
         return seen[key]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_shadowcheck.engine.nemesis import Fault
-from pytest_shadowcheck.engine.shrink import ddmin
+from pytest_shadowcheck.engine.shrink import Budget, ddmin, shrink_operations
 from pytest_shadowcheck.engine.workload import kept_faults, replay_args
 from pytest_shadowcheck.scenario.replay import (
     ReplayError,
@@ -15,6 +15,7 @@ from pytest_shadowcheck.scenario.replay import (
     parse_selection,
     parse_selections,
 )
+from pytest_shadowcheck.verdict import CheckResult, Status, Verdict
 
 
 def test_a_selection_reads_back_what_it_writes() -> None:
@@ -84,3 +85,34 @@ def test_ddmin_finds_the_pair_that_fails() -> None:
 def test_ddmin_tries_nothing_at_all_when_asked() -> None:
     assert ddmin([4, 9], lambda kept: True, try_empty=True) == []
     assert ddmin([4, 9], lambda kept: 9 in kept, try_empty=True) == [9]
+
+
+def _verdict(failing: bool) -> Verdict:
+    check = CheckResult("no loss of m2", Status.FAIL if failing else Status.PASS, "", "")
+    return Verdict("explore_s1_000", ["CR-1"], checks=[check])
+
+
+def test_a_subset_that_fails_only_once_is_not_kept() -> None:
+    # operations 0 and 3 fail every time; 3 alone fails its first run only (a send that
+    # once raced its own delivery): the shrinker runs a failing subset twice and keeps
+    # only what fails both times
+    runs: dict[tuple[int, ...], int] = {}
+
+    def attempt(kept: list[int]) -> Verdict:
+        key = tuple(kept)
+        runs[key] = runs.get(key, 0) + 1
+        return _verdict({0, 3} <= set(kept) or (key == (3,) and runs[key] == 1))
+
+    said: list[str] = []
+    result = shrink_operations(_verdict(True), 6, attempt, Budget(40, 60), said.append)
+    assert result.kept == [0, 3] and not result.stopped
+    assert runs[(3,)] == 2 and runs[(0, 3)] == 2
+    assert any("1 of 6 operations: does not this time (PASS): a race" in s for s in said), said
+
+
+def test_a_confirmation_out_of_budget_keeps_the_last_confirmed() -> None:
+    result = shrink_operations(_verdict(True), 4, lambda kept: _verdict(2 in kept), Budget(3, 60))
+    # [0, 1] passes (1), [2, 3] fails (2) and its confirmation is the budget's third
+    assert result.kept == [2, 3] and result.attempts == 3
+    tight = shrink_operations(_verdict(True), 4, lambda kept: _verdict(2 in kept), Budget(2, 60))
+    assert tight.kept == [0, 1, 2, 3] and tight.stopped
