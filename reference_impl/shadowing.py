@@ -53,7 +53,13 @@ class Shadowing:
     def start(self) -> None:
         if self.node.clock.mode == "real":
             self.node.background(self.stalls.run())
+        now = self.node.clock.now()
         for primary in self.node.db.shadow_primaries():
+            # PR-1 counts the time this node could not open a session to the primary:
+            # while it was down itself it tried nothing, so the span starts now (a shadow
+            # killed just after a heartbeat, back 3 s later on a loaded machine, promoted
+            # at its first slow greeting a primary that never failed)
+            self._stalled_at[primary] = now
             self.ensure_heartbeat(primary)
 
     # -- primary side -------------------------------------------------------------

@@ -41,6 +41,30 @@ def test_shadow_promotes_after_resubmit_time_span(cluster_factory: Factory, sink
     assert cluster.shadows("mbx2") == []
 
 
+def test_a_shadow_back_from_its_own_outage_counts_the_span_from_its_return(
+    cluster_factory: Factory, sink: Sink
+) -> None:
+    """PR-1 counts the time the shadow could not open a session to the primary: while it
+    was down itself it tried nothing, so a shadow back after an outage longer than
+    ShadowResubmitTimeSpan whose first heartbeat fails does not promote at once."""
+    cluster = cluster_factory(
+        two_nodes(sink, ShadowResubmitTimeSpan=2, ShadowHeartbeatFrequency=0.3)
+    )
+    sink.deferred["*"] = HOLD
+    code, _, message_id = cluster.send("mbx1", ["alice@corp.test"])
+    assert code == 250
+    assert cluster.shadows("mbx2")
+    cluster.kill("mbx2")
+    time.sleep(2.5)  # the shadow's own outage, longer than the span
+    cluster.kill("mbx1")
+    del sink.deferred["*"]
+    cluster.restart("mbx2")
+    back_at = time.monotonic()
+    delivered = wait_until(lambda: sink.of(message_id))[0]
+    assert delivered.helo == "mbx2"
+    assert delivered.at - back_at >= 1.9
+
+
 def test_new_queue_database_promotes_at_once(cluster_factory: Factory, sink: Sink) -> None:
     """PR-2: the primary returns wiped; the shadow notices the new ID on its next heartbeat."""
     cluster = cluster_factory(
