@@ -8,6 +8,9 @@ Runs in child pytests, as test_broken_variants.py does. The workload is halved
 (--shadowcheck-workload-scale 0.5) and its seed chosen from the plans themselves: the
 first seed whose plan sends a needle (a bounce with more than two recipients) shortly
 before the first kill, so that the needle alone, unhidden by a backlog, still meets it.
+Whether the needle is acknowledged before that kill depends on the machine (on a loaded
+one the node's synced queue writes took 0.12 s at the median, and the needle's 250 came
+after the kill): the next such seed is tried then, up to three.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 
 import pytest
@@ -39,9 +44,9 @@ LOSS = "workload single: no acknowledged message lost"
 pytestmark = pytest.mark.slow
 
 
-def needle_seed() -> int:
-    """The first seed whose halved plan sends a needle 0.1 to 0.35 s before the first
-    kill (while the node is up): queued still when the kill comes, even alone."""
+def needle_seeds() -> Iterator[int]:
+    """The seeds whose halved plan sends a needle 0.1 to 0.35 s before the first kill
+    (while the node is up): queued still when the kill comes, even alone."""
     scenario = next(s for s in load_scenario_file(DURABILITY) if s.name == SCENARIO)
     step = next(s for s in scenario.steps if isinstance(s.arg, WorkloadSpec))
     for seed in range(1, 500):
@@ -51,8 +56,8 @@ def needle_seed() -> int:
         for message in plan_messages(spec, "seed"):
             needle = message.mail_from == "" and len(message.rcpt_tos) > NEEDLE_RECIPIENTS
             if needle and 0.1 < first.gap - message.index / spec.rate < 0.35:
-                return seed
-    raise AssertionError("no seed sends a needle just before the first kill")
+                yield seed
+                break
 
 
 def child(tmp_path: Path, name: str, command: list[str]) -> tuple[ET.Element, str]:
@@ -89,15 +94,17 @@ def as_command(printed: str) -> list[str]:
 
 
 def test_shrink_finds_the_needle_and_its_replay_reproduces(tmp_path: Path) -> None:
-    seed = needle_seed()
-    began = time.monotonic()
-    case, stdout = child(tmp_path, "shrink", [
-        sys.executable, "-m", "pytest", "--shadowcheck", "--shadowcheck-target",
-        f"broken:{VARIANT}", "--shadowcheck-target-plugin", "broken_target",
-        f"{DURABILITY}::{SCENARIO}[PR-3]", "--shadowcheck-workload-seed", str(seed),
-        "--shadowcheck-workload-scale", str(SCALE), "--shadowcheck-shrink",
-    ])  # fmt: skip
-    shrink_s = time.monotonic() - began
+    for seed in islice(needle_seeds(), 3):
+        began = time.monotonic()
+        case, stdout = child(tmp_path, f"shrink-{seed}", [
+            sys.executable, "-m", "pytest", "--shadowcheck", "--shadowcheck-target",
+            f"broken:{VARIANT}", "--shadowcheck-target-plugin", "broken_target",
+            f"{DURABILITY}::{SCENARIO}[PR-3]", "--shadowcheck-workload-seed", str(seed),
+            "--shadowcheck-workload-scale", str(SCALE), "--shadowcheck-shrink",
+        ])  # fmt: skip
+        shrink_s = time.monotonic() - began
+        if outcome(case) == "failure":
+            break  # else the needle's 250 came after the kill: nothing acknowledged lost
     assert outcome(case) == "failure", stdout[-3000:]
     found = properties(case)
     before_m, after_m = map(int, found["shadowcheck.workload.single.shrunk_messages"].split("->"))
