@@ -40,6 +40,7 @@ from pytest_shadowcheck.engine import (
     generator_boundary,
     generator_durability,
     generator_groups,
+    generator_heartbeat,
     generator_placement,
     generator_replay_lag,
     generator_wire,
@@ -515,6 +516,11 @@ def plan(
         topology_data(topology),
         length=length,
     )
+    retimed = generator_heartbeat.HeartbeatChangeDrawer(
+        random.Random(f"shadowcheck-explore-heartbeat-change:{seed}:{index}"),
+        topology_data(topology),
+        drawer.can,
+    )
     ops: list[Operation] = []
     temp = ExplorationPlan(seed, index, topology, settings, ops, capabilities)
     ops += [Operation(*added) for added in boundary.first(temp.recovery(ops))]
@@ -527,7 +533,7 @@ def plan(
 
     def drawn_apart() -> int:  # what the drills of their own streams added
         drills = wire.drawn + durable.drawn + lagged.drawn + grouped.drawn + boundary.drawn
-        return drills + attempts.drawn
+        return drills + attempts.drawn + retimed.drawn
 
     while len(ops) - drawn_apart() < length:
         drawer.recovery = temp.recovery(ops)
@@ -713,6 +719,12 @@ def plan(
         for added in boundary.after(state.answering(), quiet, drawer.recovery, copies=copies):
             state.apply(added.effect)
             ops.append(Operation(*added))
+        beat = drawer.timers.get("ShadowHeartbeatFrequency")
+        changed_beat = retimed.after(
+            quiet=state.quiet(), answering=state.answering(), beat=beat, redundancy=copies
+        )
+        if changed_beat:
+            ops.append(Operation(changed_beat[0], changed_beat[1], behaviours=changed_beat[2]))
     settings.update(generator_wire.settings_for([op.label for op in ops]))
     settings.update(boundary.settings())
     return temp

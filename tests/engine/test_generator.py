@@ -16,7 +16,7 @@ from pytest_shadowcheck.engine.generator import (
     plan,
     untestable_by_exploration,
 )
-from pytest_shadowcheck.plugin.exploration import explored_index
+from pytest_shadowcheck.plugin.exploration import deep_length, explored_index
 from pytest_shadowcheck.scenario.capabilities import CAPABILITIES, STEP_CAPABILITY
 from pytest_shadowcheck.scenario.durations import parse_duration
 from pytest_shadowcheck.scenario.model import Scenario
@@ -498,3 +498,33 @@ def test_the_attempts_drill_cuts_a_node_off_once_no_node_holds_anothers_copies()
         assert cut == {f"{send['via']}->{n}" for n in nodes - {send["via"]}}
         assert float(steps[0]["wait"].rstrip("s")) >= 6.0 + 1.0  # 4 s beat + 2 s slack
         assert steps.index({"heal": "all"}) > steps.index({"send": send})
+
+
+def test_the_heartbeat_change_drill_shortens_a_slow_beat_just_after_a_copy() -> None:
+    """DI-2 across a live change (heartbeat-frequency-read-once): once no shadow holds a
+    copy, a message, then ShadowHeartbeatFrequency shortened at once from the 4 s in
+    force, then a wait past the old beat; real clock, a target that changes settings."""
+    drills = []
+    for index in range(80):
+        explored = plan(11, index, capabilities=ALL, length=deep_length(index))
+        for op in explored.operations:
+            if op.label.startswith("heartbeat change:"):
+                assert explored.settings["ShadowHeartbeatFrequency"] == 4.0
+                assert topology_data(explored.topology).get("clock") != "virtual"
+                drills.append((index, list(op.steps)))
+    # in the ramp's short scenarios too: a deep exploration reaches them in its first minute
+    assert len(drills) >= 4 and min(index for index, _ in drills) < 16, drills
+    for _, steps in drills:
+        kinds = [next(iter(step)) for step in steps]
+        assert kinds == ["wait", "send", "set_settings", "wait", "set_settings"]
+        unheld, _, change, after, back = steps
+        assert back["set_settings"]["values"] == {"ShadowHeartbeatFrequency": "4s"}
+        assert unheld["wait"]["until"] == "quiet"
+        assert parse_duration(unheld["wait"]["timeout"], None) >= 2 * 4.0 + 1
+        shorter = parse_duration(change["set_settings"]["values"]["ShadowHeartbeatFrequency"], None)
+        # the old beat's query (4 s after the copy) then misses the new due (the change,
+        # a moment after the copy, plus the new beat and the model's 2 s slack)
+        assert shorter + 2.0 < 4.0
+        assert parse_duration(after["wait"], None) > 4.0
+    without = [plan(11, i, capabilities=ALL - {"set_settings"}, length=16) for i in range(80)]
+    assert not [op for p in without for op in p.operations if "heartbeat change" in op.label]

@@ -11,7 +11,12 @@ from typing import Any
 
 import pytest
 
-from pytest_shadowcheck.engine import generator_durability, generator_groups, generator_replay_lag
+from pytest_shadowcheck.engine import (
+    generator_durability,
+    generator_groups,
+    generator_heartbeat,
+    generator_replay_lag,
+)
 from pytest_shadowcheck.engine.generator import plan
 from pytest_shadowcheck.scenario.capabilities import CAPABILITIES
 
@@ -39,9 +44,10 @@ def test_the_drills_leave_the_other_operations_as_drawn(monkeypatch: pytest.Monk
     monkeypatch.setattr(generator_durability, "DISK_SHARE", 0.0)
     monkeypatch.setattr(generator_replay_lag, "REPLAY_LAG_SHARE", 0.0)
     monkeypatch.setattr(generator_groups, "GROUP_SHARE", 0.0)
+    monkeypatch.setattr(generator_heartbeat, "HEARTBEAT_CHANGE_SHARE", 0.0)
     without = [plan(11, i, capabilities=ALL, length=16) for i in range(30)]
     drawn = 0
-    extra = (DRILL, "set ReplayLag", "group drill")
+    extra = (DRILL, "set ReplayLag", "group drill", "heartbeat change:")
     for a, b in zip(with_drills, without, strict=True):
         kept = [op for op in a.operations if not op.label.startswith(extra)]
         drawn += len(a.operations) - len(kept)
