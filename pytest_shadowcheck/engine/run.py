@@ -19,6 +19,7 @@ import contextlib
 import os
 import re
 import secrets
+import threading
 import traceback
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ from pytest_shadowcheck.scenario.steps import ACTION_SPECS, SEND_TIMEOUT, settin
 from pytest_shadowcheck.targets.base import ClusterPlan, NodeHandle, Target, TargetError
 from pytest_shadowcheck.verdict import CheckResult, Status, Verdict
 
-__all__ = ["Run", "TimelineWriter", "run_scenario"]
+__all__ = ["STOPPED", "Run", "TimelineWriter", "run_scenario"]
 
 #: (history, workload report, scenario name) -> where the timeline page was written
 TimelineWriter = Callable[[History, WorkloadReport, str], Path]
@@ -563,6 +564,42 @@ async def _expect_start_refused(run: Run, verdict: Verdict, reason: str) -> None
     )
 
 
+#: how often a running scenario looks whether the session stopped (s)
+STOP_POLL = 0.25
+#: the reason of a verdict the session's stop cut short
+STOPPED = "the session stopped (-x or --maxfail) before this scenario ended: nothing judged"
+
+
+class _SessionStopped(Exception):
+    pass
+
+
+async def _unless_stopped(work: Coroutine[Any, Any, None], stop: threading.Event | None) -> None:
+    """Run ``work`` to its end, or until ``stop`` is set (the session stops: -x,
+    --maxfail): then it is cancelled, and :class:`_SessionStopped` raised."""
+    task = asyncio.ensure_future(work)
+    if stop is None:
+        await task
+        return
+
+    async def stopped() -> None:
+        while not stop.is_set():
+            await asyncio.sleep(STOP_POLL)
+
+    watcher = asyncio.ensure_future(stopped())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            raise _SessionStopped
+        task.result()
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 def run_scenario(
     scenario: Scenario,
     target: Target,
@@ -577,8 +614,11 @@ def run_scenario(
     timeline_writer: TimelineWriter | None = None,
     workload_selection: dict[str, Selection] | None = None,
     replay_command: str = "",
+    stop: threading.Event | None = None,
 ) -> Verdict:
-    """Run ``scenario`` on ``target`` (blocking) and return its verdict."""
+    """Run ``scenario`` on ``target`` (blocking) and return its verdict. Once ``stop`` is
+    set (the session stops), a scenario not begun does not start and a running one is
+    cut short: INCONCLUSIVE, nothing judged."""
     verdict = verdict or Verdict(
         scenario.name,
         scenario.behaviours,
@@ -599,7 +639,9 @@ def run_scenario(
         try:
             # the nodes' pids as the target reports them (a restart attaches a new one)
             async with watching_lag(history, lambda: {n: h.pid for n, h in run.handles.items()}):
-                await asyncio.wait_for(_run(run, verdict, hooks), timeout)
+                await asyncio.wait_for(_unless_stopped(_run(run, verdict, hooks), stop), timeout)
+        except _SessionStopped:
+            verdict.inconclusive(STOPPED)
         except TimeoutError:
             verdict.inconclusive(
                 f"the scenario did not finish within its timeout ({timeout:g}s): "
@@ -624,6 +666,9 @@ def run_scenario(
                 verdict.diagnostics = target.diagnostics()
             await run.teardown()
 
+    if stop is not None and stop.is_set():
+        verdict.inconclusive(STOPPED)
+        return verdict
     run_loop(main())
     if history_file is not None:
         history.write_json(history_file)

@@ -10,7 +10,9 @@ pytest still runs the items one after another and reports them in order: when th
 session starts, every scenario item is queued to the lanes in the collection's order,
 longest first (the durations ``plugin/concurrency.py`` keeps); an item's setup then waits
 for its own verdict, which the lanes have computed, or are computing, meanwhile. With
-``-x`` or ``--maxfail``, the scenarios not yet begun are dropped when pytest stops.
+``-x`` or ``--maxfail``, when pytest stops, the scenarios not yet begun are dropped and
+the running ones cut short (a deep exploration's lanes ran theirs for minutes after the
+find that stopped it).
 
 A scenario INCONCLUSIVE only because the harness itself ran late (its timing judged
 against the lag the run recorded, engine/lag.py) runs once more, alone: no lane starts
@@ -172,8 +174,9 @@ class Lanes:
         self.stop()
 
     def stop(self) -> None:
-        """Drop the scenarios not begun; the running ones end (and release their nodes)
-        before the process does."""
+        """Drop the scenarios not begun and cut the running ones short; they release
+        their nodes before the process ends."""
+        self.state.stopping.set()
         for future in self.futures.values():
             future.cancel()
         self.pool.shutdown(wait=True, cancel_futures=True)

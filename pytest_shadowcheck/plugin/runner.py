@@ -132,6 +132,7 @@ def _run_once(state: ShadowcheckState, scenario: Scenario, nodeid: str, location
         timeline_writer=timeline if report_dir is not None else None,
         workload_selection=state.selections,
         replay_command=replay,
+        stop=state.stopping,
     )
     if verdict.status in (Status.PASS, Status.NOT_APPLICABLE, Status.UNTESTABLE):
         shutil.rmtree(workdir, ignore_errors=True)

@@ -98,6 +98,8 @@ def attempt_run(
             workload_seed=config.getoption("shadowcheck_workload_seed", None),
             workload_selection=selections,
             replay_command=replay,
+            # a shrink still going in another lane when the session stops is no use
+            stop=state.stopping,
         )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

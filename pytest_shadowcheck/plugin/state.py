@@ -107,6 +107,9 @@ class ShadowcheckState:
     library_paths: list[Path] = field(default_factory=list)
     #: --shadowcheck-replay: workload name -> the part of its plan to play
     selections: dict[str, Selection] = field(default_factory=dict)
+    #: set when the session stops (-x, --maxfail): the scenarios still running in other
+    #: lanes end at once, unjudged (plugin/lanes.py)
+    stopping: threading.Event = field(default_factory=threading.Event)
     _target: Target | None = None
 
     @property

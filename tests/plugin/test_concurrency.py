@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from harnesskit import ThreadedSink
 
+from pytest_shadowcheck.engine.run import STOPPED
 from pytest_shadowcheck.plugin.concurrency import (
     _scenario_count,
     default_lanes,
@@ -317,7 +318,7 @@ scenarios:
 
 #: a target plugin whose scenario hook blocks the harness's event loop for 1.5 s after
 #: the sender's 250, in the first run of "timed" only (a file marks that it happened)
-STALL_ONCE_PLUGIN = '''
+STALL_ONCE_PLUGIN = """
 import asyncio
 import time
 from pathlib import Path
@@ -339,7 +340,7 @@ def shadowcheck_scenario_started(scenario, target, history):
         time.sleep(1.5)
 
     asyncio.get_running_loop().create_task(stall())
-'''
+"""
 
 
 @pytest.mark.slow
@@ -364,3 +365,62 @@ def test_a_scenario_the_harness_was_too_late_to_judge_runs_again(
     assert "shadowcheck.retried" in junit
     assert "its first run was INCONCLUSIVE because the harness itself ran late" in junit
     assert junit.count("shadowcheck.retried") == 1
+
+
+STOPPED_LIBRARY = """\
+defaults:
+  topology: single-node
+  settings: {RejectMessageOnShadowFailure: false}
+scenarios:
+  - name: fails_first
+    behaviours: [CR-5]
+    steps:
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      # an estimate of 91 s puts it first; a quiet cluster ends the wait at once
+      - wait: {until: quiet, timeout: 90s}
+    expect:
+      - reply: {message: m1, code: 550}
+  - name: runs_long
+    behaviours: [CR-5]
+    steps:
+      - send: {id: m1, via: mbx1, to: [bob@corp.test]}
+      - wait: 40s
+    expect:
+      - reply: {message: m1, code: 250}
+"""
+
+#: a target plugin that writes each verdict as its scenario ends
+VERDICTS_PLUGIN = """
+from pathlib import Path
+
+from pytest_shadowcheck import hookimpl
+
+OUT = Path(__file__).with_name("verdicts.txt")
+
+
+@hookimpl
+def shadowcheck_scenario_finished(scenario, target, history, verdict):
+    with OUT.open("a") as out:
+        out.write(f"{scenario.name}|{verdict.status}|{verdict.reason}\\n")
+"""
+
+
+@pytest.mark.slow
+def test_with_x_the_scenarios_still_running_are_cut_short(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deep exploration's lanes ran their scenarios for minutes after the find that
+    stopped it: once pytest stops, a running scenario ends at once, unjudged."""
+    _library(pytester).write_text(STOPPED_LIBRARY, encoding="utf-8")
+    (pytester.path / "verdicts_out.py").write_text(VERDICTS_PLUGIN, encoding="utf-8")
+    monkeypatch.setenv("PYTHONPATH", str(pytester.path))
+    result = pytester.runpytest_subprocess(
+        "--shadowcheck", "-x", "--shadowcheck-concurrency", "2",
+        "--shadowcheck-target-plugin", "verdicts_out", "library",
+    )  # fmt: skip
+    result.assert_outcomes(failed=1)
+    verdicts = dict(
+        line.split("|", 1) for line in (pytester.path / "verdicts.txt").read_text().splitlines()
+    )
+    assert verdicts["fails_first"].startswith("FAIL"), verdicts
+    assert verdicts["runs_long"] == f"INCONCLUSIVE|{STOPPED}", verdicts
