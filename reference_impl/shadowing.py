@@ -45,7 +45,8 @@ class Shadowing:
         # written yet lives here, and a failure forces the next write (PR-6 counts).
         self._last_contact: dict[str, tuple[float, str | None]] = {}
         self._failed_since_contact: set[str] = set()
-        #: primary -> when this node resumed after standing still (see _note_stall)
+        #: primary -> when this node resumed after standing still (see _note_stall) or
+        #: started: the primary's unreachability is measured from then on
         self._stalled_at: dict[str, float] = {}
         self.stalls = StallWatch(node.clock.now)
         self.attempt_log: list[dict[str, Any]] = []

@@ -16,17 +16,18 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from pytest_shadowcheck.engine.exploration_plan import seconds_text
+from pytest_shadowcheck.engine.generator_placement import hop_recipients
+
 __all__ = ["HEARTBEAT_CHANGE_SHARE", "HeartbeatChangeDrawer"]
 
 #: after each of the generator's operations in a quiet cluster, the chance of the drill
 HEARTBEAT_CHANGE_SHARE = 0.5
 #: the new frequencies (s): beside a 4 s beat, either makes the old beat's query late by
-#: more than the model's 2 s slack
+#: more than the model's slack
 _SHORTER = (0.5, 1.0)
-
-
-def _seconds(value: float) -> str:
-    return f"{value:g}s"
+#: the lateness the catalogue model grants a query (checks/model: the timeline's slack)
+_SLACK = 2.0
 
 
 class HeartbeatChangeDrawer:
@@ -39,10 +40,7 @@ class HeartbeatChangeDrawer:
         self.rng = rng
         self.nodes = tuple(topology["nodes"])
         self.real = topology.get("clock", "real") != "virtual"
-        hops = set(topology.get("next_hops", {}))
-        self.recipients = tuple(
-            r for r in topology["directory"]["recipients"] if r.rpartition("@")[2] in hops
-        )
+        self.recipients = hop_recipients(topology)
         self.can = can
         #: drills drawn so far (one at most)
         self.drawn = 0
@@ -56,7 +54,8 @@ class HeartbeatChangeDrawer:
         never set the value in force) stay as drawn."""
         if not (self.real and quiet and redundancy and self.recipients and self.drawn < 1):
             return None
-        if beat is None or beat <= 2 * max(_SHORTER) or not self.can("set_settings"):
+        # a beat no longer than the new one and the slack: its query is never late
+        if beat is None or beat <= max(_SHORTER) + _SLACK or not self.can("set_settings"):
             return None
         if len(self.nodes) < 2 or len(answering) != len(self.nodes):
             return None
@@ -68,17 +67,17 @@ class HeartbeatChangeDrawer:
         shorter = self.rng.choice(_SHORTER)
         # two beats and a second: every copy made before was named in an answer to a
         # query, so no shadow holds one and its next copy starts its heartbeats afresh
-        unheld = {"wait": {"until": "quiet", "timeout": _seconds(2 * beat + 1)}}
+        unheld = {"wait": {"until": "quiet", "timeout": seconds_text(2 * beat + 1)}}
         steps: tuple[dict[str, Any], ...] = (
             unheld,
             {"send": {"id": "h1", "via": via, "to": [to], "timeout": "20s"}},
-            {"set_settings": {"values": {"ShadowHeartbeatFrequency": _seconds(shorter)}}},
+            {"set_settings": {"values": {"ShadowHeartbeatFrequency": seconds_text(shorter)}}},
             # past the old beat: the query the old frequency would make comes in it
-            {"wait": _seconds(beat + 1)},
-            {"set_settings": {"values": {"ShadowHeartbeatFrequency": _seconds(beat)}}},
+            {"wait": seconds_text(beat + 1)},
+            {"set_settings": {"values": {"ShadowHeartbeatFrequency": seconds_text(beat)}}},
         )
         label = (
             f"heartbeat change: h1 via {via}, then ShadowHeartbeatFrequency "
-            f"{_seconds(beat)} -> {_seconds(shorter)} at once, put back after a beat"
+            f"{seconds_text(beat)} -> {seconds_text(shorter)} at once, put back after a beat"
         )
         return label, steps, ("DI-2",)

@@ -304,6 +304,12 @@ ATTEMPTS_SHARE = 0.08
 _UNHELD = 7.5
 
 
+def hop_recipients(topology: dict[str, Any]) -> tuple[str, ...]:
+    """The directory's recipients whose domain a next hop of the topology takes."""
+    hops = set(topology.get("next_hops", {}))
+    return tuple(r for r in topology["directory"]["recipients"] if r.rpartition("@")[2] in hops)
+
+
 class AttemptsDrawer:
     """CR-7's count of attempts: once no node holds another's copies, a node cut from
     every other node is sent a message; its sessions towards each site are then its copy
@@ -314,10 +320,7 @@ class AttemptsDrawer:
         self.rng = rng
         self.nodes = tuple(topology["nodes"])
         self.deep = length >= 16 and topology.get("clock", "real") != "virtual"
-        hops = set(topology.get("next_hops", {}))
-        self.recipients = tuple(
-            r for r in topology["directory"]["recipients"] if r.rpartition("@")[2] in hops
-        )
+        self.recipients = hop_recipients(topology)
         self.drawn = 0
 
     def after(

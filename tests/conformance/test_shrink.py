@@ -94,7 +94,9 @@ def as_command(printed: str) -> list[str]:
 
 
 def test_shrink_finds_the_needle_and_its_replay_reproduces(tmp_path: Path) -> None:
-    for seed in islice(needle_seeds(), 3):
+    seeds = list(islice(needle_seeds(), 3))
+    assert seeds, "no seed sends a needle just before the first kill"
+    for seed in seeds:
         began = time.monotonic()
         case, stdout = child(tmp_path, f"shrink-{seed}", [
             sys.executable, "-m", "pytest", "--shadowcheck", "--shadowcheck-target",
