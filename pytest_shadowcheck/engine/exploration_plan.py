@@ -153,12 +153,17 @@ class ExplorationPlan:
         return explored_name(self.seed, self.index)
 
     def _set(self, kept: Sequence[Operation], name: str) -> list[float]:
-        """``name``'s values in seconds: the start's, then each one an operation set."""
+        """``name``'s values in seconds: the start's, then the one each operation leaves
+        in force (a drill that sets a timer for itself and puts it back waits for its own
+        value; the operations after it need only the one it restored)."""
         values = [parse_seconds(self.settings[name])] if name in self.settings else []
         for op in kept:
+            left = None
             for step in op.steps:
                 if name in (changed := step.get("set_settings", {}).get("values", {})):
-                    values.append(parse_seconds(changed[name]))
+                    left = parse_seconds(changed[name])
+            if left is not None:
+                values.append(left)
         return values
 
     def _timers(self, kept: Sequence[Operation]) -> tuple[float, float]:

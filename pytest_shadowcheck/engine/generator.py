@@ -41,6 +41,7 @@ from pytest_shadowcheck.engine import (
     generator_durability,
     generator_groups,
     generator_heartbeat,
+    generator_outage,
     generator_placement,
     generator_replay_lag,
     generator_wire,
@@ -521,6 +522,13 @@ def plan(
         topology_data(topology),
         drawer.can,
     )
+    outage = generator_outage.OutageDrawer(
+        random.Random(f"shadowcheck-explore-outage:{seed}:{index}"),
+        topology_data(topology),
+        drawer.can,
+        str(settings.get("ShadowMessagePreferenceSetting", "PreferRemote")),
+        length=length,
+    )
     ops: list[Operation] = []
     temp = ExplorationPlan(seed, index, topology, settings, ops, capabilities)
     ops += [Operation(*added) for added in boundary.first(temp.recovery(ops))]
@@ -531,9 +539,23 @@ def plan(
             drawer.state.apply(opening.effect)
             ops.append(opening)
 
+    def fail_primary() -> None:
+        """An outage drill (engine/generator_outage.py), now and then in a quiet cluster."""
+        state = drawer.state
+        failed = outage.after(
+            quiet=state.quiet(), answering=state.answering(), timers=drawer.timers,
+            reject=drawer.reject, redundancy=drawer.redundancy,
+            single_holder=drawer.single_holder, recovery=temp.recovery(ops),
+        )  # fmt: skip
+        if failed:
+            ops.append(Operation(failed[0], failed[1], behaviours=failed[2]))
+
+    # the cluster is quiet at the start: a drill may open the scenario
+    fail_primary()
+
     def drawn_apart() -> int:  # what the drills of their own streams added
         drills = wire.drawn + durable.drawn + lagged.drawn + grouped.drawn + boundary.drawn
-        return drills + attempts.drawn + retimed.drawn
+        return drills + attempts.drawn + retimed.drawn + outage.drawn
 
     while len(ops) - drawn_apart() < length:
         drawer.recovery = temp.recovery(ops)
@@ -725,6 +747,7 @@ def plan(
         )
         if changed_beat:
             ops.append(Operation(changed_beat[0], changed_beat[1], behaviours=changed_beat[2]))
+        fail_primary()
     settings.update(generator_wire.settings_for([op.label for op in ops]))
     settings.update(boundary.settings())
     return temp

@@ -32,7 +32,13 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["DISK_SHARE", "DURABILITY_SHARE", "DurabilityDrawer", "DurabilityOperation"]
+__all__ = [
+    "DISK_SHARE",
+    "DURABILITY_SHARE",
+    "DurabilityDrawer",
+    "DurabilityOperation",
+    "Routes",
+]
 
 #: an operation as generator.Operation takes it (label, action steps, behaviour IDs):
 #: plain, so that the generator imports this module and not the other way round
@@ -55,6 +61,38 @@ def _seconds(value: float) -> str:
     return f"{value:g}s"
 
 
+class Routes:
+    """What a topology says of a node's mail: where its shadow copies may go, the sinks
+    its next hops are, the recipients it routes; and how to hold its mail back."""
+
+    def __init__(self, topology: dict[str, Any], preference: str = "PreferRemote") -> None:
+        self.nodes = tuple(topology["nodes"])
+        #: node -> the nodes its shadow copies may go to
+        self.shadows = {n: _shadows(topology["nodes"], n, preference) for n in self.nodes}
+        hops = topology.get("next_hops", {})
+        node_hops = {
+            n: {**hops, **((spec or {}).get("next_hops") or {})}
+            for n, spec in topology["nodes"].items()
+        }
+        self.sinks = tuple(
+            sorted({h["sink"] for hs in node_hops.values() for h in hs.values() if h.get("sink")})
+        )
+        recipients = tuple(topology["directory"]["recipients"])
+        #: node -> the recipients it has a route for (a node-level next hop only its own)
+        self.routed = {
+            n: tuple(r for r in recipients if r.rpartition("@")[2] in node_hops[n])
+            for n in self.nodes
+        }
+        #: recipients every node routes: a promoted copy has a route
+        self.everywhere = tuple(
+            r for r in recipients if all(r in self.routed[n] for n in self.nodes)
+        )
+
+    def hold(self, via: str) -> list[dict[str, Any]]:
+        """Cut ``via`` from every next hop: what it accepts stays queued on it."""
+        return [{"fault": {"link": f"{via}->{s}", "kind": "cut"}} for s in self.sinks]
+
+
 class DurabilityDrawer:
     """Draws durability drills on a topology (its scenario-file dict); ``can`` says
     which step kinds the target performs."""
@@ -75,28 +113,13 @@ class DurabilityDrawer:
         #: the full-disk drill's own stream (None: no such drill)
         self.disk_rng = disk_rng
         self.disk_drawn = 0
-        self.nodes = tuple(topology["nodes"])
-        #: node -> the nodes its shadow copies may go to
-        self.shadows = {n: _shadows(topology["nodes"], n, preference) for n in self.nodes}
+        self.routes = Routes(topology, preference)
+        self.nodes = self.routes.nodes
+        self.shadows = self.routes.shadows
         self.virtual = topology.get("clock") == "virtual"
-        hops = topology.get("next_hops", {})
-        node_hops = {
-            n: {**hops, **((spec or {}).get("next_hops") or {})}
-            for n, spec in topology["nodes"].items()
-        }
-        self.sinks = tuple(
-            sorted({h["sink"] for hs in node_hops.values() for h in hs.values() if h.get("sink")})
-        )
-        recipients = tuple(topology["directory"]["recipients"])
-        #: node -> the recipients it has a route for (a node-level next hop only its own)
-        self.routed = {
-            n: tuple(r for r in recipients if r.rpartition("@")[2] in node_hops[n])
-            for n in self.nodes
-        }
-        #: recipients every node routes: a promoted copy has a route
-        self.everywhere = tuple(
-            r for r in recipients if all(r in self.routed[n] for n in self.nodes)
-        )
+        self.sinks = self.routes.sinks
+        self.routed = self.routes.routed
+        self.everywhere = self.routes.everywhere
         self.can = can
         self.sent = 0
         #: power-cut drills drawn so far
@@ -201,8 +224,7 @@ class DurabilityDrawer:
         return ref, {"send": spec}
 
     def _hold(self, via: str) -> list[dict[str, Any]]:
-        """Cut ``via`` from every next hop: what it accepts stays queued on it."""
-        return [{"fault": {"link": f"{via}->{s}", "kind": "cut"}} for s in self.sinks]
+        return self.routes.hold(via)
 
     def unsynced_ack(
         self, reject: bool, recovery: float, *, bounce: bool = False

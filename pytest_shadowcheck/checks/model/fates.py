@@ -302,8 +302,11 @@ def wipe_rule(j: Judge, m: Sent) -> None:
             continue
         if j.tl.reachable(shadow, m.via, back + j.slack, deadline) != {True}:
             continue
+        # a copy taken before an admin switched shadow redundancy off is still promoted
+        # (CR-6 stops new copies, not the promotion of those made: scenarios/outages.yaml
+        # pr2_copies_made_before_redundancy_was_disabled_are_promoted)
         if not j.can_deliver(shadow, m, applied.t, deadline) or not j.copy_kept(
-            m, shadow, deadline
+            m, shadow, deadline, while_switched_off=True
         ):
             continue
         j.exercised["PR-2"] += 1

@@ -167,16 +167,21 @@ class Judge:
             for s in sinks
         )
 
-    def copy_kept(self, m: Sent, shadow: str, until: float) -> bool:
+    def copy_kept(
+        self, m: Sent, shadow: str, until: float, *, while_switched_off: bool = False
+    ) -> bool:
         """Whether ``shadow`` surely still keeps ``m``'s copy and acts on it until
         ``until``: never wiped or power cut since the 250, shadow redundancy on at both
-        ends throughout (a transport may drop its copies when it is switched off)."""
+        ends throughout (a transport may drop its copies when it is switched off), or
+        ``while_switched_off``: whatever the setting became after the copy was made."""
         since = m.t_reply if m.t_reply is not None else m.t_send
         lost = any(
             s.step.kind in ("wipe", "power_cut") and s.step.arg.node == shadow and s.t >= since
             for s in self.tl.steps
             if s.t <= until
         )
+        if while_switched_off:
+            return not lost
         on = all(
             self.tl.setting(n, "ShadowRedundancyEnabled", m.t_send, until) == {True}
             for n in (m.via, shadow)

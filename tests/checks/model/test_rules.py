@@ -423,6 +423,30 @@ def test_pr2_a_new_queue_database_is_promoted_at_once(tmp_path: Path) -> None:
     assert "by +5.0s" in found.expected  # back 1.5 + heartbeat 0.5 + slack 2 + 1
 
 
+def test_pr2_a_copy_taken_before_redundancy_was_switched_off_is_still_promoted(
+    tmp_path: Path,
+) -> None:
+    # PR-2 (above), and CR-6: "ShadowRedundancyEnabled=false: no copy, no XSHADOW in EHLO,
+    # no XSHADOW issued" - no new copy; the one taken before is still the message's only
+    # copy once the primary is back on a new queue database
+    more = (
+        "  - wait: 0.5s\n  - set_settings: {values: {ShadowRedundancyEnabled: false}}\n"
+        "  - wipe: mbx1\n  - heal: mbx1->mailbox\n  - wait: 4s\n"
+    )
+    b = held_back(tmp_path, more)
+    b.steps(0.5, 1.0)
+    b.reply(1.1, "mbx1", 250)
+    b.steps(1.2, 1.7)
+    b.step(1.8, back=2.0)
+    b.steps(2.1, 2.2)
+    b.at(6.2, "note", text="end")
+    found = b.explain().divergence
+    assert found is not None and found.behaviour == "PR-2"
+    assert "by +5.5s" in found.expected  # back 2.0 + heartbeat 0.5 + slack 2 + 1
+    b.delivered(4.0, "m1", "mbx2", "alice@corp.test")
+    assert b.explain().divergence is None
+
+
 # -- DI-2, SN-1, SN-2, SN-3 --------------------------------------------------------------
 
 

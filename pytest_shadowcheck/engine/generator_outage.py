@@ -1,0 +1,203 @@
+"""Exploration's outage drills: a primary holding a message its shadow has a copy of
+fails in the ways the promotion rules turn on, with the timers set so that the model can
+tell a promotion that came too early from one in time.
+
+The generator's own node faults strike the primary holding mail at random moments, for
+random lengths, at whatever ShadowResubmitTimeSpan the scenario drew; and the model
+grants every return its slack (checks/model/state.py), so a shadow that promotes within
+a few seconds of the primary's return shows only where the span is long beside that
+slack. These drills make those cases, in a quiet cluster on a real clock, as one
+self-contained operation that ends healed, every node up, the settings as they were:
+
+- **back in time** (PR-1, PR-3): the primary, in touch with its shadow for longer than
+  the span, is killed and back on its queue database after a heartbeat failed: its
+  shadow must not promote (a shadow that promotes a primary heard from again, or counts
+  the span from the first contact rather than the last, delivers the copy early).
+- **kept down** (PR-1): the same, kept down past the promotion window: the shadow
+  promotes after the span, not at the first unanswered heartbeat.
+- **redundancy withdrawn** (PR-2, CR-6): an admin sets ShadowRedundancyEnabled to false
+  and the primary comes back on a new queue database: its shadow still asks it for
+  discards, learns the new database and promotes the copies it took before.
+
+Their draws come from a random stream of their own, after the generator's operations,
+so that the other operations are drawn as without them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from pytest_shadowcheck.engine.exploration_plan import seconds_text, settle
+from pytest_shadowcheck.engine.generator_durability import Routes
+
+__all__ = ["OUTAGE_SHARE", "OutageDrawer"]
+
+#: after each of the generator's operations in a quiet cluster, the chance of a drill
+OUTAGE_SHARE = 0.3
+#: the drills only in scenarios this long (deep exploration's, once past its first
+#: sixteen): the bounded slice's stay as they were, and within the suite's time goal
+_LENGTH = 12
+#: the lateness the catalogue model grants a change of a node's state (the timeline's
+#: slack, checks/model)
+_SLACK = 2.0
+#: how long a killed node takes to be back and heard from, at most, on a loaded machine
+_RESTART = 1.5
+#: the shortest span beside which a shadow promoting a returned primary is early: the
+#: outage (a heartbeat and a half, the restart) and the slack on either side of it
+_SPAN_BACK = 8.0
+#: ... and one promoting at the first unanswered heartbeat (a second of delivery)
+_SPAN_DOWN = 4.0
+#: the heartbeats these drills are drawn for: a longer one would need longer spans still
+_BEAT = 1.0
+
+OutageOperation = tuple[str, tuple[dict[str, Any], ...], tuple[str, ...]]
+
+
+class OutageDrawer:
+    """Draws one outage drill at most a plan, in deep scenarios on a real clock, where the
+    target can kill and restart a node; ``can`` says which step kinds it performs."""
+
+    def __init__(
+        self,
+        rng: random.Random,
+        topology: dict[str, Any],
+        can: Callable[[str], bool],
+        preference: str,
+        *,
+        length: int,
+    ) -> None:
+        self.rng = rng
+        self.routes = Routes(topology, preference)
+        self.nodes = self.routes.nodes
+        self.real = length >= _LENGTH and topology.get("clock", "real") != "virtual"
+        self.can = can
+        #: drills drawn so far (one at most)
+        self.drawn = 0
+
+    def after(
+        self,
+        *,
+        quiet: bool,
+        answering: list[str],
+        timers: dict[str, float],
+        reject: bool,
+        redundancy: bool,
+        single_holder: bool,
+        recovery: float,
+    ) -> OutageOperation | None:
+        """Now and then (:data:`OUTAGE_SHARE`), with every node answering, a drill: its
+        label, steps and behaviours. ``timers`` are the ShadowResubmitTimeSpan and
+        ShadowHeartbeatFrequency in force, ``recovery`` how long the cluster needs after a
+        fault at those timers (ExplorationPlan.recovery)."""
+        if not (self.real and quiet and redundancy and self.drawn < 1):
+            return None
+        if not (self.can("kill") and self.can("restart")) or len(answering) != len(self.nodes):
+            return None
+        span = timers.get("ShadowResubmitTimeSpan")
+        beat = timers.get("ShadowHeartbeatFrequency")
+        vias = [n for n in self.nodes if self.routes.shadows[n]]
+        if span is None or beat is None or not vias or not self.routes.everywhere:
+            return None
+        live = self.can("set_settings")
+        if beat > _BEAT and not live:
+            return None
+        kinds = [
+            kind
+            for kind, need in (("back", _SPAN_BACK), ("down", _SPAN_DOWN))
+            if span >= need or live
+        ]
+        # a wipe loses what only the primary holds: a copy for every message (a 250 says
+        # so) and none without one from before
+        if live and self.can("wipe") and reject and not single_holder:
+            kinds.append("withdrawn")
+        if not kinds or self.rng.random() >= OUTAGE_SHARE:
+            return None
+        self.drawn += 1
+        kind = self.rng.choice(kinds)
+        via = self.rng.choice(vias)
+        if kind == "withdrawn":
+            return self._withdrawn(via, recovery)
+        need = _SPAN_BACK if kind == "back" else _SPAN_DOWN
+        timed = {
+            "ShadowResubmitTimeSpan": max(span, need),
+            "ShadowHeartbeatFrequency": min(beat, _BEAT),
+        }
+        return self._outage(
+            via,
+            kind,
+            {"ShadowResubmitTimeSpan": span, "ShadowHeartbeatFrequency": beat},
+            timed,
+            recovery,
+        )
+
+    def _hold_and_send(self, via: str) -> list[dict[str, Any]]:
+        """Cut ``via`` from its next hops and send it o1: the message stays queued on it,
+        its copy on a shadow (RejectMessageOnShadowFailure is true: a 250 says so)."""
+        to = self.rng.sample(list(self.routes.everywhere), 1)
+        steps = self.routes.hold(via)
+        steps.append({"send": {"id": "o1", "via": via, "to": to, "timeout": "20s"}})
+        if self.can("snapshot"):
+            # which shadow holds the copy: the model judges a promotion by one holder only
+            shadows = sorted(self.routes.shadows[via])
+            steps += [{"snapshot": {"node": n, "queue": "shadow"}} for n in shadows]
+        return steps
+
+    def _outage(
+        self, via: str, kind: str, before: dict[str, float], timed: dict[str, float],
+        recovery: float,
+    ) -> OutageOperation:  # fmt: skip
+        """``timed``: the timers the drill needs, set first where they differ from those
+        in force (``before``), which are put back at its end."""
+        steps: list[dict[str, Any]] = []
+        changed = {k: v for k, v in timed.items() if v != before[k]}
+        span, beat = timed["ShadowResubmitTimeSpan"], timed["ShadowHeartbeatFrequency"]
+        if changed:
+            steps.append(_timers(changed))
+            # the change may be noticed up to the slack later: the model then reads the
+            # old timers, which would leave an early promotion unjudged
+            steps.append({"wait": seconds_text(_SLACK + 0.5)})
+            recovery += max(0.0, span - before["ShadowResubmitTimeSpan"])
+        steps += self._hold_and_send(via)
+        # in touch for longer than the span: a shadow that counts it from the first
+        # contact, not the last, promotes at the first unanswered heartbeat
+        steps.append({"wait": seconds_text(span + beat)})
+        steps.append({"kill": via})
+        if kind == "back":
+            # a heartbeat fails, then the primary is back on its queue database: the
+            # shadow must keep its copy (two beats and a second to see that it does)
+            steps += [{"wait": seconds_text(1.5 * beat)}, {"restart": via}]
+            steps.append({"wait": seconds_text(2 * beat + 1.0)})
+            what = "back after a failed heartbeat"
+        else:
+            steps.append({"wait": seconds_text(round(recovery + 1.0, 1))})
+            # on a new queue database where the target can: only the promoted copy is left
+            steps.append({"wipe" if self.can("wipe") else "restart": via})
+            what = "kept down past the promotion window"
+        steps += [{"heal": "all"}, settle(recovery)]
+        if changed:
+            steps.append(_timers({k: before[k] for k in changed}))
+        label = (
+            f"outage: o1 via {via} held, {via} killed after {seconds_text(span + beat)} "
+            f"in touch, {what} (ShadowResubmitTimeSpan {seconds_text(span)}, "
+            f"ShadowHeartbeatFrequency {seconds_text(beat)})"
+        )
+        return label, tuple(steps), ("PR-1", "PR-3") if kind == "back" else ("PR-1",)
+
+    def _withdrawn(self, via: str, recovery: float) -> OutageOperation:
+        off = {"set_settings": {"values": {"ShadowRedundancyEnabled": False}}}
+        on = {"set_settings": {"values": {"ShadowRedundancyEnabled": True}}}
+        steps = self._hold_and_send(via)
+        # the change apart from the 250: o1 was surely sent with redundancy on
+        steps += [{"wait": "0.5s"}, off, {"wipe": via}, settle(recovery), on]
+        steps += [{"heal": "all"}, settle(recovery)]
+        label = (
+            f"outage: o1 via {via} held, ShadowRedundancyEnabled set false, {via} back on a "
+            "new queue database"
+        )
+        return label, tuple(steps), ("PR-2", "CR-6")
+
+
+def _timers(values: dict[str, float]) -> dict[str, Any]:
+    return {"set_settings": {"values": {k: seconds_text(v) for k, v in values.items()}}}
