@@ -25,6 +25,7 @@ so that the other operations are drawn as without them.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +33,7 @@ from typing import Any
 from pytest_shadowcheck.engine.exploration_plan import seconds_text, settle
 from pytest_shadowcheck.engine.generator_durability import Routes
 
-__all__ = ["OUTAGE_SHARE", "OutageDrawer"]
+__all__ = ["OUTAGE_SHARE", "OutageDrawer", "span_needed"]
 
 #: after each of the generator's operations in a quiet cluster, the chance of a drill
 OUTAGE_SHARE = 0.3
@@ -44,13 +45,27 @@ _LENGTH = 12
 _SLACK = 2.0
 #: how long a killed node takes to be back and heard from, at most, on a loaded machine
 _RESTART = 1.5
-#: the shortest span beside which a shadow promoting a returned primary is early: the
-#: outage (a heartbeat and a half, the restart) and the slack on either side of it
-_SPAN_BACK = 8.0
-#: ... and one promoting at the first unanswered heartbeat (a second of delivery)
-_SPAN_DOWN = 4.0
-#: the heartbeats these drills are drawn for: a longer one would need longer spans still
+#: the heartbeat the drills set for themselves where the target changes settings live
+#: (without, they are drawn only where the one in force is no longer than :data:`_BEAT`)
+_FAST_BEAT = 0.5
 _BEAT = 1.0
+
+
+def span_needed(kind: str, beat: float) -> float:
+    """The shortest ShadowResubmitTimeSpan (whole seconds) beside which the catalogue
+    model tells an early promotion in drill ``kind`` from one in time. It allows a
+    promotion from the span less a beat less the slack after the primary was last
+    reachable (checks/model/fates.py ``_not_early``); a shadow that promotes a returning
+    primary ("back") does so a heartbeat after a return the model itself sees up to the
+    slack late, the outage being a heartbeat and a half and the restart; one that counts
+    the span from the first contact ("down") a heartbeat and a second of delivery after
+    the kill."""
+    if kind == "back":
+        early = 1.5 * beat + _RESTART + _SLACK + beat
+    else:
+        early = beat + 1.0
+    return float(math.ceil(early + beat + _SLACK + 0.25))
+
 
 OutageOperation = tuple[str, tuple[dict[str, Any], ...], tuple[str, ...]]
 
@@ -103,11 +118,8 @@ class OutageDrawer:
         live = self.can("set_settings")
         if beat > _BEAT and not live:
             return None
-        kinds = [
-            kind
-            for kind, need in (("back", _SPAN_BACK), ("down", _SPAN_DOWN))
-            if span >= need or live
-        ]
+        drill_beat = _FAST_BEAT if live else beat
+        kinds = [k for k in ("back", "down") if live or span >= span_needed(k, drill_beat)]
         # a wipe loses what only the primary holds: a copy for every message (a 250 says
         # so) and none without one from before
         if live and self.can("wipe") and reject and not single_holder:
@@ -119,18 +131,12 @@ class OutageDrawer:
         via = self.rng.choice(vias)
         if kind == "withdrawn":
             return self._withdrawn(via, recovery)
-        need = _SPAN_BACK if kind == "back" else _SPAN_DOWN
+        before = {"ShadowResubmitTimeSpan": span, "ShadowHeartbeatFrequency": beat}
         timed = {
-            "ShadowResubmitTimeSpan": max(span, need),
-            "ShadowHeartbeatFrequency": min(beat, _BEAT),
+            "ShadowResubmitTimeSpan": max(span, span_needed(kind, drill_beat)),
+            "ShadowHeartbeatFrequency": drill_beat,
         }
-        return self._outage(
-            via,
-            kind,
-            {"ShadowResubmitTimeSpan": span, "ShadowHeartbeatFrequency": beat},
-            timed,
-            recovery,
-        )
+        return self._outage(via, kind, before, timed, recovery)
 
     def _hold_and_send(self, via: str) -> list[dict[str, Any]]:
         """Cut ``via`` from its next hops and send it o1: the message stays queued on it,

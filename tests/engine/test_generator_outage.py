@@ -65,7 +65,11 @@ def test_a_primary_back_in_time_after_a_failed_heartbeat() -> None:
     for topology, settings, _, steps in back:
         timers = _timers_in_drill(settings, steps)
         span, beat = timers["ShadowResubmitTimeSpan"], timers["ShadowHeartbeatFrequency"]
-        assert beat <= 1.0 and span - 2 * SLACK > 1.5 * beat + 1.0
+        # the model allows a promotion from the span less a beat less the slack after
+        # the primary was last reachable; a returning primary is seen back up to the
+        # slack late, after a heartbeat and a half and a restart (1.5 s at most), and a
+        # shadow promoting it does so at its next heartbeat
+        assert span - beat - SLACK > 1.5 * beat + 1.5 + SLACK + beat
         send = next(s["send"] for s in steps if "send" in s)
         via = send["via"]
         held = [s["fault"]["link"] for s in steps[: steps.index({"send": send})] if "fault" in s]
@@ -90,7 +94,7 @@ def test_a_primary_kept_down_past_the_window_after_a_long_contact() -> None:
         span, beat = timers["ShadowResubmitTimeSpan"], timers["ShadowHeartbeatFrequency"]
         # a shadow promoting at the first missed heartbeat delivers a beat and a second
         # after the kill: early by the model's reckoning only where the span exceeds that
-        assert span - SLACK >= beat + 1.0
+        assert span - beat - SLACK > beat + 1.0
         via = next(s["send"]["via"] for s in steps if "send" in s)
         kill = steps.index({"kill": via})
         assert _seconds(steps[kill + 1]["wait"]) > span + 2 * beat

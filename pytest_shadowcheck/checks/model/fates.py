@@ -231,8 +231,8 @@ def _not_early(j: Judge, m: Sent, t: float, by: str) -> None:
     j.diverged(
         "PR-1",
         f"{by} keeps its shadow copy of {m.ref} until it has failed to reach {m.via} for "
-        f"ShadowResubmitTimeSpan ({seconds(bounds[0] + j.slack)} at the least, give or take a "
-        f"heartbeat)",
+        f"ShadowResubmitTimeSpan: {least:.1f}s at the least, granting a heartbeat and "
+        f"{j.slack:.1f}s for a loaded machine",
         f"{by} delivered {m.ref} at {j.when(t)}, though {m.via} was out of its reach for "
         f"{longest:.1f}s at most before",
         t,
