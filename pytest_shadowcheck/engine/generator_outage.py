@@ -60,10 +60,7 @@ def span_needed(kind: str, beat: float) -> float:
     slack late, the outage being a heartbeat and a half and the restart; one that counts
     the span from the first contact ("down") a heartbeat and a second of delivery after
     the kill."""
-    if kind == "back":
-        early = 1.5 * beat + _RESTART + _SLACK + beat
-    else:
-        early = beat + 1.0
+    early = 1.5 * beat + _RESTART + _SLACK + beat if kind == "back" else beat + 1.0
     return float(math.ceil(early + beat + _SLACK + 0.25))
 
 
