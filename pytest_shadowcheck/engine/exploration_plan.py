@@ -291,11 +291,16 @@ class ExplorationPlan:
         return scenario
 
     def write(
-        self, keep: Sequence[int] | None = None, directory: Path | None = None, name: str = ""
+        self,
+        keep: Sequence[int] | None = None,
+        directory: Path | None = None,
+        name: str = "",
+        text: str | None = None,
     ) -> Path:
         """Write the scenario file of the operations ``keep`` (see :meth:`scenario`)
-        without loading it: the collection will."""
-        text = self.yaml(keep, name=name)
+        without loading it: the collection will. ``text``: its :meth:`yaml`, already
+        made."""
+        text = self.yaml(keep, name=name) if text is None else text
         where = directory or _default_directory()
         where.mkdir(parents=True, exist_ok=True)
         path = where / f"{name or self.name}.yaml"

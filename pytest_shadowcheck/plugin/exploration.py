@@ -195,18 +195,22 @@ def setup_exploration(config: pytest.Config, state: ShadowcheckState) -> Explora
         count, length = SLICE_SCENARIOS, SLICE_OPERATIONS
     target = state.target
     capabilities = frozenset(c for c in CAPABILITIES if target.can(c))
-    # the same seed draws other scenarios for other capabilities or lengths: a directory
-    # of their own, so that two sessions never overwrite each other's files
-    digest = hashlib.sha1(",".join(sorted(capabilities)).encode()).hexdigest()[:8]
-    ramp = "r" if deadline is not None else ""  # a deep one's first scenarios are shorter
-    name = f"{target.label}-s{seed}-n{length}{ramp}-{digest}"
-    directory = Path(tempfile.gettempdir()) / "shadowcheck-explore" / name
     exploration = Exploration(
-        int(seed), count, length, capabilities, directory, deadline=deadline, only=only,
+        int(seed), count, length, capabilities, Path(), deadline=deadline, only=only,
         started=shared.get("started", time.time()),
     )  # fmt: skip
-    for index in range(count):
-        exploration.files.append(exploration.plan(index).write(directory=directory))
+    plans = [exploration.plan(index) for index in range(count)]
+    texts = [explored.yaml() for explored in plans]
+    # the same seed draws other scenarios for other capabilities, lengths or versions of
+    # the generator: a directory of their own (named by what is in it, so that xdist's
+    # workers agree on it), and two sessions never overwrite each other's files
+    digest = hashlib.sha1(",".join(sorted(capabilities)).encode()).hexdigest()[:8]
+    content = hashlib.sha1("".join(texts).encode()).hexdigest()[:8]
+    ramp = "r" if deadline is not None else ""  # a deep one's first scenarios are shorter
+    name = f"{target.label}-s{seed}-n{length}{ramp}-{digest}-{content}"
+    exploration.directory = Path(tempfile.gettempdir()) / "shadowcheck-explore" / name
+    for explored, text in zip(plans, texts, strict=True):
+        exploration.files.append(explored.write(directory=exploration.directory, text=text))
     config.stash[_KEY] = exploration
     return exploration
 

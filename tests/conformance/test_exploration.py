@@ -111,7 +111,11 @@ def test_a_deep_exploration_runs_short_scenarios_first_in_the_seeds_order(
     assert deep.lengths() == "of 8 operations growing to 12"
     assert replace(deep, count=16).lengths() == "of 8 operations"
     assert replace(deep, deadline=None, count=3, length=10).lengths() == "of 10 operations"
-    (written,) = (Path(tempfile.gettempdir()) / "shadowcheck-explore").glob("reference-s44-n16r-*")
+    # (one directory per version of the generator's plans: this run's is the newest)
+    written = max(
+        (Path(tempfile.gettempdir()) / "shadowcheck-explore").glob("reference-s44-n16r-*"),
+        key=lambda p: p.stat().st_mtime,
+    )
     capabilities = frozenset(c for c in CAPABILITIES if ReferenceTarget().can(c))
     for index, length in ((0, 8), (15, 8), (16, 12), (31, 12), (32, 16), (41, 16)):
         assert deep_length(index) == length
@@ -129,7 +133,9 @@ def test_operations_a_black_box_cannot_perform_are_not_generated(tmp_path: Path)
     assert "3 of 3 scenario(s) can run" in output, output[-3000:]
     written = Path(tempfile.gettempdir()) / "shadowcheck-explore"
     digest = hashlib.sha1(b"kill,restart").hexdigest()[:8]
-    files = sorted((written / f"reference-s31-n10-{digest}").glob("explore_s31_*.yaml"))
+    # (one directory per version of the generator's plans: this run's is the newest)
+    directory = max(written.glob(f"reference-s31-n10-{digest}-*"), key=lambda p: p.stat().st_mtime)
+    files = sorted(directory.glob("explore_s31_*.yaml"))
     assert len(files) == 3
     for path in files:
         (scenario,) = load_scenario_file(path)
