@@ -55,8 +55,18 @@ class LazyStorage:
                 writeback=self.writeback,
                 hold_names=self.hold_names,
             )
-            await asyncio.to_thread(mount.start)
+            # registered before it starts, and its start waited out even when the run
+            # is cancelled meanwhile (-x stops the session): the thread mounts anyway,
+            # and stop() must find what it mounted, or the mount and its process outlive
+            # the run
             self.mounts[node] = mount
+            starting = asyncio.ensure_future(asyncio.to_thread(mount.start))
+            try:
+                await asyncio.shield(starting)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await starting
+                raise
         return self.directory(node)
 
     def _mount(self, node: str) -> LazyMount:

@@ -3,6 +3,7 @@ until their directory is fsynced, a full and a failing disk, and SQLite on top."
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import itertools
 import os
@@ -24,6 +25,7 @@ from pytest_shadowcheck.storage.mount import (
     mounted_at,
     sweep_stale_controls,
 )
+from pytest_shadowcheck.targets.lazy_storage import LazyStorage
 
 pytestmark = pytest.mark.skipif(
     fuse_unavailable() is not None and not os.environ.get("SHADOWCHECK_REQUIRE_FUSE"),
@@ -384,3 +386,27 @@ def test_a_start_that_fails_leaves_no_control_directory_and_says_why(
     with pytest.raises(NotADirectoryError):
         blocked.start()
     assert list((tmp_path / "again").iterdir()) == []
+
+
+def test_a_mount_cancelled_while_it_starts_is_still_stopped(tmp_path: Path) -> None:
+    """-x cancels a scenario wherever it is: a cancellation while a node's filesystem is
+    still mounting (its start runs in a thread, which goes on) must leave nothing
+    mounted once the storage is stopped, and no filesystem process behind."""
+    storage = LazyStorage(tmp_path, writeback=0)
+    started: list[LazyMount] = []
+
+    async def cancelled_then_stopped() -> None:
+        mounting = asyncio.ensure_future(storage.mount("mbx1"))
+        await asyncio.sleep(0.05)  # the filesystem's process is starting, not yet mounted
+        assert not mounting.done()
+        mounting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await mounting
+        started.extend(storage.mounts.values())
+        await storage.stop()
+
+    asyncio.run(cancelled_then_stopped())
+    assert mounted_at(storage.directory("mbx1")) is None
+    assert not [m for m in lazy_mounts() if str(tmp_path) in str(m)]
+    (mount,) = started
+    assert mount.process is not None and mount.process.poll() is not None
