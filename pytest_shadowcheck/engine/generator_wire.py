@@ -34,6 +34,9 @@ WIRE_SETTINGS: dict[str, float] = {
 #: SendConnectionInactivityTimeout + the model's slack, under ReceiveConnectionTimeout
 _KEPT_OPEN = 5.0
 
+#: how much longer than the limit and the model's slack a silent or busy sender stays
+_PAST_SLACK = 3.0
+
 #: after each of the generator's operations, the chance of a wire operation
 WIRE_SHARE = 0.15
 
@@ -118,7 +121,10 @@ class WireDrawer:
         """TO-1: a sender says EHLO, then nothing (the node ends it after
         ReceiveConnectionInactivityTimeout), or only NOOPs (it ends at
         ReceiveConnectionTimeout)."""
-        idle = WIRE_SETTINGS["ReceiveConnectionTimeout"] + 2.0
+        # past the absolute limit and the model's slack by more than the harness's own
+        # lateness the model then grants (checks/model/check.py): a session the harness
+        # ends just at that deadline leaves a node that never ends it unjudged
+        idle = WIRE_SETTINGS["ReceiveConnectionTimeout"] + 2.0 + _PAST_SLACK
         session: dict[str, Any] = {"via": via, "say": ["EHLO client.test"], "idle": _seconds(idle)}
         if busy:
             session["keepalive"] = "500ms"
