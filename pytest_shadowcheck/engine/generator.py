@@ -804,6 +804,7 @@ def _drill(drawer: Drawer, kinds: list[str], settings: dict[str, Any]) -> list[O
     drill = safety_net_drill(
         drawer.rng, kinds=[kind], nodes=drawer.nodes, databases=databases, sinks=drawer.sinks,
         ref=f"m{drawer.sent}", recovery=drawer.recovery, hold=float(settings["SafetyNetHoldTime"]),
+        beat=drawer.timers.get("ShadowHeartbeatFrequency", 1.0),
     )  # fmt: skip
     return [Operation(*drawn) for drawn in drill]
 

@@ -44,6 +44,8 @@ class Drawn(NamedTuple):
     behaviours: tuple[str, ...] = ()
 
 
+#: the lateness the catalogue model grants an event (checks/model: the timeline's slack)
+_SLACK = 2.0
 #: what any drill needs of the target
 SAFETY_NET_CAPABILITIES = frozenset({"virtual_clock", "control_api", "set_settings"})
 #: drill -> the further capabilities it needs
@@ -164,10 +166,12 @@ def safety_net_drill(
     ref: str,
     recovery: float,
     hold: float,
+    beat: float = 1.0,
 ) -> list[Drawn]:
     """The operations of one drill of a kind among ``kinds`` (those the target can do):
     ``ref`` names its first message (a second gets ``ref`` + "b"); ``databases`` maps a
-    recipient to its mailbox database; ``hold`` is SafetyNetHoldTime in force."""
+    recipient to its mailbox database; ``hold`` is SafetyNetHoldTime and ``beat``
+    ShadowHeartbeatFrequency in force."""
     kind = rng.choice(kinds)
     primary = rng.choice(nodes)
     shadow = rng.choice([n for n in nodes if n != primary])
@@ -196,7 +200,14 @@ def safety_net_drill(
                 ({"advance": "11h + 50m"}, {"wait": "2s"}),
                 behaviours=("SN-7",),
             ),
-            Drawn("advance 20m", ({"advance": "20m"}, {"wait": "6s"}), behaviours=("SN-7",)),
+            # the broadcast's due (a heartbeat, twice the model's slack and a delivery)
+            # and 3 s more before the primary is back, so that the harness's own
+            # lateness, which the model grants, leaves the window judged
+            Drawn(
+                "advance 20m",
+                ({"advance": "20m"}, {"wait": _seconds(beat + 2 * _SLACK + 1.0 + 3.0)}),
+                behaviours=("SN-7",),
+            ),
             Drawn(f"restart {primary}", ({"restart": primary}, wait), ("up", primary)),
         ]
         return ops

@@ -98,3 +98,21 @@ def test_no_group_drill_after_a_safety_net_drill() -> None:
             drilled += first is not None
             after += first is not None and any(i > first for i in group)
     assert after == 0 and grouped >= 3 and drilled >= 30, (after, grouped, drilled)
+
+
+def test_a_broadcast_drill_keeps_the_primary_down_well_past_the_broadcast_due() -> None:
+    """SN-7: after the 12 hours the coordinator's next heartbeat broadcasts the request,
+    which the model gives twice its slack and a delivery; the primary comes back 3 s
+    after that at the earliest, so that the harness's own lateness, which the model
+    grants, leaves the window judged (a coordinator that forgot the request showed
+    INCONCLUSIVE by 0.005 s)."""
+    waits = []
+    for index in range(60):
+        drawn = plan(11, index, capabilities=ALL, length=16)
+        beat = float(drawn.settings["ShadowHeartbeatFrequency"])
+        for op in drawn.operations:
+            if op.label == "advance 20m" and len(op.steps) == 2:
+                waits.append((beat, float(op.steps[1]["wait"].rstrip("s"))))
+    assert waits
+    for beat, wait in waits:
+        assert wait >= beat + 2 * 2.0 + 1.0 + 3.0
