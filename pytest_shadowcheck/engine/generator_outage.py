@@ -6,8 +6,9 @@ The generator's own node faults strike the primary holding mail at random moment
 random lengths, at whatever ShadowResubmitTimeSpan the scenario drew; and the model
 grants every return its slack (checks/model/state.py), so a shadow that promotes within
 a few seconds of the primary's return shows only where the span is long beside that
-slack. These drills make those cases, in a quiet cluster on a real clock, as one
-self-contained operation that ends healed, every node up, the settings as they were:
+slack. These drills make those cases, at the start or after an operation that leaves the
+cluster quiet, on a real clock, as one self-contained operation that ends healed, every
+node up, the settings as they were:
 
 - **back in time** (PR-1, PR-3): the primary, in touch with its shadow for longer than
   the span, is killed and back on its queue database after a heartbeat failed: its
@@ -83,7 +84,8 @@ class OutageDrawer:
         self.rng = rng
         self.routes = Routes(topology, preference)
         self.nodes = self.routes.nodes
-        self.real = length >= _LENGTH and topology.get("clock", "real") != "virtual"
+        #: long enough and on a real clock (promotions wait on it)
+        self.drawable = length >= _LENGTH and topology.get("clock", "real") != "virtual"
         self.can = can
         #: drills drawn so far (one at most)
         self.drawn = 0
@@ -103,7 +105,7 @@ class OutageDrawer:
         label, steps and behaviours. ``timers`` are the ShadowResubmitTimeSpan and
         ShadowHeartbeatFrequency in force, ``recovery`` how long the cluster needs after a
         fault at those timers (ExplorationPlan.recovery)."""
-        if not (self.real and quiet and redundancy and self.drawn < 1):
+        if not (self.drawable and quiet and redundancy and self.drawn < 1):
             return None
         if not (self.can("kill") and self.can("restart")) or len(answering) != len(self.nodes):
             return None
