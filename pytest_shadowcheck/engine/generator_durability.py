@@ -223,9 +223,6 @@ class DurabilityDrawer:
             spec["size"] = size
         return ref, {"send": spec}
 
-    def _hold(self, via: str) -> list[dict[str, Any]]:
-        return self.routes.hold(via)
-
     def unsynced_ack(
         self, reject: bool, recovery: float, *, bounce: bool = False
     ) -> DurabilityOperation | None:
@@ -239,7 +236,7 @@ class DurabilityDrawer:
         if reject:  # a 451 would leave nothing to keep
             steps.append({"set_settings": {"values": {"RejectMessageOnShadowFailure": False}}})
         steps += [{"fault": {"link": f"{via}->{n}", "kind": "cut"}} for n in self.nodes if n != via]
-        steps += self._hold(via)
+        steps += self.routes.hold(via)
         ref, send = self._send(via, self.routed[via])
         if bounce:
             # the node's recipients, then others of the first's domain (a sink takes any)
@@ -260,7 +257,7 @@ class DurabilityDrawer:
         acknowledged; the primary then dies and stays down past the promotion window."""
         via = self.rng.choice([n for n in self.nodes if self.shadows[n]])
         others = sorted(self.shadows[via])
-        steps = self._hold(via)
+        steps = self.routes.hold(via)
         ref, send = self._send(via, self.everywhere)
         steps.append(send)
         steps += [{"power_cut": n} for n in others]

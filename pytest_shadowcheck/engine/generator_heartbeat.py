@@ -16,6 +16,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from pytest_shadowcheck.checks.model.check import DEFAULT_SLACK
 from pytest_shadowcheck.engine.exploration_plan import seconds_text
 from pytest_shadowcheck.engine.generator_placement import hop_recipients
 
@@ -24,10 +25,8 @@ __all__ = ["HEARTBEAT_CHANGE_SHARE", "HeartbeatChangeDrawer"]
 #: after each of the generator's operations in a quiet cluster, the chance of the drill
 HEARTBEAT_CHANGE_SHARE = 0.5
 #: the new frequencies (s): beside a 4 s beat, either makes the old beat's query late by
-#: more than the model's slack
+#: more than the model's slack (DEFAULT_SLACK)
 _SHORTER = (0.5, 1.0)
-#: the lateness the catalogue model grants a query (checks/model: the timeline's slack)
-_SLACK = 2.0
 
 
 class HeartbeatChangeDrawer:
@@ -55,7 +54,7 @@ class HeartbeatChangeDrawer:
         if not (self.real and quiet and redundancy and self.recipients and self.drawn < 1):
             return None
         # a beat no longer than the new one and the slack: its query is never late
-        if beat is None or beat <= max(_SHORTER) + _SLACK or not self.can("set_settings"):
+        if beat is None or beat <= max(_SHORTER) + DEFAULT_SLACK or not self.can("set_settings"):
             return None
         if len(self.nodes) < 2 or len(answering) != len(self.nodes):
             return None

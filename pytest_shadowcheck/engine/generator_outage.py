@@ -31,6 +31,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from pytest_shadowcheck.checks.model.check import DEFAULT_SLACK
 from pytest_shadowcheck.engine.exploration_plan import seconds_text, settle
 from pytest_shadowcheck.engine.generator_durability import Routes
 
@@ -41,9 +42,6 @@ OUTAGE_SHARE = 0.3
 #: the drills only in scenarios this long (deep exploration's, once past its first
 #: sixteen): the bounded slice's stay as they were, and within the suite's time goal
 _LENGTH = 12
-#: the lateness the catalogue model grants a change of a node's state (the timeline's
-#: slack, checks/model)
-_SLACK = 2.0
 #: how long a killed node takes to be back and heard from, at most, on a loaded machine
 _RESTART = 1.5
 #: the heartbeat the drills set for themselves where the target changes settings live
@@ -61,8 +59,8 @@ def span_needed(kind: str, beat: float) -> float:
     slack late, the outage being a heartbeat and a half and the restart; one that counts
     the span from the first contact ("down") a heartbeat and a second of delivery after
     the kill."""
-    early = 1.5 * beat + _RESTART + _SLACK + beat if kind == "back" else beat + 1.0
-    return float(math.ceil(early + beat + _SLACK + 0.25))
+    early = 1.5 * beat + _RESTART + DEFAULT_SLACK + beat if kind == "back" else beat + 1.0
+    return float(math.ceil(early + beat + DEFAULT_SLACK + 0.25))
 
 
 OutageOperation = tuple[str, tuple[dict[str, Any], ...], tuple[str, ...]]
@@ -162,7 +160,7 @@ class OutageDrawer:
             steps.append(_timers(changed))
             # the change may be noticed up to the slack later: the model then reads the
             # old timers, which would leave an early promotion unjudged
-            steps.append({"wait": seconds_text(_SLACK + 0.5)})
+            steps.append({"wait": seconds_text(DEFAULT_SLACK + 0.5)})
             recovery += max(0.0, span - before["ShadowResubmitTimeSpan"])
         steps += self._hold_and_send(via)
         # in touch for longer than the span: a shadow that counts it from the first

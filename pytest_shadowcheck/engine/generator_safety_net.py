@@ -31,6 +31,8 @@ from __future__ import annotations
 import random
 from typing import Any, NamedTuple
 
+from pytest_shadowcheck.checks.model.check import DEFAULT_SLACK
+
 __all__ = ["DRILLS", "SAFETY_NET_CAPABILITIES", "Drawn", "safety_net_drill"]
 
 
@@ -44,8 +46,6 @@ class Drawn(NamedTuple):
     behaviours: tuple[str, ...] = ()
 
 
-#: the lateness the catalogue model grants an event (checks/model: the timeline's slack)
-_SLACK = 2.0
 #: what any drill needs of the target
 SAFETY_NET_CAPABILITIES = frozenset({"virtual_clock", "control_api", "set_settings"})
 #: drill -> the further capabilities it needs
@@ -205,7 +205,7 @@ def safety_net_drill(
             # lateness, which the model grants, leaves the window judged
             Drawn(
                 "advance 20m",
-                ({"advance": "20m"}, {"wait": _seconds(beat + 2 * _SLACK + 1.0 + 3.0)}),
+                ({"advance": "20m"}, {"wait": _seconds(beat + 2 * DEFAULT_SLACK + 1.0 + 3.0)}),
                 behaviours=("SN-7",),
             ),
             Drawn(f"restart {primary}", ({"restart": primary}, wait), ("up", primary)),

@@ -14,6 +14,8 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pytest_shadowcheck.checks.model.check import DEFAULT_SLACK
+
 __all__ = ["WIRE_SETTINGS", "WIRE_SHARE", "WireDrawer", "WireOperation", "settings_for"]
 
 #: an operation as generator.Operation takes it (label, action steps, behaviour IDs):
@@ -124,7 +126,7 @@ class WireDrawer:
         # past the absolute limit and the model's slack by more than the harness's own
         # lateness the model then grants (checks/model/check.py): a session the harness
         # ends just at that deadline leaves a node that never ends it unjudged
-        idle = WIRE_SETTINGS["ReceiveConnectionTimeout"] + 2.0 + _PAST_SLACK
+        idle = WIRE_SETTINGS["ReceiveConnectionTimeout"] + DEFAULT_SLACK + _PAST_SLACK
         session: dict[str, Any] = {"via": via, "say": ["EHLO client.test"], "idle": _seconds(idle)}
         if busy:
             session["keepalive"] = "500ms"
