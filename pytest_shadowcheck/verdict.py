@@ -117,6 +117,9 @@ class Verdict:
     explored: dict[str, Any] | None = None
     #: why this verdict is a second run's: the first one's summary (plugin/lanes.py)
     retried: str = ""
+    #: the whole scenario INCONCLUSIVE because the machine was overloaded (it ran out
+    #: of time while its nodes waited for a CPU), not because it broke
+    overloaded: bool = False
     #: a behaviour is evidenced only by the checks that name it (an explored scenario,
     #: which lists every behaviour its model may judge): a check that names none of the
     #: scenario's (an invariant, a step's replies) decides the scenario's outcome, not a
@@ -132,7 +135,7 @@ class Verdict:
         so, and the run itself did not break."""
         late = [c for c in self.checks if c.status == Status.INCONCLUSIVE]
         return (
-            self.overall is None
+            (self.overall is None or (self.overall == Status.INCONCLUSIVE and self.overloaded))
             and self.status == Status.INCONCLUSIVE
             and all(c.harness_late for c in late)
         )
@@ -140,9 +143,12 @@ class Verdict:
     def untestable(self, reason: str) -> None:
         self.overall, self.reason = Status.UNTESTABLE, reason
 
-    def inconclusive(self, reason: str, diagnostics: str = "") -> None:
+    def inconclusive(self, reason: str, diagnostics: str = "", harness_late: bool = False) -> None:
+        """The whole scenario INCONCLUSIVE; ``harness_late``: only because the machine
+        was overloaded (a run again alone may judge it: :attr:`harness_late`)."""
         if self.overall != Status.INCONCLUSIVE:
             self.overall, self.reason = Status.INCONCLUSIVE, reason
+            self.overloaded = harness_late
         if diagnostics and not self.diagnostics:
             self.diagnostics = diagnostics
 

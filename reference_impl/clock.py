@@ -35,8 +35,11 @@ class Clock:
         if timeout is None:
             await event.wait()
             return True
+        # The deadline is taken now: a task starts on a later turn of the loop, and a
+        # clock advanced in between would otherwise push the deadline on by as much.
+        deadline = self.now() + timeout
         waiter = asyncio.ensure_future(event.wait())
-        sleeper = asyncio.ensure_future(self.sleep(timeout))
+        sleeper = asyncio.ensure_future(self.sleep_until(deadline))
         try:
             await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
         finally:

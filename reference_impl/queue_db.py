@@ -413,6 +413,12 @@ class QueueDB:
         rows = self.conn.execute(sql + " ORDER BY received_at", args).fetchall()
         return [_shadow(r) for r in rows]
 
+    def oldest_shadow_arrival(self, primary: str) -> float | None:
+        row = self.conn.execute(
+            "SELECT MIN(received_at) FROM shadows WHERE primary_node = ?", (primary,)
+        ).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
     def has_shadows(self, primary: str) -> bool:
         row = self.conn.execute(
             "SELECT 1 FROM shadows WHERE primary_node = ? LIMIT 1", (primary,)

@@ -244,11 +244,17 @@ class Shadowing:
             self._heartbeats[primary] = self.node.background(self._heartbeat_loop(primary))
 
     async def _heartbeat_loop(self, primary: str) -> None:
+        # The first beat is due one frequency after the oldest copy arrived, not after
+        # this loop started: a worker's note of the copy may reach the owner late.
+        # (Never before this node started or resumed: see _stalled_at.)
+        oldest = self.node.db.oldest_shadow_arrival(primary)
+        before = self.node.clock.now() if oldest is None else oldest
+        before = max(before, self._stalled_at.get(primary, before))
         while self.node.db.has_shadows(primary):
-            before = self.node.clock.now()
             waited = await self._one_beat_from(before)
             self._note_stall(primary, before, waited)
             await self.heartbeat(primary)
+            before = self.node.clock.now()
 
     async def _one_beat_from(self, since: float) -> float:
         """Until one ShadowHeartbeatFrequency after ``since``, the value in force: an

@@ -56,9 +56,12 @@ def reference_or_variant(variant: str = "") -> ReferenceTarget:
     )
 
 
-def run_on_reference(tmp_path: Path, text: str) -> tuple[list[dict[str, Any]], Verdict]:
-    """Run the one scenario of the YAML ``text`` in-process on real reference nodes:
-    the events of its history (as written to its file) and its verdict."""
+def run_on_reference(
+    tmp_path: Path, text: str, variant: str = ""
+) -> tuple[list[dict[str, Any]], Verdict]:
+    """Run the one scenario of the YAML ``text`` in-process on real reference nodes (or
+    those of its broken ``variant``): the events of its history (as written to its file)
+    and its verdict."""
     # here, not at the top: most tests that use this kit run no scenario
     from pytest_shadowcheck.engine.run import run_scenario
     from pytest_shadowcheck.scenario.loader import load_scenario_file
@@ -68,7 +71,7 @@ def run_on_reference(tmp_path: Path, text: str) -> tuple[list[dict[str, Any]], V
     (scenario,) = load_scenario_file(source)
     history = tmp_path / "history.json"
     verdict = run_scenario(
-        scenario, ReferenceTarget(), workdir=tmp_path / "run", history_file=history
+        scenario, reference_or_variant(variant), workdir=tmp_path / "run", history_file=history
     )
     events: list[dict[str, Any]] = json.loads(history.read_text())["events"]
     return events, verdict

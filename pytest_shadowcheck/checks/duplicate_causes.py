@@ -10,13 +10,23 @@ from itertools import pairwise
 from math import inf
 from typing import TYPE_CHECKING
 
+from pytest_shadowcheck.checks.lateness import said
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from pytest_shadowcheck.checks.workload_records import Fate, Window
     from pytest_shadowcheck.history import Event, History
 
-__all__ = ["LATE_REPLY", "duplicate_cause", "unanswered_connection", "unread_reply"]
+__all__ = ["LATE_REPLY", "cause_kind", "duplicate_cause", "unanswered_connection", "unread_reply"]
+
+
+def cause_kind(cause: str) -> str:
+    """The cause without its particulars (the times, the figures in parentheses): what
+    a workload's duplicates are counted by ("redelivery by mbx2 after a reply it may not
+    have read; PR-1 promotion after mbx1 gave up on its connection to mbx2 while the
+    machine ran late")."""
+    return "; ".join(part.split(" (")[0] for part in cause.split("; "))
 
 
 def duplicate_cause(
@@ -199,30 +209,80 @@ def unread_reply(history: History, sent: Event, timeout: float | None = None) ->
     )
 
 
-def unanswered_connection(history: History, link: str, since: float, until: float) -> str | None:
+def unanswered_connection(
+    history: History, link: str, since: float, until: float, timeout: float | None = None
+) -> str | None:
     """A connection on ``link`` (a shadow's to its primary) opened within ``[since,
-    until]`` that the server never answered before the client gave up and closed it:
-    to that client the server was unreachable, whatever the nemesis did."""
+    until]`` on which the client gave up waiting for the server: it closed it with no
+    answer at all, or, while the machine ran late (the harness relaying late, a node
+    waiting for a CPU), without another command after waiting for a reply (as long as
+    its ``timeout``, its SendConnectionInactivityTimeout, when known). To that client the
+    server was unreachable, whatever the nemesis did."""
     opened: dict[object, float] = {}
-    answered: set[object] = set()
+    asked: dict[object, tuple[float, str]] = {}  # the client's last command: when, what
+    answered: dict[object, float] = {}  # the server's last line after that command
     for event in history.events(link=link, since=since, until=until):
+        conn = event.conn
         if event.kind == "connect":
-            opened[event.conn] = event.t
-        elif event.kind == "line" and event.direction == "s2c":
-            answered.add(event.conn)
+            opened[conn] = event.t
+            asked[conn] = (event.t, "connection")
+        elif event.kind == "line" and event.direction == "c2s" and conn in opened:
+            asked[conn] = (event.t, str(event.data.get("text", "")).split(" ")[0])
+            answered.pop(conn, None)
+        elif event.kind == "data" and conn in opened:
+            asked[conn] = (event.t, "message content")
+            answered.pop(conn, None)
+        elif event.kind == "line" and event.direction == "s2c" and conn in opened:
+            answered[conn] = event.t
         elif (
             event.kind == "close"
-            and event.conn in opened
-            and event.conn not in answered
+            and conn in opened
             # a deliberate close after a wait, not a client killed as it connected
             and event.data.get("reason") == "client closed"
-            and event.t - opened[event.conn] >= LATE_REPLY
         ):
-            client, server = link.split("->")
-            t = opened[event.conn]
-            return (
-                f"{server} left {client}'s connection at +{t:.3f}s unanswered for "
-                f"{event.t - t:.3f}s until {client} gave up (to {client}, {server} was "
-                "unreachable)"
+            why = _gave_up(
+                history, link, opened[conn], asked[conn], answered.get(conn), event.t, timeout
             )
+            if why is not None:
+                return why
     return None
+
+
+def _gave_up(
+    history: History,
+    link: str,
+    opened: float,
+    asked: tuple[float, str],
+    answered: float | None,
+    closed: float,
+    timeout: float | None,
+) -> str | None:
+    """Why the client's close at ``closed`` was giving up on the server, if it was."""
+    client, server = link.split("->")
+    (t, what), began = asked, f"at +{opened:.3f}s"
+    if answered is None and what == "connection":
+        if closed - t < LATE_REPLY:
+            return None
+        return (
+            f"{server} left {client}'s connection unanswered ({began} for "
+            f"{closed - t:.3f}s, until {client} gave up: to {client}, {server} was "
+            "unreachable)"
+        )
+    if what.upper() == "QUIT":
+        return None  # the session's own end
+    # a harness late before ``t`` stamped the command (or the connection) late, after
+    # the client's timer had started
+    late = history.lateness(t - (timeout or 0.0), closed)
+    if late.total < LATE_REPLY:
+        return None
+    if timeout is not None and closed - t + late.total < timeout - LATE_REPLY:
+        return None  # no timer of the client's ran out: it closed for a reason of its own
+    waited = f"{server}'s greeting" if what == "connection" else "whose reply"
+    after = "opening it" if what == "connection" else f"its {what}"
+    came = "never came" if answered is None else f"came {answered - t:.3f}s after it"
+    return (
+        f"{client} gave up on its connection to {server} while the machine ran late "
+        f"({began}: {client} closed it, without another command, {closed - t:.3f}s after "
+        f"{after}, {waited} {came}, while {said(late)}: to {client}, {server} was "
+        "unreachable)"
+    )

@@ -6,7 +6,20 @@ from __future__ import annotations
 
 from pytest_shadowcheck.history import Lateness
 
-__all__ = ["said"]
+__all__ = ["OVERLOADED_LEAST", "OVERLOADED_SHARE", "overloaded", "said"]
+
+#: a wait (a scenario's timeout, a workload's settle) the machine's lateness (the
+#: harness's loop, the nodes' waits for a CPU) took this share of, and at least the
+#: seconds below, ran out of the machine's time (starting nodes alone blocks the loop
+#: ~0.4 s)
+OVERLOADED_SHARE = 0.1
+OVERLOADED_LEAST = 2.0
+
+
+def overloaded(late: float, span: float) -> bool:
+    """Whether ``late`` seconds of the machine's lateness over a wait of ``span``
+    seconds make the wait's outcome the machine's, not the MTA's."""
+    return late >= max(OVERLOADED_LEAST, OVERLOADED_SHARE * span)
 
 
 def said(late: Lateness) -> str:

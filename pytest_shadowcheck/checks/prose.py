@@ -319,6 +319,15 @@ def describe_matcher(matcher: dict[str, Any], run: Run | None = None) -> Phrase:
     line = _line_phrase(
         parse_pattern(matcher.get("line", ".*")), matcher.get("direction"), client, server, ref
     )
+    if "first_after" in matcher and "last_before" in matcher:
+        # a line between two events: a node heard from again before it acted
+        between = (
+            f"after {describe_matcher(matcher['first_after'], run).text} "
+            f"and before {describe_matcher(matcher['last_before'], run).text}"
+        )
+        return Phrase(
+            f"{line.text} {between}", f"{line.never} {between}", f"{line.not_yet} {between}"
+        )
     if "first_after" in matcher:
         after = describe_matcher(matcher["first_after"], run)
         return Phrase(

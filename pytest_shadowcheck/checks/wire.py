@@ -174,6 +174,18 @@ async def check_delivered(run: Run, step: Step) -> CheckResult:
             observed = f"not delivered{where}; but {describe_deliveries(others)}"
     msg = run.messages[ref]
     around = found[0][1].t if found else run.history.now()
+    timed_out = "" if found else _sessions_timed_out_on_the_harness(run, sink, by, msg.sent_t)
+    if timed_out:
+        return CheckResult(
+            f"delivered {ref}",
+            Status.INCONCLUSIVE,
+            expected,
+            f"{observed}: {timed_out}: the attempt failed on the machine's account, and no "
+            "later one came within the window: no verdict on the MTA",
+            where=str(step.where),
+            excerpt=run.excerpt(around, msg.links(all_nodes=True)),
+            harness_late=True,
+        )
     if ok and late:
         return CheckResult(
             f"delivered {ref}",
@@ -193,6 +205,52 @@ async def check_delivered(run: Run, step: Step) -> CheckResult:
         observed,
         run.excerpt(around, msg.links(all_nodes=True)),
     )
+
+
+#: the timer a node's delivery session runs out on while it waits for the next hop (its
+#: running out can also leave a next hop's 250 unread: a duplicate's cause)
+SEND_TIMEOUT = "SendConnectionInactivityTimeout"
+
+
+def _sessions_timed_out_on_the_harness(
+    run: Run, sink: str | None, by: str | None, since: float
+) -> str:
+    """Why nothing reached ``sink`` may be the harness's doing, in words ("" if not): every
+    delivery session a node opened to it since ``since`` was ended by the node itself
+    while the harness, relaying it, stalled at least as long as the node's
+    SendConnectionInactivityTimeout in one go. The node's timer ran out waiting for a
+    line the harness held (CI once stalled 1.0 s inside a 0.5 s timeout, and a node
+    whose retry is a minute away delivered nothing in a 5 s window)."""
+    sinks = [sink] if sink else list(run.sinks)
+    sessions: dict[tuple[str, int], list[Event]] = {}
+    for event in run.history.events(since=since):
+        if event.link is None or event.conn is None or "->" not in event.link:
+            continue
+        node, _, to = event.link.partition("->")
+        if to in sinks and (by is None or node == by):
+            sessions.setdefault((event.link, event.conn), []).append(event)
+    stalls: list[str] = []
+    for (link, _), events in sorted(sessions.items(), key=lambda s: s[1][0].t):
+        node = link.partition("->")[0]
+        timeout = run.scenario.node_setting(node, SEND_TIMEOUT)
+        closed = next((e for e in events if e.kind == "close"), None)
+        if not isinstance(timeout, int | float) or closed is None:
+            return ""  # a session still open, or a timer the scenario does not give
+        if closed.data.get("reason") != "client closed":
+            return ""  # the next hop ended it: not the node's timer
+        stall = max(
+            (float(e.data.get("late", 0.0)) for e in
+             run.history.events(kind="lag", since=events[0].t, until=closed.t)),
+            default=0.0,
+        )  # fmt: skip
+        if stall < timeout:
+            return ""
+        stalls.append(
+            f"{node} ended its session to {link.partition('->')[2]} at +{closed.t:.2f}s "
+            f"just after the harness itself stalled {stall:.3f}s relaying it, longer than "
+            f"its {SEND_TIMEOUT} of {timeout:g}s"
+        )
+    return "; ".join(stalls)
 
 
 def _header_lines(raw: bytes) -> list[str]:

@@ -34,10 +34,12 @@ from math import inf
 from typing import TYPE_CHECKING, Any
 
 from pytest_shadowcheck.checks.duplicate_causes import (
+    cause_kind,
     duplicate_cause,
     unanswered_connection,
     unread_reply,
 )
+from pytest_shadowcheck.checks.lateness import overloaded, said
 from pytest_shadowcheck.checks.workload_records import Entry, Fate, Window
 from pytest_shadowcheck.scenario.workload_spec import NODE_FAULTS
 from pytest_shadowcheck.statuses import Status
@@ -46,9 +48,19 @@ from pytest_shadowcheck.verdict import CheckResult
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from pytest_shadowcheck.history import Event, History
+    from pytest_shadowcheck.history import Event, History, Lateness
 
-__all__ = ["FATES", "Fate", "WorkloadReport", "check_workload", "results"]
+__all__ = ["FATES", "Fate", "Settled", "WorkloadReport", "check_workload", "results"]
+
+
+@dataclass(frozen=True)
+class Settled:
+    """How the workload's settle went: the seconds the engine lengthened it by for the
+    machine's lateness (``granted``, at most another settle) and the machine's lateness
+    over the whole of it (``late``)."""
+
+    granted: float
+    late: Lateness
 
 FATES = (
     "delivered",
@@ -224,20 +236,26 @@ def check_workload(
             found.copied_at[node] = max(event.t, found.copied_at.get(node, event.t))
             if event.link.partition("->")[0] == found.via:
                 found.offered.setdefault(node, []).append(event.t)
-    first_handed: dict[tuple[str, str], Event] = {}
+    # every hand-off of a message by a node: a node splits its recipients over several
+    # sessions (by domain, by batch), and any of them but the last may be the one whose
+    # reply it did not read before it delivered that session's recipients again
+    handed_by: dict[tuple[str, str], list[Event]] = defaultdict(list)
     for event in handed:
         found = identify(event.data)
         if found is not None and event.link:
-            first_handed.setdefault((found.ref, event.link.partition("->")[0]), event)
+            handed_by[(found.ref, event.link.partition("->")[0])].append(event)
 
     def unread(fate: Fate, node: str) -> str | None:
-        sent = first_handed.get((fate.ref, node))
         timeout = (send_timeouts or {}).get(node)
-        return None if sent is None else unread_reply(history, sent, timeout)
+        earlier = handed_by.get((fate.ref, node), [])[:-1] or handed_by.get((fate.ref, node), [])
+        return next(
+            (why for sent in earlier if (why := unread_reply(history, sent, timeout))), None
+        )
 
     def unanswered(fate: Fate, shadow: str) -> str | None:
         first = min(t for t, helo, _ in fate.deliveries if helo.split(".")[0] == shadow)
-        return unanswered_connection(history, f"{shadow}->{fate.via}", fate.sent, first)
+        timeout = (send_timeouts or {}).get(shadow)
+        return unanswered_connection(history, f"{shadow}->{fate.via}", fate.sent, first, timeout)
 
     faults = sorted(windows.values(), key=lambda w: w.start)
     causes: Counter[str] = Counter()
@@ -248,7 +266,7 @@ def check_workload(
         if fate.fate == "lost" and {fate.via, *fate.copied_to} & unlisted.keys():
             fate.fate = "unlisted"
         if fate.fate == "duplicated":
-            causes[fate.cause] += 1
+            causes[cause_kind(fate.cause)] += 1
     return WorkloadReport(
         workload=workload,
         seed=seed,
@@ -506,6 +524,7 @@ def results(
     settle: float = 0.0,
     retry: tuple[float, float] | None = None,
     unmet: str = "",
+    settled: Settled | None = None,
 ) -> list[CheckResult]:
     """The report as CheckResults: no loss, duplicates explained and, with
     ``all_delivered``, nothing acknowledged still queued after the settle (all evidence
@@ -513,11 +532,13 @@ def results(
 
     What is still queued at the end of the settle is never a loss: it is a liveness
     question, UNTESTABLE when the MTA's retry ``retry`` (shortest, longest seconds) is
-    compiled in longer than the ``settle``. With ``unmet`` (why the scenario's given
-    never happened) every result is NOT-APPLICABLE, its figures kept."""
+    compiled in longer than the ``settle``, INCONCLUSIVE when the machine ran later
+    during it than the engine could lengthen it by (``settled``). With ``unmet`` (why
+    the scenario's given never happened) every result is NOT-APPLICABLE, its figures
+    kept."""
     out = _results(report, behaviours, where, excerpt, outside, all_delivered, evidence)
     if all_delivered:
-        out.append(_liveness(report, behaviours, where, settle, retry))
+        out.append(_liveness(report, behaviours, where, settle, retry, settled))
     _uncopied(report, out, where)
     if unmet:
         for found in out:
@@ -566,6 +587,7 @@ def _liveness(
     where: str,
     settle: float,
     retry: tuple[float, float] | None,
+    settled: Settled | None = None,
 ) -> CheckResult:
     """Acknowledged, the faults over, and still not delivered when the settle ended
     (queued, or on a node whose queues could not be listed: undelivered either way)."""
@@ -599,10 +621,21 @@ def _liveness(
             f"within it cannot be asked of it; seed {report.seed}",
             where=where, behaviours=behaviours,
         )  # fmt: skip
+    granted = settled.granted if settled is not None else 0.0
+    if settled is not None and overloaded(settled.late.total - granted, settle):
+        return CheckResult(
+            name, Status.INCONCLUSIVE, expected,
+            f"{held}; the settle was lengthened by {granted:.3f}s for the machine's "
+            f"lateness, and the machine ran later still: over the settle "
+            f"{said(settled.late)} (an overloaded machine): no verdict on the MTA; seed "
+            f"{report.seed}",
+            where=where, behaviours=behaviours, harness_late=True,
+        )  # fmt: skip
+    lengthened = f" (lengthened by {granted:.3f}s: the machine ran late)" if granted else ""
     return CheckResult(
         name, Status.FAIL, expected,
         f"not delivered in time (liveness): {held}; the nemesis's faults were over during "
-        f"the settle; seed {report.seed}",
+        f"the settle{lengthened}; seed {report.seed}",
         where=where, behaviours=behaviours,
     )  # fmt: skip
 

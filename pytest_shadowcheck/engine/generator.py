@@ -490,6 +490,7 @@ def plan(
             f"<explore.s{seed}.{index}.resent@shadowcheck.test>",
         )
     drawer.single_holder = not drawer.reject
+    preference = str(settings.get("ShadowMessagePreferenceSetting", "PreferRemote"))
     # wire operations come in addition, from a stream of their own: the others stay as drawn
     wire_rng = random.Random(f"shadowcheck-explore-wire:{seed}:{index}")
     wire = generator_wire.WireDrawer(wire_rng, drawer.nodes, drawer.recipients, drawer.can)
@@ -499,7 +500,7 @@ def plan(
         durable_rng,
         topology_data(topology),
         drawer.can,
-        str(settings.get("ShadowMessagePreferenceSetting", "PreferRemote")),
+        preference,
         random.Random(f"shadowcheck-explore-disk:{seed}:{index}"),
         random.Random(f"shadowcheck-explore-bounce:{seed}:{index}"),
     )
@@ -526,7 +527,14 @@ def plan(
         random.Random(f"shadowcheck-explore-outage:{seed}:{index}"),
         topology_data(topology),
         drawer.can,
-        str(settings.get("ShadowMessagePreferenceSetting", "PreferRemote")),
+        preference,
+        length=length,
+    )
+    restarted = generator_outage.RestartDrawer(
+        random.Random(f"shadowcheck-explore-restart:{seed}:{index}"),
+        topology_data(topology),
+        drawer.can,
+        preference,
         length=length,
     )
     ops: list[Operation] = []
@@ -540,12 +548,16 @@ def plan(
             ops.append(opening)
 
     def fail_primary() -> None:
-        """An outage drill (engine/generator_outage.py), now and then in a quiet cluster."""
+        """An outage or restart drill (engine/generator_outage.py), now and then in a quiet
+        cluster."""
         state = drawer.state
         failed = outage.after(
             quiet=state.quiet(), answering=state.answering(), timers=drawer.timers,
             reject=drawer.reject, redundancy=drawer.redundancy,
             single_holder=drawer.single_holder, recovery=temp.recovery(ops),
+        ) or restarted.after(
+            quiet=state.quiet(), answering=state.answering(), timers=drawer.timers,
+            redundancy=drawer.redundancy, recovery=temp.recovery(ops),
         )  # fmt: skip
         if failed:
             ops.append(Operation(failed[0], failed[1], behaviours=failed[2]))
@@ -555,7 +567,7 @@ def plan(
 
     def drawn_apart() -> int:  # what the drills of their own streams added
         drills = wire.drawn + durable.drawn + lagged.drawn + grouped.drawn + boundary.drawn
-        return drills + attempts.drawn + retimed.drawn + outage.drawn
+        return drills + attempts.drawn + retimed.drawn + outage.drawn + restarted.drawn
 
     while len(ops) - drawn_apart() < length:
         drawer.recovery = temp.recovery(ops)
@@ -658,7 +670,7 @@ def plan(
                 f"m{drawer.sent}",
                 drawer.recovery,
                 topology_data(topology),
-                hold=not drawer.state.faulted("hop") and len(ops) + 2 <= length,
+                hold=not drawer.state.faulted("hop") and len(ops) - drawn_apart() + 2 <= length,
             ):
                 op = Operation(*drawn)
                 drawer.state.apply(op.effect)
@@ -722,18 +734,14 @@ def plan(
         changed = lagged.after(drawer.state.answering(), hold)
         if changed:
             ops.append(Operation(changed[0], changed[1], behaviours=changed[2]))
-        # the group drill's directory change leaves only SN-10 judged in its scenario
-        # (checks/model): never where a Safety Net drill ran, whose rules it would void.
-        # (A Safety Net drill may still follow it, rarely: the group drill's stream must
-        # not change the operations the generator's own stream draws.)
-        regrouped = None
-        if not drawer.drilled:
-            regrouped = grouped.after(
-                quiet=drawer.state.quiet(),
-                answering=drawer.state.answering(),
-                recovery=temp.recovery(ops),
-                length=length,
-            )
+        # the group drill's directory change leaves out the rules of its own message
+        # and the whole run's (checks/model), the other messages' judged as without it
+        regrouped = grouped.after(
+            quiet=drawer.state.quiet(),
+            answering=drawer.state.answering(),
+            recovery=temp.recovery(ops),
+            length=length,
+        )
         if regrouped:
             ops.append(Operation(regrouped[0], regrouped[1], behaviours=regrouped[2]))
         state = drawer.state

@@ -6,9 +6,11 @@ original envelope recipient (the group), so it expands the group afresh: the rem
 member gets nothing, the added one the old message (checks/model/groups.py judges it).
 
 One self-contained operation in a quiet cluster, ending with the primary back. A
-``directory`` step leaves the model's other rules out of the scenario (only SN-10's
-follows a group), so it is drawn rarely, at most once a scenario, from a random stream of
-its own after the generator's operations, and only in deep exploration's scenarios.
+``directory`` step leaves out the model's rules of the whole run and of the messages to
+the addresses it names (only SN-10's follows a group); the other messages are judged as
+without it. Drawn at most once a scenario, from a random stream of its own after the
+generator's operations, and only in deep exploration's scenarios (the bounded slice's
+keep every rule).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 __all__ = ["GROUP_SHARE", "GroupDrawer"]
 
 #: after each of the generator's operations in a quiet cluster, the chance of the drill
-GROUP_SHARE = 0.04
+GROUP_SHARE = 0.1
 
 #: drawn only in scenarios this long (deep exploration's): the bounded slice's shorter
 #: scenarios keep every rule of the model

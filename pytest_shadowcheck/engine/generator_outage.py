@@ -19,8 +19,14 @@ node up, the settings as they were:
 - **redundancy withdrawn** (PR-2, CR-6): an admin sets ShadowRedundancyEnabled to false
   and the primary comes back on a new queue database: its shadow still asks it for
   discards, learns the new database and promotes the copies it took before.
+- **restarted holding a discard** (DI-5; :class:`RestartDrawer`, a stream and a share of
+  its own): the primary delivers a message while its shadows cannot reach it, and is
+  restarted on its queue database before any of them asked: back, it must still hand
+  out the discard notification (a primary that keeps them only in memory leaves the
+  copy in the shadow queue for good). The generator's own restarts come at random
+  moments, so the one between a delivery and the shadow's next query is rare.
 
-Their draws come from a random stream of their own, after the generator's operations,
+Their draws come from random streams of their own, after the generator's operations,
 so that the other operations are drawn as without them.
 """
 
@@ -35,7 +41,7 @@ from pytest_shadowcheck.checks.model.check import DEFAULT_SLACK
 from pytest_shadowcheck.engine.exploration_plan import seconds_text, settle
 from pytest_shadowcheck.engine.generator_durability import Routes
 
-__all__ = ["OUTAGE_SHARE", "OutageDrawer", "span_needed"]
+__all__ = ["OUTAGE_SHARE", "RESTART_SHARE", "OutageDrawer", "RestartDrawer", "span_needed"]
 
 #: after each of the generator's operations in a quiet cluster, the chance of a drill
 OUTAGE_SHARE = 0.3
@@ -48,6 +54,13 @@ _RESTART = 1.5
 #: (without, they are drawn only where the one in force is no longer than :data:`_BEAT`)
 _FAST_BEAT = 0.5
 _BEAT = 1.0
+
+#: after each of the generator's operations in a quiet cluster, the chance of the
+#: restart drill (once a plan; the outage drills are drawn first)
+RESTART_SHARE = 0.3
+#: the span the restart drill sets while its shadows are cut from the primary: longer
+#: than the cut (a delivery, the slack, a restart) with a heartbeat and the slack to spare
+_RESTART_SPAN = 20.0
 
 
 def span_needed(kind: str, beat: float) -> float:
@@ -200,6 +213,75 @@ class OutageDrawer:
             "new queue database"
         )
         return label, tuple(steps), ("PR-2", "CR-6")
+
+
+class RestartDrawer:
+    """Draws the restart drill (DI-5) at most once a plan, in deep scenarios on a real
+    clock, where the target restarts a node, changes settings live and shows its queues;
+    ``can`` says which step kinds it performs."""
+
+    def __init__(
+        self, rng: random.Random, topology: dict[str, Any], can: Callable[[str], bool],
+        preference: str, *, length: int,
+    ) -> None:  # fmt: skip
+        self.rng = rng
+        self.routes = Routes(topology, preference)
+        self.drawable = length >= _LENGTH and topology.get("clock", "real") != "virtual"
+        self.drawable &= all(can(k) for k in ("restart", "set_settings", "snapshot"))
+        #: drills drawn so far (one at most)
+        self.drawn = 0
+
+    def after(
+        self, *, quiet: bool, answering: list[str], timers: dict[str, float],
+        redundancy: bool, recovery: float,
+    ) -> OutageOperation | None:  # fmt: skip
+        """Now and then (:data:`RESTART_SHARE`), in a quiet cluster (no link cut, no next
+        hop scripted, every node answering), the drill: its label, steps and behaviours.
+        ``timers`` are the ShadowResubmitTimeSpan and ShadowHeartbeatFrequency in force."""
+        if not (self.drawable and quiet and redundancy and self.drawn < 1):
+            return None
+        vias = [n for n in self.routes.nodes if self.routes.shadows[n] and self.routes.routed[n]]
+        if len(answering) != len(self.routes.nodes) or not vias:
+            return None
+        if any(k not in timers for k in _TIMERS):
+            return None
+        if self.rng.random() >= RESTART_SHARE:
+            return None
+        self.drawn += 1
+        via = self.rng.choice(vias)
+        to = self.rng.choice(self.routes.routed[via])
+        shadows = sorted(self.routes.shadows[via])
+        timed = {"ShadowResubmitTimeSpan": max(timers["ShadowResubmitTimeSpan"], _RESTART_SPAN)}
+        timed["ShadowHeartbeatFrequency"] = _FAST_BEAT
+        changed = {k: v for k, v in timed.items() if v != timers[k]}
+        steps: list[dict[str, Any]] = []
+        if changed:
+            # noticed up to the slack later: the shadows must not promote during the cut
+            steps += [_timers(changed), {"wait": seconds_text(DEFAULT_SLACK + 0.5)}]
+        cuts = [f"{s}->{via}" for s in shadows]
+        # the shadows' queries cut, not the copies (they go from the primary to them)
+        steps += [{"fault": {"link": link, "kind": "cut"}} for link in cuts]
+        steps.append({"send": {"id": "r1", "via": via, "to": [to], "timeout": "20s"}})
+        steps.append({"wait": {"delivered": "r1", "timeout": seconds_text(recovery)}})
+        # the model's restart rule (checks/model/notifications.py) wants the delivery
+        # noted on disk: a restart the slack after it
+        steps += [{"wait": seconds_text(DEFAULT_SLACK + 0.5)}, {"restart": via}]
+        steps += [{"heal": link} for link in cuts]
+        # a shadow asks within a heartbeat of the slack after the return; judged only
+        # past that (the model counts the harness's own lateness as more slack)
+        steps.append({"wait": seconds_text(_FAST_BEAT + 2 * DEFAULT_SLACK + 3.0)})
+        steps += [{"snapshot": {"node": n, "queue": "shadow"}} for n in shadows]
+        if changed:
+            steps.append(_timers({k: timers[k] for k in changed}))
+        steps.append(settle(recovery))
+        label = (
+            f"restart: r1 via {via} delivered while its shadows could not ask, {via} "
+            "restarted on its queue database"
+        )
+        return label, tuple(steps), ("DI-5",)
+
+
+_TIMERS = ("ShadowResubmitTimeSpan", "ShadowHeartbeatFrequency")
 
 
 def _timers(values: dict[str, float]) -> dict[str, Any]:

@@ -5,7 +5,9 @@ durations), so the same seed gives the same faults in the same order; only where
 land in the workload depends on how fast the target is. :func:`run_nemesis` plays the
 schedule through the engine's own steps (kill, restart, wipe, pause, resume, fault,
 heal), so the history records them exactly as a hand-written scenario's, and marks each
-fault's window with ``note`` events (``nemesis``: "start"/"end") for the checker.
+fault's window with ``note`` events (``nemesis``: "start"/"end") for the checker. A
+workload gives it a horizon (a multiple of its planned sending time) past which no fault
+starts: faults slow the sending, so without one a slow machine gets ever more of them.
 
 A ``protocol`` fault breaks one of the node's links at a protocol point drawn from the
 seed (:data:`NEMESIS_POINTS`: where, which command, cut or held, the how-manieth time):
@@ -150,12 +152,19 @@ def _link_of(rng: random.Random, node: str, topology: Topology) -> str:
 
 
 async def run_nemesis(
-    run: StepContext, faults: list[Fault], stop: asyncio.Event, verdict: Verdict
+    run: StepContext,
+    faults: list[Fault],
+    stop: asyncio.Event,
+    verdict: Verdict,
+    horizon: float | None = None,
 ) -> int:
-    """Play ``faults`` until ``stop`` is set; every fault is ended (node back, link healed)
-    before returning. ``run``: the engine's Run (its ``do`` carries out each action).
-    Returns how many faults were played."""
+    """Play ``faults`` until ``stop`` is set, or until ``horizon`` seconds have passed
+    when one is given (no fault starts after it); every fault is ended (node back, link
+    healed) before returning. ``run``: the engine's Run (its ``do`` carries out each
+    action). Returns how many faults were played."""
     where = SourceRef(run.scenario.where.path, run.scenario.where.line)
+    loop = asyncio.get_running_loop()
+    until = None if horizon is None else loop.time() + horizon
 
     async def act(kind: str, spec: ActionSpec) -> None:
         await run.do(Step(kind, spec, where), verdict)
@@ -165,6 +174,14 @@ async def run_nemesis(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), fault.gap)
         if stop.is_set():
+            break
+        if until is not None and loop.time() > until:
+            # (no "nemesis" key: the checkers read those notes as a fault's start or end)
+            run.history.record(
+                "note", text=f"nemesis: no fault starts {horizon:.1f}s into the workload or "
+                "later, a horizon its planned sending time sets (the sending ran long)",
+                nemesis_horizon=horizon,
+            )  # fmt: skip
             break
         run.history.record(
             "note", text=f"nemesis {fault.describe()}", nemesis="start", fault=fault.kind,

@@ -30,6 +30,7 @@ from pytest_shadowcheck.checks.bounces import bounce_invariant
 from pytest_shadowcheck.checks.evaluate import run_check
 from pytest_shadowcheck.checks.inside import queue_entries
 from pytest_shadowcheck.checks.integrity import integrity_invariant
+from pytest_shadowcheck.checks.lateness import overloaded, said
 from pytest_shadowcheck.checks.no_loss import no_loss_invariant, premise_missing
 from pytest_shadowcheck.checks.workload import WorkloadReport
 from pytest_shadowcheck.engine.lag import watching_lag
@@ -643,10 +644,17 @@ def run_scenario(
         except _SessionStopped:
             verdict.inconclusive(STOPPED)
         except TimeoutError:
+            # out of time while the machine made it wait (the harness's loop late, the
+            # nodes waiting for a CPU: CI's durability workloads at load 8 on 2 cores)
+            # is no verdict on the MTA either: a lane runs it again alone
+            machine = history.lateness(0.0, history.now())
+            late = overloaded(machine.total, timeout)
+            while_ = f", while {said(machine)} (an overloaded machine)" if late else ""
             verdict.inconclusive(
-                f"the scenario did not finish within its timeout ({timeout:g}s): "
+                f"the scenario did not finish within its timeout ({timeout:g}s){while_}: "
                 "the harness could not judge what was still to come",
                 target.diagnostics(),
+                harness_late=late,
             )
         except Exception as exc:  # a harness defect must not read as a verdict on the MTA
             verdict.inconclusive(

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_shadowcheck.checks.no_loss import scenario_given_unmet
 from pytest_shadowcheck.checks.storage import power_cut_evidence
-from pytest_shadowcheck.checks.workload import check_workload, results
+from pytest_shadowcheck.checks.wire import SEND_TIMEOUT
+from pytest_shadowcheck.checks.workload import Settled, check_workload, results
 from pytest_shadowcheck.engine.nemesis import Fault, plan_faults, run_nemesis, usable_kinds
 from pytest_shadowcheck.engine.traffic import Planned, drive, plan_messages, traffic_note
 from pytest_shadowcheck.errors import ScenarioError, TargetError
@@ -41,12 +42,22 @@ __all__ = ["kept_faults", "replay_args", "run_workload", "workload_label"]
 
 #: faults planned ahead; a nemesis never gets near this many in one workload
 MAX_FAULTS = 10_000
+#: the nemesis starts no fault once this many times the planned sending time (messages
+#: over rate) has passed: a paused node stalls the sessions sending to it, so on a
+#: loaded machine sending ran long, which bought more pauses, which made it longer (93 s
+#: and 15 pauses for durability_pause's 7.5 s of sending, past its 90 s timeout); on a
+#: quiet machine every workload's last fault starts within 2.3 times it
+NEMESIS_HORIZON = 2.5
 POLL = 0.1
 #: seconds before a queue listing that failed is asked again
 LISTING_RETRY = 1.0
 _QUEUES = {"active": "/queues/active", "shadow": "/queues/shadow"}
-#: the setting whose running out can leave a next hop's 250 unread (a duplicate's cause)
-SEND_TIMEOUT = "SendConnectionInactivityTimeout"
+
+
+def _horizon(spec: WorkloadSpec) -> float | None:
+    """Seconds into the workload after which the nemesis starts no fault (None: a
+    workload without a rate sends as fast as the target takes it, and has no plan)."""
+    return NEMESIS_HORIZON * spec.messages / spec.rate if spec.rate > 0 else None
 
 
 async def run_workload(run: StepContext, step: Step, verdict: Verdict) -> None:
@@ -77,7 +88,9 @@ async def run_workload(run: StepContext, step: Step, verdict: Verdict) -> None:
                 faults = kept_faults(faults, selection.faults)
             never = asyncio.Event()
             nemesis_task = asyncio.create_task(
-                run_nemesis(run, faults, never if whole else stop, verdict)
+                run_nemesis(
+                    run, faults, never if whole else stop, verdict, horizon=_horizon(spec)
+                )
             )
         else:
             history.record("note", text=f"nemesis: target {run.target.name} can do none of "
@@ -93,7 +106,7 @@ async def run_workload(run: StepContext, step: Step, verdict: Verdict) -> None:
         stop.set()
         if nemesis_task is not None:
             await nemesis_task
-    await _settle(run, accepted, spec.settle)
+    settled = await _settle(run, accepted, spec.settle)
     # what is still queued is not lost: the queues the target can show (the control
     # API, or a docker description's queue listing for the active queue)
     listable = any(run.target.can("control_api", ("GET", path)) for path in _QUEUES.values())
@@ -139,7 +152,7 @@ async def run_workload(run: StepContext, step: Step, verdict: Verdict) -> None:
     retry = run.target.timers.get("TransientFailureRetryInterval")
     for result in results(
         report, behaviours, where, excerpt, outside, spec.all_delivered, evidence,
-        settle=spec.settle, retry=retry, unmet=unmet,
+        settle=spec.settle, retry=retry, unmet=unmet, settled=settled,
     ):  # fmt: skip
         verdict.add(result)
 
@@ -225,23 +238,72 @@ def _replay_facts(
     }
 
 
-async def _settle(run: StepContext, accepted: list[Planned], settle: float) -> None:
+async def _settle(run: StepContext, accepted: list[Planned], settle: float) -> Settled:
     """Wait until every recipient of every accepted message was delivered, or ``settle``
-    passed; reads only the deliveries new since the last look."""
+    passed; reads only the deliveries new since the last look. The machine's lateness
+    meanwhile (the harness's loop, the nodes waiting for a CPU) lengthens the wait by as
+    much, up to another ``settle``: a drain the machine slowed is not the MTA's.
+
+    It ends early, too, when the cluster holds nothing (``until_quiet``: no queue of any
+    node, seen so a heartbeat apart): what is undelivered then is in no queue a rule
+    could still deliver it from, and the rest of the settle would only be waited out (a
+    loss cost the whole settle at every attempt of a shrink)."""
     pending = {(p.trace, r.lower()) for p in accepted for r in p.rcpt_tos}
     seen = dict.fromkeys(run.sinks, 0)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + settle
+    began, start = run.history.now(), loop.time()
     run.progress.waiting(settle, f"for {len(accepted)} acknowledged workload messages")
-    while pending and loop.time() < deadline:
+    quiet = asyncio.ensure_future(run.until_quiet(settle)) if pending else None
+    try:
+        granted = await _drain(run, pending, seen, settle, start, began, quiet)
+    finally:
+        if quiet is not None:
+            quiet.cancel()
+    if granted:
+        run.history.record(
+            "note", text=f"settle lengthened by {granted:.3f}s: the machine ran late",
+            settle_granted=granted,
+        )  # fmt: skip
+    return Settled(granted, run.history.lateness(began, run.history.now()))
+
+
+async def _drain(
+    run: StepContext,
+    pending: set[tuple[str, str]],
+    seen: dict[str, int],
+    settle: float,
+    start: float,
+    began: float,
+    quiet: asyncio.Future[float | None] | None,
+) -> float:
+    """The settle's loop: reads the sinks until nothing is ``pending`` or the wait ends;
+    returns the seconds granted for the machine's lateness."""
+    loop = asyncio.get_running_loop()
+    granted = 0.0
+    while pending:
+        if loop.time() >= start + settle + granted:
+            # read only when the wait would end (it scans the history), once the
+            # watchers (engine/lag.py, a period each) have recorded a stall just ended
+            await asyncio.sleep(POLL)
+            late = run.history.lateness(began, run.history.now()).total
+            if min(late, settle) <= granted:
+                break
+            granted = min(late, settle)
         for name, sink in run.sinks.items():
             new = sink.deliveries[seen[name] :]
             seen[name] += len(new)
             for d in new:
                 for rcpt in d.rcpt_tos:
                     pending.discard((d.trace, rcpt.lower()))
+        if pending and quiet is not None and quiet.done() and quiet.result() is not None:
+            run.history.record(
+                "note", text=f"settle ended after {loop.time() - start:.1f}s: the cluster "
+                f"holds nothing, and {len(pending)} acknowledged recipients are undelivered",
+            )  # fmt: skip
+            break
         if pending:
             await asyncio.sleep(POLL)
+    return granted
 
 
 async def _snapshot(run: StepContext, workload: str) -> None:

@@ -412,10 +412,10 @@ class StepChecker:
                 )
             self.matcher(arg["last_before"], [*doc_path, "last_before"])
         if "first_after" in arg:
-            if not {"link", "line"} <= set(arg) or {"closed", "opened", "last_before"} & set(arg):
+            if not {"link", "line"} <= set(arg) or {"closed", "opened"} & set(arg):
                 raise ScenarioError(
                     "'first_after' picks the first line on a link after another event: "
-                    "it needs link and line, and takes no closed, opened or last_before",
+                    "it needs link and line, and takes no closed or opened",
                     self.at([*doc_path, "first_after"]),
                     "e.g. {link: chicago->newyork, direction: c2s, line: '^XSHADOW', "
                     "first_after: {step: '^newyork back'}}",

@@ -319,6 +319,50 @@ def test_first_after_takes_the_first_line_after_the_event(
     result.stdout.fnmatch_lines(["*s.yaml:*'first_after' picks the first line on a link*"])
 
 
+BETWEEN = (
+    LAST_BEFORE.split("    expect:")[0]
+    + """\
+    expect:
+      # the last 221 after m1's reply and before m3's: m2's, a second before m3's reply
+      - timing:
+          from:
+            link: client->mbx1
+            direction: s2c
+            line: "^221"
+            first_after: {reply: m1}
+            last_before: {reply: m3}
+          to: {reply: m3}
+          at_least: 0.8s
+          at_most: 1.5s
+          tolerance: 0s
+      # no 221 after m3's reply and before m2's: a premise that never held
+      - reply:
+          message: m1
+          code: 250
+          given:
+            link: client->mbx1
+            direction: s2c
+            line: "^221"
+            first_after: {reply: m3}
+            last_before: {reply: m2}
+"""
+)
+
+
+def test_first_after_and_last_before_together_pick_a_line_between_two_events(
+    pytester: pytest.Pytester, plain_smtp: ThreadedSink
+) -> None:
+    row = _passed_on_a_plain_server(pytester, plain_smtp, BETWEEN)
+    between = next(c for c in row["checks"] if c["name"] == "timing")
+    assert between["status"] == "PASS", between
+    assert "after mbx1 gave the sender its reply to m1 and before" in between["expected"]
+    premise = next(c for c in row["checks"] if c["name"] == "reply")
+    assert premise["status"] == "NOT-APPLICABLE", premise
+    assert premise["observed"].startswith("mbx1 never answered the sender with 221 after"), premise[
+        "observed"
+    ]
+
+
 def test_last_before_needs_a_line_on_a_link(pytester: pytest.Pytester) -> None:
     bad = LAST_BEFORE.replace('direction: s2c, line: "^221", ', "closed: server, ")
     _write(pytester, "s.yaml", bad)

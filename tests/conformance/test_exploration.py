@@ -111,17 +111,18 @@ def test_a_deep_exploration_runs_short_scenarios_first_in_the_seeds_order(
     assert deep.lengths() == "of 8 operations growing to 12"
     assert replace(deep, count=16).lengths() == "of 8 operations"
     assert replace(deep, deadline=None, count=3, length=10).lengths() == "of 10 operations"
-    # (one directory per version of the generator's plans: this run's is the newest)
-    written = max(
-        (Path(tempfile.gettempdir()) / "shadowcheck-explore").glob("reference-s44-n16r-*"),
-        key=lambda p: p.stat().st_mtime,
-    )
+    # one directory per version of the generator's plans, named by its 42 plans (other
+    # tests exploring seed 44 at once write theirs beside it)
     capabilities = frozenset(c for c in CAPABILITIES if ReferenceTarget().can(c))
+    plans = [plan(44, i, capabilities=capabilities, length=deep_length(i)) for i in range(42)]
+    content = hashlib.sha1("".join(p.yaml() for p in plans).encode()).hexdigest()[:8]
+    (written,) = (Path(tempfile.gettempdir()) / "shadowcheck-explore").glob(
+        f"reference-s44-n16r-*-{content}"
+    )
     for index, length in ((0, 8), (15, 8), (16, 12), (31, 12), (32, 16), (41, 16)):
         assert deep_length(index) == length
-        drawn = plan(44, index, capabilities=capabilities, length=length)
         text = (written / f"{explored_name(44, index)}.yaml").read_text(encoding="utf-8")
-        assert text == drawn.yaml(), index
+        assert text == plans[index].yaml(), index
 
 
 def test_operations_a_black_box_cannot_perform_are_not_generated(tmp_path: Path) -> None:
@@ -133,8 +134,11 @@ def test_operations_a_black_box_cannot_perform_are_not_generated(tmp_path: Path)
     assert "3 of 3 scenario(s) can run" in output, output[-3000:]
     written = Path(tempfile.gettempdir()) / "shadowcheck-explore"
     digest = hashlib.sha1(b"kill,restart").hexdigest()[:8]
-    # (one directory per version of the generator's plans: this run's is the newest)
-    directory = max(written.glob(f"reference-s31-n10-{digest}-*"), key=lambda p: p.stat().st_mtime)
+    # (one directory per version of the generator's plans, named by them)
+    kinds_only = frozenset({"kill", "restart"})
+    plans = [plan(31, i, capabilities=kinds_only, length=SLICE_OPERATIONS) for i in range(3)]
+    content = hashlib.sha1("".join(p.yaml() for p in plans).encode()).hexdigest()[:8]
+    (directory,) = written.glob(f"reference-s31-n10-{digest}-{content}")
     files = sorted(directory.glob("explore_s31_*.yaml"))
     assert len(files) == 3
     for path in files:

@@ -1,4 +1,4 @@
-"""The outage drills (engine/generator_outage.py), run: each as the generator writes it,
+"""The outage and restart drills (engine/generator_outage.py), run: each as the generator writes it,
 alone, passes on the reference and FAILs on the broken variant it was made for, under
 the rule that variant breaks. The drills are taken from seed 11's plans, as a deep
 exploration draws them; a change of the generator's draws moves the test to other plans
@@ -22,6 +22,7 @@ DRILLS = {
     "back after a failed heartbeat": ("promotes-when-primary-returns", "PR-1"),
     "kept down past the promotion window": ("last-contact-never-refreshed", "PR-1"),
     "ShadowRedundancyEnabled set false": ("stops-asking-when-xshadow-withdrawn", "PR-2"),
+    "delivered while its shadows could not ask": ("forgets-discards-on-restart", "DI-5"),
 }
 
 
@@ -32,7 +33,7 @@ def _write(directory: Path, phrase: str) -> str:
     for index in range(200):
         explored = plan(11, index, capabilities=capabilities, length=deep_length(index))
         for i, op in enumerate(explored.operations):
-            if op.label.startswith("outage:") and phrase in op.label:
+            if op.label.startswith(("outage:", "restart:")) and phrase in op.label:
                 name = "drill_" + phrase.split()[0].lower()
                 explored.write(keep=[i], directory=directory, name=name)
                 return name

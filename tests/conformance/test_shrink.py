@@ -1,8 +1,8 @@
 """--shadowcheck-shrink finds the needle: against a variant whose queue loader loses one
 rare kind of message across a restart (mta_variants/needle.py), the single-node
-kill/restart workload FAILs, shrinks to at most three messages and one fault, and the
-printed replay command FAILs the same way against the variant and passes against the
-reference.
+kill/restart workload FAILs, shrinks to at most three messages and the faults that met
+them, and the printed replay command FAILs the same way against the variant and passes
+against the reference.
 
 Runs in child pytests, as test_broken_variants.py does. The workload is halved
 (--shadowcheck-workload-scale 0.5) and its seed chosen from the plans themselves: the
@@ -93,6 +93,9 @@ def as_command(printed: str) -> list[str]:
     return [sys.executable, "-m", "pytest", *words[1:]]
 
 
+# a shrink of up to three seeds, then two replays, each a child pytest: under CI's load
+# (three other test workers on two cores) the first took 300 s once
+@pytest.mark.timeout(600)
 def test_shrink_finds_the_needle_and_its_replay_reproduces(tmp_path: Path) -> None:
     seeds = list(islice(needle_seeds(), 3))
     assert seeds, "no seed sends a needle just before the first kill"
@@ -111,9 +114,14 @@ def test_shrink_finds_the_needle_and_its_replay_reproduces(tmp_path: Path) -> No
     found = properties(case)
     before_m, after_m = map(int, found["shadowcheck.workload.single.shrunk_messages"].split("->"))
     before_f, after_f = map(int, found["shadowcheck.workload.single.shrunk_faults"].split("->"))
-    assert after_m <= 3 < before_m and after_f <= 1 <= before_f, stdout[-3000:]
+    # the faults: one, or both of the halved plan's two when the needle's 250 came only
+    # after the first kill (CI under load): ddmin, run to its end, keeps no fault the
+    # failure does not need (1-minimal), so that is the machine's timing, not a shrink
+    # cut short
+    assert after_m <= 3 < before_m and 1 <= after_f <= before_f, stdout[-3000:]
     # the failure text shows both reproductions, the shrunk one beside the full one
     text = next(c.text or "" for c in case if c.tag == "failure")
+    assert "stopped early" not in text, text
     assert "replay shrunk: pytest --shadowcheck" in text and "replay full:" in text, text
 
     shrunk = found["shadowcheck.workload.single.shrunk_replay"]

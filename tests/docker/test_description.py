@@ -73,8 +73,11 @@ def test_postfix_description_renders_relay_to_the_harness_proxies(tmp_path: Path
     assert "myhostname = mbx1.shadowcheck.test" in main_cf
     assert "relay_domains = corp.test" in main_cf
     assert "transport_maps = inline:{ corp.test=smtp:[127.0.0.1]:41100 }" in main_cf
-    # timers in whole seconds: 0.5s cannot be expressed, it becomes 1s
-    assert "minimal_backoff_time = 1s" in main_cf
+    # timers in whole seconds: 0.5s cannot be expressed, it becomes 1s; the backoff is
+    # a second more, since qmgr takes a deferred file a second before its time stamp
+    assert "queue_run_delay = 1s" in main_cf
+    assert "minimal_backoff_time = 2s" in main_cf
+    assert "maximal_backoff_time = 2s" in main_cf
     assert "maximal_queue_lifetime = 172800s" in main_cf
     assert master_cf.splitlines()[2] == "127.0.0.1:42001 inet n - n - - smtpd"
     assert node.command[-1] == "chmod a+w /dev/stdout && exec postfix start-fg"

@@ -10,6 +10,7 @@ from typing import Any
 
 from pytest_shadowcheck.engine.exploration_plan import topology_data
 from pytest_shadowcheck.engine.generator import plan
+from pytest_shadowcheck.engine.generator_durability import Routes
 from pytest_shadowcheck.plugin.exploration import deep_length
 from pytest_shadowcheck.scenario.capabilities import CAPABILITIES
 from pytest_shadowcheck.scenario.durations import parse_duration
@@ -25,17 +26,18 @@ def _seconds(text: str) -> float:
 
 
 def _drills(
-    capabilities: frozenset[str] = ALL, count: int = 100
+    capabilities: frozenset[str] = ALL, count: int = 100, prefix: str = "outage:"
 ) -> list[tuple[str, dict[str, Any], str, list[dict[str, Any]]]]:
-    """(topology, settings in force, label, steps) of the outage drills of seed 11's first
-    ``count`` plans of a deep exploration."""
+    """(topology, settings in force, label, steps) of the outage drills (or those whose
+    label starts with ``prefix``) of seed 11's first ``count`` plans of a deep
+    exploration."""
     out = []
     for index in range(count):
         explored = plan(11, index, capabilities=capabilities, length=deep_length(index))
         # the settings in force as each operation starts
         settings = dict(explored.settings)
         for op in explored.operations:
-            if op.label.startswith("outage:"):
+            if op.label.startswith(prefix):
                 out.append((explored.topology, dict(settings), op.label, list(op.steps)))
             for step in op.steps:
                 for name, value in step.get("set_settings", {}).get("values", {}).items():
@@ -44,10 +46,10 @@ def _drills(
 
 
 def _timers_in_drill(settings: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, float]:
-    """The span and beat in force at the drill's kill."""
+    """The span and beat in force at the drill's kill (or restart)."""
     timers = {k: float(settings[k]) for k in TIMERS}
     for step in steps:
-        if "kill" in step:
+        if "kill" in step or "restart" in step:
             break
         for name, value in step.get("set_settings", {}).get("values", {}).items():
             if name in timers:
@@ -117,13 +119,50 @@ def test_redundancy_switched_off_after_the_copy_then_a_new_queue_database() -> N
         assert kinds.count("send") == 1
 
 
+def test_a_primary_restarted_before_its_shadows_asked_for_the_discard() -> None:
+    """DI-5 (forgets-discards-on-restart): o1 delivered by its primary while every shadow
+    it may copy to is cut from asking it, the primary restarted on its queue database the
+    model's slack after the delivery, the cuts healed, and the shadows' queues looked at
+    once the model judges them: past a heartbeat and the slack after the slack past the
+    return. The span outlasts the cut, so no shadow promotes meanwhile."""
+    drills = _drills(prefix="restart:")
+    assert drills
+    for topology, settings, _, steps in drills:
+        send = next(s["send"] for s in steps if "send" in s)
+        via = send["via"]
+        cuts = [s["fault"]["link"] for s in steps[: steps.index({"send": send})] if "fault" in s]
+        # every shadow the primary may copy to is kept from asking it (only the copies,
+        # from the primary to the shadows, go through)
+        preference = str(settings.get("ShadowMessagePreferenceSetting", "PreferRemote"))
+        shadows = Routes(topology_data(topology), preference).shadows[via]
+        assert sorted(link.partition("->")[0] for link in cuts) == sorted(shadows)
+        assert all(link.endswith(f"->{via}") for link in cuts)
+        restart = steps.index({"restart": via})
+        assert "delivered" in steps[restart - 2]["wait"]
+        assert _seconds(steps[restart - 1]["wait"]) >= SLACK
+        healed = [s["heal"] for s in steps[restart + 1 : restart + 1 + len(cuts)]]
+        assert healed == cuts
+        timers = _timers_in_drill(settings, steps)
+        beat = timers["ShadowHeartbeatFrequency"]
+        look = restart + 1 + len(cuts)
+        # asked within a beat of the slack after the return; judged from a beat and the
+        # slack after that, with margin for the harness's own lateness
+        assert _seconds(steps[look]["wait"]) > beat + 2 * SLACK
+        assert all("snapshot" in s for s in steps[look + 1 : look + 1 + len(cuts)])
+        span = timers["ShadowResubmitTimeSpan"]
+        # the cut: a wait for the delivery (a second here), the slack, a restart
+        assert span > 1.0 + SLACK + 0.5 + 1.5 + beat + SLACK
+
+
 def test_the_drills_end_healed_with_the_timers_put_back() -> None:
     drills = _drills()
     assert {"back", "kept down", "set false"} <= {
         k for _, _, label, _ in drills for k in ("back", "kept down", "set false") if k in label
     }
-    for _, settings, _, steps in drills:
-        assert {"heal": "all"} in steps
+    restarts = _drills(prefix="restart:")
+    for _, settings, _, steps in drills + restarts:
+        cut = [s["fault"]["link"] for s in steps if "fault" in s]
+        assert {"heal": "all"} in steps or cut == [s["heal"] for s in steps if "heal" in s]
         assert next(iter(steps[-1])) in ("wait", "set_settings")
         changed = [s["set_settings"]["values"] for s in steps if "set_settings" in s]
         for name in TIMERS:
@@ -151,10 +190,13 @@ def test_no_drill_in_the_slice_on_a_virtual_clock_or_without_process_control() -
         assert not [
             op
             for op in plan(2027, index, capabilities=ALL, length=10).operations
-            if op.label.startswith("outage:")
+            if op.label.startswith(("outage:", "restart:"))
         ]
     assert all(topology_data(t).get("clock") != "virtual" for t, *_ in _drills())
+    assert all(topology_data(t).get("clock") != "virtual" for t, *_ in _drills(prefix="restart:"))
     assert not _drills(ALL - {"kill"}, count=60)
+    # the restart drill sets its own span: never without live settings
+    assert not _drills(ALL - {"set_settings"}, count=60, prefix="restart:")
     # without live settings: only what the timers drawn at the start allow (never the
     # return in time, which needs a span longer than any drawn), and no switch-off
     fixed = _drills(ALL - {"set_settings"})

@@ -85,9 +85,10 @@ def test_a_window_drill_puts_its_edges_on_two_of_its_messages_to_the_second(
     assert drills >= 2
 
 
-def test_no_group_drill_after_a_safety_net_drill() -> None:
-    """The group drill's directory change leaves only SN-10 judged in its scenario: after
-    a Safety Net drill it would void that drill's judging."""
+def test_a_group_drill_may_follow_a_safety_net_drill() -> None:
+    """The group drill's directory change leaves out only the rules of the messages to
+    the addresses it names (and the whole run's): a Safety Net drill before it keeps its
+    judging (checks/model), so the group drill is drawn after one too."""
     after = grouped = drilled = 0
     for seed in range(1, 8):
         for index in range(30):
@@ -97,7 +98,7 @@ def test_no_group_drill_after_a_safety_net_drill() -> None:
             grouped += bool(group)
             drilled += first is not None
             after += first is not None and any(i > first for i in group)
-    assert after == 0 and grouped >= 3 and drilled >= 30, (after, grouped, drilled)
+    assert after >= 1 and grouped >= 3 and drilled >= 30, (after, grouped, drilled)
 
 
 def test_a_broadcast_drill_keeps_the_primary_down_well_past_the_broadcast_due() -> None:

@@ -47,9 +47,10 @@ def test_the_drills_leave_the_other_operations_as_drawn(monkeypatch: pytest.Monk
     monkeypatch.setattr(generator_groups, "GROUP_SHARE", 0.0)
     monkeypatch.setattr(generator_heartbeat, "HEARTBEAT_CHANGE_SHARE", 0.0)
     monkeypatch.setattr(generator_outage, "OUTAGE_SHARE", 0.0)
+    monkeypatch.setattr(generator_outage, "RESTART_SHARE", 0.0)
     without = [plan(11, i, capabilities=ALL, length=16) for i in range(30)]
     drawn = 0
-    extra = (DRILL, "set ReplayLag", "group drill", "heartbeat change:", "outage:")
+    extra = (DRILL, "set ReplayLag", "group drill", "heartbeat change:", "outage:", "restart:")
     for a, b in zip(with_drills, without, strict=True):
         kept = [op for op in a.operations if not op.label.startswith(extra)]
         drawn += len(a.operations) - len(kept)

@@ -71,3 +71,50 @@ def test_a_wait_names_one_thing_to_wait_for(tmp_path: Path) -> None:
         load_scenario_file(source)
     assert "waits for one thing" in str(caught.value)
     assert "names reply and until" in str(caught.value)
+
+
+WORKLOAD = """\
+scenarios:
+  - name: settle_of_a_lossy_workload
+    behaviours: [PR-3]
+    topology: single-node
+    settings: {RejectMessageOnShadowFailure: false, TransientFailureRetryInterval: 0.5s}
+    steps:
+      - fault: {link: mbx1->mailbox, kind: %s}
+      - workload:
+          name: single
+          messages: 30
+          sessions: 2
+          rate: 30
+          settle: 10s
+          nemesis: {faults: [kill], interval: 0.5s, duration: 0.3s}
+"""
+
+
+def _settle_notes(events: list[dict[str, Any]]) -> list[str]:
+    return [
+        str(e["data"]["text"])
+        for e in events
+        if e["kind"] == "note" and str(e["data"].get("text", "")).startswith("settle ended")
+    ]
+
+
+@pytest.mark.slow
+def test_a_workload_s_settle_ends_once_what_was_lost_is_in_no_queue(tmp_path: Path) -> None:
+    # a node whose queue lives only in memory: the kill loses what it held, and the
+    # settle need not wait its 10 s out for what no queue can deliver any more
+    for run in ("lossy", "held"):
+        (tmp_path / run).mkdir()
+    events, verdict = run_on_reference(tmp_path / "lossy", WORKLOAD % "delay, seconds: 20ms",
+                                       variant="queue-in-memory-only")  # fmt: skip
+    assert verdict.status == Status.FAIL, verdict.reason
+    assert any("lost" in f.observed for f in verdict.failures), verdict.failures
+    (note,) = _settle_notes(events)
+    assert "the cluster holds nothing" in note and "undelivered" in note, note
+    took = float(note.split("after ", 1)[1].split("s:", 1)[0])
+    assert took < 10.0, note
+    # the next hop cut, what the reference acknowledged stays queued: the settle is
+    # waited out, the messages reported queued (not lost), no early end
+    events, verdict = run_on_reference(tmp_path / "held", WORKLOAD % "cut")
+    assert not _settle_notes(events), _settle_notes(events)
+    assert not any("lost" in f.name for f in verdict.failures), verdict.failures

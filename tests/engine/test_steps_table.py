@@ -49,6 +49,23 @@ class Recorder:
         self.steps.append(step)
 
 
+def test_the_nemesis_starts_no_fault_past_its_horizon() -> None:
+    # two faults at once, then one 3 s later: past a 1 s horizon, so not begun
+    faults = [
+        Fault(0, "pause", ("mbx1",), (), 0.0, 0.0),
+        Fault(1, "pause", ("mbx2",), (), 0.0, 0.0),
+        Fault(2, "pause", ("mbx1",), (), 3.0, 0.0),
+    ]
+    run = Recorder()
+    played = asyncio.run(
+        run_nemesis(run, faults, asyncio.Event(), Verdict("s", []), horizon=1.0)  # type: ignore[arg-type]
+    )
+    assert played == 2
+    assert [s.kind for s in run.steps] == ["pause", "resume", "pause", "resume"]
+    (note,) = [e for e in run.history.events(kind="note") if "nemesis_horizon" in e.data]
+    assert "no fault starts 1.0s into the workload or later" in str(note.data["text"])
+
+
 def test_the_nemesis_plays_typed_specs() -> None:
     faults = [
         Fault(0, "kill", ("mbx1",), (), 0.0, 0.0),

@@ -461,6 +461,16 @@ def test_a_fault_of_the_node_explains_a_delivery_again_only_if_it_met_the_one_be
         # mbx1 closed it itself: an answer of a kind, no sign it was unreachable
         (["connect", "server closed"], "with no fault of the primary"),
         ([], "with no fault of the primary"),
+        # the harness relayed the reply to mbx2's heartbeat late, and mbx2 gave up on it
+        # (a CI history, session 41: "SMTPReadTimeoutError" in mbx2's log)
+        (
+            ["connect", "220", "XQDISCARD", "lag", "250", "client closed"],
+            "PR-1 promotion after mbx2 gave up on its connection",
+        ),
+        # the same while the machine kept time: mbx2 closed for a reason of its own
+        (["connect", "220", "XQDISCARD", "250", "client closed"], "with no fault of the primary"),
+        # a session's own end is no giving up, however late the machine
+        (["connect", "220", "QUIT", "lag", "221", "client closed"], "with no fault of the primary"),
     ],
 )
 def test_copies_from_two_nodes_need_the_primary_unreachable_to_the_shadow(
@@ -474,14 +484,44 @@ def test_copies_from_two_nodes_need_the_primary_unreachable_to_the_shadow(
         if what == "connect":
             h.record("connect", "mbx2->mbx1", 7)
             time.sleep(0.15)  # mbx2's wait for a greeting
-        elif what == "220":
-            h.record("line", "mbx2->mbx1", 7, "s2c", text="220 mbx1 ready")
+        elif what in ("220", "250", "221"):
+            h.record("line", "mbx2->mbx1", 7, "s2c", text=f"{what} mbx1")
+        elif what in ("XQDISCARD", "QUIT"):
+            h.record("line", "mbx2->mbx1", 7, "c2s", text=what)
+            time.sleep(0.15)  # mbx2's wait for the reply
+        elif what == "lag":
+            h.record("lag", late=0.5, over=0.15)  # the harness's loop stalled meanwhile
         else:
             h.record("close", "mbx2->mbx1", 7, reason=what)
     _delivered(h, "m", "mbx2", ["a@corp.test"])
     fate = check_workload(h, "w", 1, nodes=frozenset({"mbx1", "mbx2"})).fates["m"]
     assert fate.fate == "duplicated"
     assert cause in fate.cause, fate.cause
+
+
+def test_a_shadow_gives_up_on_its_primary_only_once_its_timeout_ran_out() -> None:
+    """With the shadow's SendConnectionInactivityTimeout known, a close sooner than it
+    after its heartbeat is no timer running out, however late the machine ran."""
+
+    def cause(timeout: float) -> str:
+        h = History()
+        _attempt(h, "m", "mbx1", 250, ["a@corp.test"])
+        h.record("data", "mbx1->mbx2", 1, "c2s", message_id="<m@x>", size=10)
+        _delivered(h, "m", "mbx1", ["a@corp.test"])
+        h.record("connect", "mbx2->mbx1", 7)
+        h.record("line", "mbx2->mbx1", 7, "s2c", text="220 mbx1")
+        h.record("line", "mbx2->mbx1", 7, "c2s", text="XQDISCARD")
+        time.sleep(0.3)
+        h.record("lag", late=0.5, over=0.3)
+        h.record("line", "mbx2->mbx1", 7, "s2c", text="250 0 discard notifications")
+        h.record("close", "mbx2->mbx1", 7, reason="client closed")
+        _delivered(h, "m", "mbx2", ["a@corp.test"])
+        nodes = frozenset({"mbx1", "mbx2"})
+        report = check_workload(h, "w", 1, nodes=nodes, send_timeouts={"mbx2": timeout})
+        return report.fates["m"].cause
+
+    assert "with no fault of the primary" in cause(timeout=5.0)
+    assert "mbx2 gave up on its connection" in cause(timeout=0.3)
 
 
 def test_one_node_down_is_no_excuse() -> None:

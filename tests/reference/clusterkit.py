@@ -31,6 +31,8 @@ import yaml
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
+from pytest_shadowcheck.targets.docker.support import free_ports
+
 # a node's process group: the node and its SMTP-in workers, signalled together
 from pytest_shadowcheck.targets.node_process import signal_group
 
@@ -206,7 +208,11 @@ class Cluster:
         )
 
     def _spawn(self, node: NodeProc) -> None:
-        node.proc = self._popen(node, [])
+        # a port below the kernel's ephemeral range: a node restarted on the same port
+        # (``restart``) found one it had bound at port 0 taken meanwhile by some other
+        # test's outgoing connection ("address already in use", CI under load)
+        (port,) = free_ports(1)
+        node.proc = self._popen(node, ["--smtp", f"127.0.0.1:{port}"])
         assert node.proc.stdout is not None
         line = node.proc.stdout.readline()
         assert line, f"node {node.name} did not start (exit code {node.proc.wait()})"

@@ -135,7 +135,9 @@ _TOUCHES: dict[str, frozenset[str]] = {
     "ReceiveConnectionTimeout": frozenset({"CR-4", "CR-5"}),
     "MaxAcknowledgementDelay": frozenset(),
     "ReplayLagTime": frozenset(),
-    # a group's or a recipient's change: only SN-10 (groups.py) follows the expansion
+    # a group's or a recipient's change: only SN-10 (groups.py) follows the expansion;
+    # the rules judging one message are left out only for the messages to an address a
+    # directory step names (explain), the rules judging the whole run everywhere
     "directory": _ALL - {"SN-10"},
 }
 
@@ -183,6 +185,17 @@ def unmodelled(scenario: Scenario) -> list[str]:
     return found
 
 
+def directory_named(scenario: Scenario) -> frozenset[str]:
+    """The addresses ``scenario``'s ``directory`` steps name (a group, a recipient given a
+    mailbox database), lower-cased: a message to one of them is expanded or filed as the
+    model does not follow."""
+    named: set[str] = set()
+    for step in scenario.steps:
+        if step.kind == "directory":
+            named |= {a.lower() for a in (step.arg.group, step.arg.recipient) if a}
+    return frozenset(named)
+
+
 def touched_by(items: list[str]) -> frozenset[str]:
     """The behaviours whose predictions the unmodelled ``items`` may change."""
     out: set[str] = set()
@@ -208,7 +221,16 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
     heartbeats.heartbeat_rules(judge, wire.wire_rules(judge, history))
     config_warnings.replay_lag_rule(judge, history)
     sessions.shadow_session_rule(judge, history)
+    missing = unmodelled(scenario)
+    touched = touched_by(missing)
+    # a directory change touches the messages to an address it names: the rules of
+    # every other message stay judged as without it (only "directory" spares them)
+    named = directory_named(scenario)
+    spared_touched = touched_by([item for item in missing if item != "directory"])
+    spared: set[int] = set()  # the divergences of the other messages' rules
+    counts = Counter({k: v for k, v in judge.exercised.items() if k not in touched})
     for m in obs.sent.values():
+        before, counted = len(judge.divergences), Counter(judge.exercised)
         reply_rule(judge, m)
         fates.copy_rule(judge, m)
         fates.duplicate_rule(judge, m)
@@ -227,9 +249,20 @@ def explain(scenario: Scenario, history: History, *, slack: float = 2.0) -> Mode
         categorisation.categorised_afresh_rule(judge, m)
         groups.group_expansion_rule(judge, m)
         discard_expiry.discard_expiry_rule(judge, m)
-    missing = unmodelled(scenario)
-    touched = touched_by(missing)
-    found = sorted((d for d in judge.divergences if d.behaviour not in touched), key=lambda d: d.t)
-    exercised = Counter({k: v for k, v in judge.exercised.items() if k not in touched})
+        concerned = bool(named & {r.lower() for r in m.to})
+        if not concerned:
+            spared |= {id(d) for d in judge.divergences[before:]}
+        left_out = touched if concerned else spared_touched
+        mine = judge.exercised - counted
+        counts += Counter({k: v for k, v in mine.items() if k not in left_out})
+    found = sorted(
+        (
+            d
+            for d in judge.divergences
+            if d.behaviour not in (spared_touched if id(d) in spared else touched)
+        ),
+        key=lambda d: d.t,
+    )
+    exercised = counts
     operations = sum(1 for s in timeline.steps if s.step.kind not in ("snapshot", "check", "note"))
     return ModelOutcome(operations, exercised, found[0] if found else None, missing)

@@ -198,6 +198,13 @@ def _unavailable(
             able.append(h.node)
     if not able:
         return
+    # a delivery attempt that failed (its next hop's reply came after the node's
+    # inactivity timeout: a harness stalled 1 s, seed 9009 scenario 95) is retried after
+    # TransientFailureRetryInterval on the nodes' clock, which a virtual one runs only
+    # when the harness moves it
+    deadline = _after_retries(j, m, able, sure - j.slack, deadline)
+    if deadline > min(until, j.tl.end):
+        return
     j.exercised["SN-7"] += 1
     if any(sure - j.slack <= d.t <= deadline for d in others):
         return
@@ -212,6 +219,44 @@ def _unavailable(
         f"resubmitted it",
         deadline,
     )
+
+
+def _after_retries(j: Judge, m: Sent, nodes: list[str], since: float, deadline: float) -> float:
+    """``deadline``, or, when one of ``nodes`` tried ``m``'s next hop in ``[since,
+    deadline]`` and the session ended without a message taken, the same allowance counted
+    from the retry: TransientFailureRetryInterval later on the nodes' clock."""
+    failed = [
+        t
+        for node in nodes
+        for sink in j.sink_of(m)
+        if (t := _failed_attempt(j, f"{node}->{sink}", since, deadline)) is not None
+    ]
+    if not failed:
+        return deadline
+    retries = [j.tl.setting(n, "TransientFailureRetryInterval", since, j.tl.end) for n in nodes]
+    values = [r for rs in retries for r in rs]
+    if not values or not all(isinstance(r, int | float) for r in values):
+        return j.tl.end + 1.0  # the retry cannot be placed: no decision
+    retried = j.tl.timer_fired_after(max(failed), float(max(values)))
+    return max(deadline, retried + 2 * j.slack + DELIVERY_ALLOWANCE)
+
+
+def _failed_attempt(j: Judge, link: str, a: float, b: float) -> float | None:
+    """When the last session on ``link`` that began in ``[a, b]`` ended without its
+    next hop taking a message (no ``250`` after the message's ``DATA``), or None."""
+    last = None
+    for (at, _conn), lines in j.obs.hop_sessions.items():
+        if at != link or not lines or not a <= lines[0][0] <= b:
+            continue
+        taken = after_data = False
+        for _t, direction, text in lines:
+            if direction == "c2s":
+                after_data = text.strip().upper() == "DATA"
+            elif after_data and text.startswith("250"):
+                taken = True
+        if not taken:
+            last = lines[-1][0] if last is None else max(last, lines[-1][0])
+    return last
 
 
 def _recreated(

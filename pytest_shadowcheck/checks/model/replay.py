@@ -13,6 +13,7 @@ the catalogue says nothing of what a transport that cannot write does with them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,10 +23,14 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.checks.model.state import Timeline
     from pytest_shadowcheck.history import Event, History
 
-__all__ = ["DISK_FAULTS", "Delivery", "Observations", "Sent", "Snapshot", "observe"]
+__all__ = ["COPY_LINE", "DISK_FAULTS", "Delivery", "Observations", "Sent", "Snapshot", "observe"]
 
 #: the steps that start or end a queue disk fault
 DISK_FAULTS = frozenset({"disk_full", "disk_error", "disk_ok"})
+
+
+#: a primary's copy command on a shadow session, naming its own message id (docs/protocol.md)
+COPY_LINE = re.compile(r"^XSHADOWCOPY\s+(\S+)", re.IGNORECASE)
 
 
 @dataclass
@@ -93,6 +98,10 @@ class Observations:
     #: every session's lines, node->node and client->node: (link, conn) -> (t, direction,
     #: text), in order
     sessions: dict[tuple[str, int | None], list[tuple[float, str, str]]] = field(
+        default_factory=dict
+    )
+    #: every node->next hop session's lines, the same way (a delivery attempt)
+    hop_sessions: dict[tuple[str, int | None], list[tuple[float, str, str]]] = field(
         default_factory=dict
     )
     #: message contents carried node->node (a copy, a relay): (t of its final dot, link,
@@ -186,6 +195,9 @@ def observe(timeline: Timeline, history: History) -> Observations:
                 text = str(event.data.get("text", ""))
                 said = (event.t, event.direction or "", text)
                 obs.sessions.setdefault((event.link, event.conn), []).append(said)
+            elif src in nodes:
+                said = (event.t, event.direction or "", str(event.data.get("text", "")))
+                obs.hop_sessions.setdefault((event.link, event.conn), []).append(said)
             if src in nodes and dst in nodes:
                 text = str(event.data.get("text", ""))
                 start = began.setdefault((event.link, event.conn), event.t)

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pytest_shadowcheck.checks.model.replay import COPY_LINE
 from pytest_shadowcheck.scenario.loader import load_behaviours
 
 if TYPE_CHECKING:
@@ -43,6 +44,19 @@ class Divergence:
     observed: str
     t: float
     operations: list[str]
+    #: for an event that missed its deadline ``t``: when it came, or None when it had
+    #: not come by ``run_end`` (how much later it came decides whether the harness's
+    #: own lateness can account for it: checks/model/check.py)
+    missed: bool = False
+    came: float | None = None
+    run_end: float = 0.0
+
+    def late_beyond(self, grace: float) -> bool:
+        """Whether the awaited event was still missing ``grace`` seconds past the
+        deadline (False for a divergence that is not a missed deadline)."""
+        if not self.missed:
+            return False
+        return (self.came if self.came is not None else self.run_end) > self.t + grace
 
 
 def catalogue_rule(behaviour: str) -> str:
@@ -71,6 +85,15 @@ class Judge:
                 self.tl.applied_before(t),
             )
         )
+
+    def missed_deadline(
+        self, behaviour: str, expected: str, observed: str, deadline: float, came: float | None
+    ) -> None:
+        """A divergence of an event (``came``, None if never) that was due by
+        ``deadline``."""
+        self.diverged(behaviour, expected, observed, deadline)
+        found = self.divergences[-1]
+        found.missed, found.came, found.run_end = True, came, self.tl.end
 
     # -- shared reasoning -------------------------------------------------------------
 
@@ -128,10 +151,25 @@ class Judge:
         return out
 
     def holders(self, m: Sent) -> set[str]:
-        """The nodes that may hold ``m``'s shadow copy: those seen holding it, else its
-        candidates."""
+        """The nodes that may hold ``m``'s shadow copy: those seen holding it, else those
+        the wire shows it copied to, else its candidates."""
         seen = {s.node for s in self.obs.snapshots if s.queue == "shadow" and m.ref in s.refs}
-        return seen or self.candidates(m.via, m.t_send, m.t_reply or m.t_send)
+        return seen or self.copied_to(m) or self.candidates(m.via, m.t_send, m.t_reply or m.t_send)
+
+    def copied_to(self, m: Sent) -> set[str]:
+        """The nodes ``m``'s primary sent its content to in an ``XSHADOWCOPY`` session
+        (empty where the harness does not see the primary's links). Of two candidates,
+        only these can hold the copy (seed 8008, scenario 69: PreferRemote, the copy on
+        mbx3, mbx1's Shadow Safety Net rightly without it)."""
+        out: set[str] = set()
+        for _t, link, conn, ref in self.obs.contents:
+            client, _, server = link.partition("->")
+            if ref != m.ref or client != m.via or server not in self.tl.scenario.topology.nodes:
+                continue
+            lines = self.obs.sessions.get((link, conn), [])
+            if any(d == "c2s" and COPY_LINE.match(text) for _, d, text in lines):
+                out.add(server)
+        return out
 
     def span_bounds(self, node: str, a: float, b: float) -> tuple[float, float] | None:
         """(least, most) ShadowResubmitTimeSpan - / + ShadowHeartbeatFrequency on

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pytest_shadowcheck.checks.model.replay import Delivery, Sent
+from pytest_shadowcheck.checks.model.replay import COPY_LINE, Delivery, Sent
 
 if TYPE_CHECKING:
     from pytest_shadowcheck.checks.model.rules import Judge
@@ -42,7 +42,6 @@ KNOWN_SETTINGS = frozenset({"ReceiveConnectionInactivityTimeout", "ReceiveConnec
 
 _FINAL = re.compile(r"^\d{3}(?:\s|$)")
 _SHADOW_VERB = re.compile(r"^(XSHADOW|XSHADOWCOPY|XQDISCARD)\b", re.IGNORECASE)
-COPY_LINE = re.compile(r"^XSHADOWCOPY\s+(\S+)", re.IGNORECASE)
 QUERY_LINE = re.compile(r"^XQDISCARD\b", re.IGNORECASE)
 _ACK = re.compile(r"^XQDISCARD\b.*\bACK\s*$", re.IGNORECASE)
 _DISCARD = re.compile(r"^250[- ]DISCARD\s+(\S+)", re.IGNORECASE)

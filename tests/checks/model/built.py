@@ -88,6 +88,16 @@ class Built:
         self.content(t - 0.01, link, ref, conn=conn)
         self.line(t, link, "s2c", "250 2.6.0 queued as shadow", conn=conn)
 
+    def copy_session(self, t: float, link: str, ref: str, conn: int = 1) -> None:
+        """A whole ``XSHADOWCOPY`` session on ``link`` opened at ``t``: the copy of
+        ``ref`` stored 0.11 s later, the session closed by its client."""
+        self.at(t, "connect", link, conn=conn)
+        self.line(t + 0.01, link, "c2s", "XSHADOWCOPY P1 DB1 corp.test", conn=conn)
+        self.line(t + 0.02, link, "s2c", "250 2.0.0 Ready for shadow copy", conn=conn)
+        self.content(t + 0.1, link, ref, conn=conn)
+        self.line(t + 0.11, link, "s2c", "250 2.0.0 Shadow copy stored", conn=conn)
+        self.at(t + 0.12, "close", link, conn=conn, reason="client closed")
+
     def delivered(
         self, t: float, ref: str, by: str, *rcpts: str, sink: str = "mailbox", sender: str = "s"
     ) -> None:
@@ -126,3 +136,17 @@ class Built:
 
     def explain(self, slack: float = 2.0) -> ModelOutcome:
         return explain(self.scenario, self.history, slack=slack)
+
+
+class BuiltRun:
+    """A built run as the model check reads a run: its scenario, its history and the
+    history's excerpt (check_model reads nothing else of the engine's run)."""
+
+    def __init__(self, built: Built) -> None:
+        self.scenario = built.scenario
+        self.history = built.history
+
+    def excerpt(
+        self, around: float, links: list[str], before: float = 3.0, after: float = 2.0
+    ) -> str:
+        return self.history.excerpt(around, links, before=before, after=after)

@@ -668,6 +668,32 @@ def test_unmodelled_settings_and_steps_are_named_and_not_judged(tmp_path: Path) 
     assert "CR-4" not in outcome.exercised
 
 
+def test_a_directory_change_leaves_out_only_the_messages_to_what_it_names(
+    tmp_path: Path,
+) -> None:
+    # only SN-10's rule follows a group's or a recipient's change: the rules of a
+    # message to an address a directory step names are left out, those of every other
+    # message judged as without the step
+    def run(change: str) -> ModelOutcome:
+        b = Built(
+            tmp_path,
+            "settings: {RejectMessageOnShadowFailure: true}\n"
+            "steps:\n  - kill: mbx2\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
+            f"  - directory: {change}\n",
+        )
+        b.steps(1.0, 1.2)
+        b.reply(1.3, "mbx1", 250)  # CR-4: no copy could be made
+        return b.explain()
+
+    named = run("{recipient: alice@corp.test, database: DB2}")
+    assert named.unmodelled == ["directory"]
+    assert named.divergence is None and "CR-4" not in named.exercised
+    other = run("{group: team@corp.test, members: [alice@corp.test, carol@corp.test]}")
+    assert other.unmodelled == ["directory"]
+    assert other.divergence is not None and other.divergence.behaviour == "CR-4"
+    assert other.exercised["CR-4"] == 1
+
+
 def test_a_send_connector_timeout_of_a_second_or_more_is_modelled(tmp_path: Path) -> None:
     # "A primary->shadow session that times out before the copy is acknowledged counts as
     # a failed shadow attempt (then CR-4 / CR-5)": the model counts a frozen shadow as one

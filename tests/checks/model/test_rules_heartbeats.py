@@ -23,13 +23,7 @@ def copied(b: Built) -> None:
     """m1 through mbx1, copied to mbx2 (acknowledged at 0.71): mbx2 holds it from then on,
     its next hop cut."""
     b.steps(0.4, 0.5)
-    link = "mbx1->mbx2"
-    b.at(0.6, "connect", link, conn=1)
-    b.line(0.61, link, "c2s", "XSHADOWCOPY P1 DB1 corp.test")
-    b.line(0.62, link, "s2c", "250 2.0.0 Ready for shadow copy")
-    b.content(0.7, link, "m1")
-    b.line(0.71, link, "s2c", "250 2.0.0 Shadow copy stored")
-    b.at(0.72, "close", link, conn=1, reason="client closed")
+    b.copy_session(0.6, "mbx1->mbx2", "m1")
     b.reply(0.8, "mbx1", 250, copied=False)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pytest_shadowcheck.checks.model import ModelOutcome
+
 from .built import TOKEN, Built, sentence
 
 
@@ -64,6 +66,31 @@ def test_sn7_a_shadow_safety_net_answers_after_the_12_hours(tmp_path: Path) -> N
     assert "resubmits it" in found.expected and "no Shadow Safety Net" in found.observed
     ok = unavailable(tmp_path, (3.6, "mbx2")).explain()
     assert ok.divergence is None and ok.exercised["SN-7"] == 1
+
+
+def test_sn7_a_failed_attempt_is_retried_when_the_nodes_clock_moves(tmp_path: Path) -> None:
+    # "... a Shadow Safety Net resubmits the messages": mbx2 resubmits m1 and tries the
+    # mailbox, but the session ends before DATA (a reply later than the node's timeout:
+    # the harness stalled 1 s, seed 9009 scenario 95); its retry waits
+    # TransientFailureRetryInterval on the nodes' clock, which does not move again here
+    b = unavailable(tmp_path)
+    hop = "mbx2->mailbox"
+    b.line(3.4, hop, "s2c", "220 mailbox ready")
+    b.line(3.41, hop, "c2s", "EHLO mbx2")
+    b.line(4.5, hop, "s2c", "250 mailbox")
+    b.at(4.5, "close", hop, conn=1, reason="client closed")
+    outcome = b.explain()
+    assert outcome.divergence is None, outcome.divergence
+    assert outcome.exercised["SN-7"] == 0
+    # a session that took the message is no failed attempt: no redelivery is a divergence
+    taken = unavailable(tmp_path)
+    for t, direction, text in (
+        (3.4, "s2c", "220 mailbox ready"), (3.41, "c2s", "DATA"), (3.42, "s2c", "354 go on"),
+        (3.45, "s2c", "250 2.6.0 queued"),
+    ):  # fmt: skip
+        taken.line(t, hop, direction, text)
+    found = taken.explain().divergence
+    assert found is not None and found.behaviour == "SN-7", found
 
 
 def test_sn7_nothing_from_a_shadow_before_the_12_hours(tmp_path: Path) -> None:
@@ -300,3 +327,87 @@ def test_sn3_a_shadow_safety_net_entry_dates_from_the_heartbeat_that_told_the_sh
     assert run("5m").explain().divergence is None
     found = run("30s").explain().divergence
     assert found is not None and found.behaviour == "SN-2", found
+
+
+# -- SN-1: how far the nodes' clock may have moved by a look ------------------------------
+
+
+def test_sn1_a_day_s_advance_just_before_the_look_may_have_emptied_the_safety_net(
+    tmp_path: Path,
+) -> None:
+    # "... the message moves from its active queue to the Primary Safety Net": it stays
+    # for SafetyNetHoldTime, and the node may have applied an advance as soon as it was
+    # asked; a look 2.7 s after a 2-hour advance may find it gone, however much slack a
+    # loaded machine is granted (seed 9009, scenario 95: the slack widened to 3.1 s)
+    def run(slack: float, *held: str) -> ModelOutcome:
+        b = Built(
+            tmp_path,
+            "settings: {SafetyNetHoldTime: 1h}\n"
+            "steps:\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n  - wait: 1s\n"
+            "  - advance: 2h\n  - wait: 2.5s\n"
+            "  - snapshot: {node: mbx1, queue: safetynet_primary}\n",
+            topology="two-node-dag-virtual",
+        )
+        b.step(0.1)
+        b.reply(0.2, "mbx1", 250)
+        b.delivered(0.3, "m1", "mbx1", "alice@corp.test")
+        b.steps(0.4, 1.4, 1.5)
+        b.looked(4.1, "mbx1", "safetynet_primary", *held)
+        b.step(4.1)
+        return b.explain(slack=slack)
+
+    for slack in (2.0, 3.1):
+        assert run(slack).divergence is None, (slack, run(slack).divergence)
+    # and a look before the advance still owes the entry
+    early = Built(
+        tmp_path,
+        "settings: {SafetyNetHoldTime: 1h}\n"
+        "steps:\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n  - wait: 3s\n"
+        "  - snapshot: {node: mbx1, queue: safetynet_primary}\n  - advance: 2h\n",
+        topology="two-node-dag-virtual",
+    )
+    early.step(0.1)
+    early.reply(0.2, "mbx1", 250)
+    early.delivered(0.3, "m1", "mbx1", "alice@corp.test")
+    early.step(0.4)
+    early.looked(3.5, "mbx1", "safetynet_primary")
+    early.steps(3.5, 3.6)
+    found = early.explain().divergence
+    assert found is not None and found.behaviour == "SN-1", found
+
+
+# -- SN-2: the Shadow Safety Net of the node that held the copy --------------------------
+
+
+def test_sn2_is_judged_at_the_shadow_the_wire_shows_the_copy_went_to(tmp_path: Path) -> None:
+    # "After DI-4 the shadow keeps the message in its Shadow Safety Net": of mbx2's two
+    # possible shadows (PreferRemote in a two-site DAG), the one its XSHADOWCOPY session
+    # went to is the shadow; the other's Shadow Safety Net rightly lacks the message
+    # (the reference, seed 8008, scenario 69: the copy on mbx3, mbx1 looked at)
+    def run(**held: tuple[str, ...]) -> Built:
+        b = Built(
+            tmp_path,
+            "settings: {ShadowMessagePreferenceSetting: PreferRemote}\n"
+            "steps:\n  - send: {id: m1, via: mbx2, to: [alice@corp.test]}\n  - wait: 4s\n"
+            "  - snapshot: {node: mbx1, queue: safetynet_shadow}\n"
+            "  - snapshot: {node: mbx3, queue: safetynet_shadow}\n",
+            topology="creation-two-site-dag",
+        )
+        b.step(0.1)
+        b.copy_session(0.12, "mbx2->mbx3", "m1")
+        b.reply(0.3, "mbx2", 250, copied=False)
+        b.delivered(0.35, "m1", "mbx2", "alice@corp.test")
+        b.heartbeats("mbx3", "mbx2", 0.5, 4.0)
+        b.steps(0.4)
+        b.looked(4.5, "mbx1", "safetynet_shadow", *held.get("mbx1", ()))
+        b.step(4.5)
+        b.looked(4.6, "mbx3", "safetynet_shadow", *held.get("mbx3", ()))
+        b.step(4.6)
+        return b
+
+    kept = run(mbx3=("m1",)).explain()
+    assert kept.divergence is None, kept.divergence
+    assert kept.exercised["SN-2"] == 1
+    found = run().explain().divergence
+    assert found is not None and found.behaviour == "SN-2", found
+    assert "Shadow Safety Net of mbx3 did not hold it" in found.observed
