@@ -18,7 +18,14 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.checks.workload_records import Fate, Window
     from pytest_shadowcheck.history import Event, History
 
-__all__ = ["LATE_REPLY", "cause_kind", "duplicate_cause", "unanswered_connection", "unread_reply"]
+__all__ = [
+    "CLIENT_RESET",
+    "LATE_REPLY",
+    "cause_kind",
+    "duplicate_cause",
+    "unanswered_connection",
+    "unread_reply",
+]
 
 
 def cause_kind(cause: str) -> str:
@@ -209,15 +216,27 @@ def unread_reply(history: History, sent: Event, timeout: float | None = None) ->
     )
 
 
+#: how the proxy records a client that reset its connection (an SMTP client library
+#: aborting on its read timeout does so: aiosmtplib's SMTPReadTimeoutError)
+CLIENT_RESET = "client error: ConnectionResetError"
+
+
 def unanswered_connection(
-    history: History, link: str, since: float, until: float, timeout: float | None = None
+    history: History,
+    link: str,
+    since: float,
+    until: float,
+    timeout: float | None = None,
+    client_down: Callable[[float], bool] = lambda t: False,
 ) -> str | None:
     """A connection on ``link`` (a shadow's to its primary) opened within ``[since,
     until]`` on which the client gave up waiting for the server: it closed it with no
     answer at all, or, while the machine ran late (the harness relaying late, a node
     waiting for a CPU), without another command after waiting for a reply (as long as
     its ``timeout``, its SendConnectionInactivityTimeout, when known). To that client the
-    server was unreachable, whatever the nemesis did."""
+    server was unreachable, whatever the nemesis did. A close is the client's when it
+    closed or reset the connection, a reset only while ``client_down(t)`` is false (a
+    node killed or losing power resets its connections too, and gave up on nothing)."""
     opened: dict[object, float] = {}
     asked: dict[object, tuple[float, str]] = {}  # the client's last command: when, what
     answered: dict[object, float] = {}  # the server's last line after that command
@@ -238,7 +257,7 @@ def unanswered_connection(
             event.kind == "close"
             and conn in opened
             # a deliberate close after a wait, not a client killed as it connected
-            and event.data.get("reason") == "client closed"
+            and _closed_by_client(str(event.data.get("reason", "")), event.t, client_down)
         ):
             why = _gave_up(
                 history, link, opened[conn], asked[conn], answered.get(conn), event.t, timeout
@@ -246,6 +265,10 @@ def unanswered_connection(
             if why is not None:
                 return why
     return None
+
+
+def _closed_by_client(reason: str, t: float, client_down: Callable[[float], bool]) -> bool:
+    return reason == "client closed" or (reason.startswith(CLIENT_RESET) and not client_down(t))
 
 
 def _gave_up(

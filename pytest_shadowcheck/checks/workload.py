@@ -255,7 +255,14 @@ def check_workload(
     def unanswered(fate: Fate, shadow: str) -> str | None:
         first = min(t for t, helo, _ in fate.deliveries if helo.split(".")[0] == shadow)
         timeout = (send_timeouts or {}).get(shadow)
-        return unanswered_connection(history, f"{shadow}->{fate.via}", fate.sent, first, timeout)
+
+        def shadow_down(t: float) -> bool:
+            return any(
+                w.kind in NODE_FAULTS and shadow in w.nodes and w.meets(t, t) for w in faults
+            )
+
+        link = f"{shadow}->{fate.via}"
+        return unanswered_connection(history, link, fate.sent, first, timeout, shadow_down)
 
     faults = sorted(windows.values(), key=lambda w: w.start)
     causes: Counter[str] = Counter()

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from harnesskit import run_on_reference
 
+from pytest_shadowcheck.checks.duplicate_causes import CLIENT_RESET
 from pytest_shadowcheck.checks.workload import check_workload, results
 from pytest_shadowcheck.engine.nemesis import NemesisSpec, plan_faults, usable_kinds
 from pytest_shadowcheck.engine.traffic import WorkloadSpec, drive, plan_messages
@@ -467,6 +468,17 @@ def test_a_fault_of_the_node_explains_a_delivery_again_only_if_it_met_the_one_be
             ["connect", "220", "XQDISCARD", "lag", "250", "client closed"],
             "PR-1 promotion after mbx2 gave up on its connection",
         ),
+        # the same, mbx2 resetting the connection as its client library gave up (a CI
+        # history, session 44: durability_disk_faults, the 235 to mbx2's AUTH relayed late)
+        (
+            ["connect", "220", "XQDISCARD", "lag", "250", "reset"],
+            "PR-1 promotion after mbx2 gave up on its connection",
+        ),
+        # a reset while mbx2 was killed: it gave up on nothing
+        (
+            ["connect", "220", "XQDISCARD", "lag", "250", "kill", "reset"],
+            "with no fault of the primary",
+        ),
         # the same while the machine kept time: mbx2 closed for a reason of its own
         (["connect", "220", "XQDISCARD", "250", "client closed"], "with no fault of the primary"),
         # a session's own end is no giving up, however late the machine
@@ -491,6 +503,10 @@ def test_copies_from_two_nodes_need_the_primary_unreachable_to_the_shadow(
             time.sleep(0.15)  # mbx2's wait for the reply
         elif what == "lag":
             h.record("lag", late=0.5, over=0.15)  # the harness's loop stalled meanwhile
+        elif what == "kill":
+            h.record("note", nemesis="start", fault="kill", index=0, nodes=["mbx2"], links=[])
+        elif what == "reset":
+            h.record("close", "mbx2->mbx1", 7, reason=f"{CLIENT_RESET}(104, 'reset by peer')")
         else:
             h.record("close", "mbx2->mbx1", 7, reason=what)
     _delivered(h, "m", "mbx2", ["a@corp.test"])
