@@ -131,6 +131,19 @@ def plan_faults(
     return out
 
 
+def planned_starts(faults: list[Fault]) -> list[float]:
+    """Seconds into the workload at which each fault starts if nothing runs late: the
+    gaps and the faults' durations in turn, as ``run_nemesis`` plays them (a restart
+    has no duration)."""
+    starts, clock = [], 0.0
+    for fault in faults:
+        clock += fault.gap
+        starts.append(clock)
+        if fault.kind != "restart":
+            clock += fault.duration
+    return starts
+
+
 def _at_point(rng: random.Random, fault: Fault, topology: Topology) -> Fault:
     """The protocol fault's point, action and occurrence, drawn from the seed."""
     peers = all(link.split("->")[1] in topology.nodes for link in fault.links)
