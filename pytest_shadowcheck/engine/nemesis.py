@@ -1,6 +1,6 @@
 """A seeded nemesis: faults drawn from what the target can do, while a workload runs.
 
-:func:`plan_faults` draws the schedule from the seed alone (kinds, nodes, links, gaps,
+:func:`iter_faults` draws the schedule from the seed alone (kinds, nodes, links, gaps,
 durations), so the same seed gives the same faults in the same order; only where they
 land in the workload depends on how fast the target is. :func:`run_nemesis` plays the
 schedule through the engine's own steps (kill, restart, wipe, pause, resume, fault,
@@ -24,8 +24,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -46,7 +47,15 @@ if TYPE_CHECKING:
     from pytest_shadowcheck.scenario.model import Topology
     from pytest_shadowcheck.verdict import Verdict
 
-__all__ = ["NEMESIS_POINTS", "Fault", "plan_faults", "run_nemesis", "usable_kinds"]
+__all__ = [
+    "NEMESIS_POINTS",
+    "Fault",
+    "iter_faults",
+    "plan_faults",
+    "planned_starts",
+    "run_nemesis",
+    "usable_kinds",
+]
 
 #: the protocol points a ``protocol`` fault draws from: (place, command), as a fault
 #: step's ``point`` (scenario/capabilities.py POINT_PLACES); the shadow verbs only on a
@@ -106,13 +115,14 @@ def usable_kinds(spec: NemesisSpec, capabilities: frozenset[str]) -> tuple[str, 
     return tuple(k for k in spec.faults if set(FAULT_KINDS[k]) <= capabilities)
 
 
-def plan_faults(
-    spec: NemesisSpec, kinds: tuple[str, ...], topology: Topology, count: int
-) -> list[Fault]:
-    """The first ``count`` faults of the schedule: a function of the spec's seed only."""
+def iter_faults(
+    spec: NemesisSpec, kinds: tuple[str, ...], topology: Topology
+) -> Iterator[Fault]:
+    """The schedule, fault after fault, for as long as it is read: a function of the
+    spec's seed only. Drawn as the nemesis plays it (a workload plays a handful; the
+    10,000 planned ahead before were an eighth of a workload's CPU in the harness)."""
     rng = random.Random(f"nemesis:{spec.seed}")
-    out: list[Fault] = []
-    for index in range(count):
+    for index in itertools.count():
         kind = rng.choice(kinds)
         nodes = tuple(sorted(rng.sample(spec.nodes, 2 if spec.overlap else 1)))
         links = (
@@ -127,8 +137,14 @@ def plan_faults(
         if kind == "protocol":
             # drawn after the rest, and only for this kind: other schedules stay as they were
             fault = _at_point(rng, fault, topology)
-        out.append(fault)
-    return out
+        yield fault
+
+
+def plan_faults(
+    spec: NemesisSpec, kinds: tuple[str, ...], topology: Topology, count: int
+) -> list[Fault]:
+    """The first ``count`` faults of the schedule."""
+    return list(itertools.islice(iter_faults(spec, kinds, topology), count))
 
 
 def planned_starts(faults: list[Fault]) -> list[float]:
@@ -166,7 +182,7 @@ def _link_of(rng: random.Random, node: str, topology: Topology) -> str:
 
 async def run_nemesis(
     run: StepContext,
-    faults: list[Fault],
+    faults: Iterable[Fault],
     stop: asyncio.Event,
     verdict: Verdict,
     horizon: float | None = None,

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import shlex
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from pytest_shadowcheck.checks.no_loss import scenario_given_unmet
 from pytest_shadowcheck.checks.storage import power_cut_evidence
 from pytest_shadowcheck.checks.wire import SEND_TIMEOUT
 from pytest_shadowcheck.checks.workload import Settled, check_workload, results
-from pytest_shadowcheck.engine.nemesis import Fault, plan_faults, run_nemesis, usable_kinds
+from pytest_shadowcheck.engine.nemesis import Fault, iter_faults, run_nemesis, usable_kinds
 from pytest_shadowcheck.engine.traffic import Planned, drive, plan_messages, traffic_note
 from pytest_shadowcheck.errors import ScenarioError, TargetError
 from pytest_shadowcheck.scenario.replay import Selection, format_indices
@@ -40,8 +42,6 @@ if TYPE_CHECKING:
 
 __all__ = ["kept_faults", "replay_args", "run_workload", "workload_label"]
 
-#: faults planned ahead; a nemesis never gets near this many in one workload
-MAX_FAULTS = 10_000
 #: the nemesis starts no fault once this many times the planned sending time (messages
 #: over rate) has passed: a paused node stalls the sessions sending to it, so on a
 #: loaded machine sending ran long, which bought more pauses, which made it longer (93 s
@@ -83,7 +83,7 @@ async def run_workload(run: StepContext, step: Step, verdict: Verdict) -> None:
         nspec = nemesis_spec(spec.nemesis, run.scenario.topology, spec.seed, step.where)
         kinds = usable_kinds(nspec, run.target.capabilities)
         if kinds:
-            faults = plan_faults(nspec, kinds, run.scenario.topology, MAX_FAULTS)
+            faults: Iterable[Fault] = iter_faults(nspec, kinds, run.scenario.topology)
             if selection is not None and selection.faults is not None:
                 faults = kept_faults(faults, selection.faults)
             never = asyncio.Event()
@@ -177,7 +177,7 @@ def _kept_messages(planned: list[Planned], selection: Selection, where: SourceRe
     return [p for p in planned if p.index in selection.messages]
 
 
-def kept_faults(faults: list[Fault], keep: frozenset[int]) -> list[Fault]:
+def kept_faults(faults: Iterable[Fault], keep: frozenset[int]) -> list[Fault]:
     """The kept faults of a planned schedule, each starting when it was planned to: the
     quiet time and the length of every dropped fault before it are added to its own quiet
     time, as if the dropped fault had happened (a restart has no length: it is over once
@@ -185,7 +185,7 @@ def kept_faults(faults: list[Fault], keep: frozenset[int]) -> list[Fault]:
     is not waited out, so a kept fault may land that much earlier."""
     out: list[Fault] = []
     carried = 0.0
-    for fault in faults[: max(keep, default=-1) + 1]:
+    for fault in itertools.islice(faults, max(keep, default=-1) + 1):
         if fault.index in keep:
             out.append(dataclasses.replace(fault, gap=fault.gap + carried))
             carried = 0.0
