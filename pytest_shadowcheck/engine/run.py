@@ -339,6 +339,15 @@ class Run:
             if link.endswith(f"->{node}"):
                 proxy.set_upstream(*handle.smtp)
 
+    def _detach(self, node: str) -> None:
+        """The node goes down: its links refuse new connections until it is back. Left
+        pointing at its old port, a connection made meanwhile reached whatever bound that
+        port next - on a machine running scenarios side by side, another scenario's sink
+        took a power-cut node's messages with a 250 (CI, session 45)"""
+        for link, proxy in self.proxies.items():
+            if link.endswith(f"->{node}"):
+                proxy.set_upstream(None)
+
     async def teardown(self) -> None:
         for msg in self.messages.values():
             if msg.task is not None and not msg.task.done():
@@ -377,6 +386,7 @@ class Run:
         ]
 
     async def kill(self, node: str) -> None:
+        self._detach(node)
         await self.target.kill(node)
         self.down.add(node)
         self.missed_since.setdefault(node, len(self.changes))
@@ -401,6 +411,7 @@ class Run:
     async def power_cut(self, node: str) -> None:
         """The node loses power: dead at once, and what its disk had not made durable
         gone. Every sync its disk saw before, and what was lost, go into the history."""
+        self._detach(node)
         await self.target.power_cut(node)
         self.down.add(node)
         self.missed_since.setdefault(node, len(self.changes))
@@ -422,6 +433,7 @@ class Run:
         """Restart ``node`` on its queue database (``how`` restart) or a new, empty one
         (wipe): down at once, then back with the clock and configuration of the others."""
         self.node_actions.append((self.history.now(), node, "kill"))
+        self._detach(node)
         handle = await (self.target.restart(node) if how == "restart" else self.target.wipe(node))
         self.node_actions.append((self.history.now(), node, how))
         self.down.discard(node)

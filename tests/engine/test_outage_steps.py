@@ -80,3 +80,59 @@ def test_route_set_after_a_restart_redirects_mail(pytester: pytest.Pytester) -> 
         timeout=120,
     )
     result.assert_outcomes(passed=1)
+
+
+@pytest.mark.slow
+def test_a_dead_nodes_links_refuse_instead_of_reaching_whatever_took_its_port(
+    tmp_path: Path,
+) -> None:
+    # kill -9 frees the node's port; a bind anywhere on the machine (another scenario's
+    # sink, in a lane beside) may take it. A client of the dead node must be refused,
+    # not served by that listener: in CI a power-cut node's messages got a sink's 250
+    import asyncio
+
+    from pytest_shadowcheck.engine.run import Run
+    from pytest_shadowcheck.history import History
+    from pytest_shadowcheck.progress import Progress
+    from pytest_shadowcheck.targets.reference import ReferenceTarget
+
+    path = tmp_path / "kill.yaml"
+    path.write_text(
+        "scenarios:\n  - name: s1\n    behaviours: [PR-3]\n    topology: single-node\n"
+        "    steps:\n      - kill: mbx1\n"
+    )
+    (scenario,) = load_scenario_file(path)
+    reached: list[str] = []
+
+    async def main() -> str:
+        run = Run(scenario, ReferenceTarget(), History(), Progress("s1"), tmp_path / "run")
+        await run.setup()
+        try:
+            old = run.handles["mbx1"].smtp
+            await run.kill("mbx1")
+
+            async def squatter(reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+                reached.append("connected")
+                w.write(b"220 not mbx1\r\n")
+                await w.drain()
+                w.close()
+
+            server = await asyncio.start_server(squatter, *old)
+            try:
+                reader, writer = await asyncio.open_connection(
+                    *run.proxies["client->mbx1"].address
+                )
+                try:
+                    greeting = await asyncio.wait_for(reader.read(100), 5)
+                except ConnectionError:
+                    greeting = b""
+                writer.close()
+            finally:
+                server.close()
+                await server.wait_closed()
+            return greeting.decode()
+        finally:
+            await run.teardown()
+
+    greeting = asyncio.run(main())
+    assert reached == [] and greeting == "", (reached, greeting)
