@@ -211,11 +211,18 @@ class Cluster:
         # a port below the kernel's ephemeral range: a node restarted on the same port
         # (``restart``) found one it had bound at port 0 taken meanwhile by some other
         # test's outgoing connection ("address already in use", CI under load)
-        (port,) = free_ports(1)
-        node.proc = self._popen(node, ["--smtp", f"127.0.0.1:{port}"])
-        assert node.proc.stdout is not None
-        line = node.proc.stdout.readline()
-        assert line, f"node {node.name} did not start (exit code {node.proc.wait()})"
+        # Picked free, a port can still be taken before the node binds it: another test
+        # process drew the same one from the pool (CI: "address already in use" on
+        # 30930). A node that did not start gets two more tries, each on another port
+        for _attempt in range(3):
+            (port,) = free_ports(1)
+            node.proc = self._popen(node, ["--smtp", f"127.0.0.1:{port}"])
+            assert node.proc.stdout is not None
+            line = node.proc.stdout.readline()
+            if line:
+                break
+            code = node.proc.wait()
+        assert line, f"node {node.name} did not start (exit code {code}, three ports tried)"
         node.info = json.loads(line)
 
     def wire(self) -> None:
