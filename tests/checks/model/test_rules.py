@@ -940,6 +940,37 @@ def test_di5_a_restarted_primary_still_hands_out_its_discard_notifications(
     assert ok.divergence is None and ok.exercised["DI-5"] == 1
 
 
+def test_di5_judges_a_look_after_the_heartbeat_was_changed_live(tmp_path: Path) -> None:
+    # an admin lengthens the heartbeat (0.5 s -> 1 s) once the shadow is back; a look
+    # after that still judges DI-5, against the longest heartbeat in force (a drill that
+    # changed it left its first look alone to judge, INCONCLUSIVE under CI's load)
+    def built(*held: str) -> Built:
+        b = Built(
+            tmp_path,
+            "steps:\n  - fault: {link: mbx1->mailbox, kind: cut}\n"
+            "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
+            "  - pause: mbx2\n  - heal: mbx1->mailbox\n  - wait: 1s\n  - restart: mbx1\n"
+            "  - resume: mbx2\n  - wait: 3s\n"
+            "  - set_settings: {values: {ShadowHeartbeatFrequency: 1s}}\n  - wait: 3s\n"
+            "  - snapshot: {node: mbx2, queue: shadow}\n",
+        )
+        b.steps(0.4, 0.5)
+        b.reply(0.6, "mbx1", 250)
+        b.steps(0.7, 0.8)
+        b.delivered(1.3, "m1", "mbx1", "alice@corp.test")
+        b.step(1.4)
+        b.step(3.5, back=4.0)
+        b.steps(4.1, 4.2, 7.2, 7.3, 10.3)
+        b.looked(10.35, "mbx2", "shadow", *held)
+        return b
+
+    found = built("m1").explain().divergence
+    assert found is not None and found.behaviour == "DI-5", found
+    assert "ShadowHeartbeatFrequency (1s)" in found.expected, found.expected
+    ok = built().explain()
+    assert ok.divergence is None and ok.exercised["DI-5"] == 1
+
+
 def test_di5_not_judged_before_a_heartbeat_after_the_shadow_is_back(tmp_path: Path) -> None:
     # resumed by 4.2 (sure from 4.2 + slack): a heartbeat and the slack later is 8.7
     early = delivered_paused_restarted(tmp_path, "m1", look=8.0).explain()
