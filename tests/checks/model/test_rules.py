@@ -903,16 +903,22 @@ def test_xs1_a_setting_changed_live_rules_after_the_slack(tmp_path: Path) -> Non
 # -- DI-5: discard notifications survive a restart of the primary -------------------------
 
 
-def delivered_paused_restarted(tmp_path: Path, *held: str, look: float = 9.0) -> Built:
+def delivered_paused_restarted(
+    tmp_path: Path, *held: str, look: float = 9.0, live_change: bool = False
+) -> Built:
     """m1 copied to mbx2, then delivered (at 1.3) while mbx2 is frozen; the primary
     restarted (at 3.5, the slack after, back at 4.0) before the shadow is resumed (at
-    4.1); the shadow queue looked at ``look``."""
+    4.1); the shadow queue looked at ``look``. With ``live_change``, the heartbeat is
+    set to 1 s at 7.2 and the look comes 3 s later (at 10.3)."""
+    change = "  - set_settings: {values: {ShadowHeartbeatFrequency: 1s}}\n  - wait: 3s\n"
     b = Built(
         tmp_path,
         "steps:\n  - fault: {link: mbx1->mailbox, kind: cut}\n"
         "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
         "  - pause: mbx2\n  - heal: mbx1->mailbox\n  - wait: 1s\n  - restart: mbx1\n"
-        "  - resume: mbx2\n  - wait: 3s\n  - snapshot: {node: mbx2, queue: shadow}\n",
+        "  - resume: mbx2\n  - wait: 3s\n"
+        + (change if live_change else "")
+        + "  - snapshot: {node: mbx2, queue: shadow}\n",
     )
     b.steps(0.4, 0.5)
     b.reply(0.6, "mbx1", 250)
@@ -921,6 +927,9 @@ def delivered_paused_restarted(tmp_path: Path, *held: str, look: float = 9.0) ->
     b.step(1.4)
     b.step(3.5, back=4.0)
     b.steps(4.1, 4.2)
+    if live_change:
+        b.steps(7.2, 7.3)
+        look = 10.3
     b.step(look)
     b.looked(look + 0.05, "mbx2", "shadow", *held)
     return b
@@ -944,30 +953,10 @@ def test_di5_judges_a_look_after_the_heartbeat_was_changed_live(tmp_path: Path) 
     # an admin lengthens the heartbeat (0.5 s -> 1 s) once the shadow is back; a look
     # after that still judges DI-5, against the longest heartbeat in force (a drill that
     # changed it left its first look alone to judge, INCONCLUSIVE under CI's load)
-    def built(*held: str) -> Built:
-        b = Built(
-            tmp_path,
-            "steps:\n  - fault: {link: mbx1->mailbox, kind: cut}\n"
-            "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
-            "  - pause: mbx2\n  - heal: mbx1->mailbox\n  - wait: 1s\n  - restart: mbx1\n"
-            "  - resume: mbx2\n  - wait: 3s\n"
-            "  - set_settings: {values: {ShadowHeartbeatFrequency: 1s}}\n  - wait: 3s\n"
-            "  - snapshot: {node: mbx2, queue: shadow}\n",
-        )
-        b.steps(0.4, 0.5)
-        b.reply(0.6, "mbx1", 250)
-        b.steps(0.7, 0.8)
-        b.delivered(1.3, "m1", "mbx1", "alice@corp.test")
-        b.step(1.4)
-        b.step(3.5, back=4.0)
-        b.steps(4.1, 4.2, 7.2, 7.3, 10.3)
-        b.looked(10.35, "mbx2", "shadow", *held)
-        return b
-
-    found = built("m1").explain().divergence
+    found = delivered_paused_restarted(tmp_path, "m1", live_change=True).explain().divergence
     assert found is not None and found.behaviour == "DI-5", found
     assert "ShadowHeartbeatFrequency (1s)" in found.expected, found.expected
-    ok = built().explain()
+    ok = delivered_paused_restarted(tmp_path, live_change=True).explain()
     assert ok.divergence is None and ok.exercised["DI-5"] == 1
 
 
