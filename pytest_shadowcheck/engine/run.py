@@ -335,18 +335,24 @@ class Run:
 
     def _attach(self, node: str, handle: NodeHandle) -> None:
         self.handles[node] = handle
-        for link, proxy in self.proxies.items():
-            if link.endswith(f"->{node}"):
-                proxy.set_upstream(*handle.smtp)
+        self._point_links(node, handle.smtp)
 
     def _detach(self, node: str) -> None:
         """The node goes down: its links refuse new connections until it is back. Left
         pointing at its old port, a connection made meanwhile reached whatever bound that
         port next - on a machine running scenarios side by side, another scenario's sink
         took a power-cut node's messages with a 250 (CI, session 45)"""
+        self._point_links(node, None)
+
+    def _point_links(self, node: str, address: tuple[str, int] | None) -> None:
+        """Every link to ``node`` forwards to ``address`` (None: refuses)."""
         for link, proxy in self.proxies.items():
-            if link.endswith(f"->{node}"):
+            if not link.endswith(f"->{node}"):
+                continue
+            if address is None:
                 proxy.set_upstream(None)
+            else:
+                proxy.set_upstream(*address)
 
     async def teardown(self) -> None:
         for msg in self.messages.values():
