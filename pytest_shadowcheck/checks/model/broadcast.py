@@ -87,8 +87,8 @@ def _window(j: Judge, applied: AppliedStep) -> tuple[tuple[float, float], tuple[
 
 def _kept(j: Judge, h: _Held, since: float, until: float) -> bool:
     """Whether ``h``'s entry is surely still within SafetyNetHoldTime at ``until``."""
-    hold = j.tl.one_setting(h.node, "SafetyNetHoldTime", since, until)
-    return isinstance(hold, int | float) and h.stamped[0] + hold > _clock(j, until, until)[1]
+    holds = j.tl.setting_range(h.node, "SafetyNetHoldTime", since, until)
+    return holds is not None and h.stamped[0] + holds[0] > _clock(j, until, until)[1]
 
 
 def _inside(j: Judge, applied: AppliedStep, stamped: tuple[float, float]) -> bool | None:
@@ -146,9 +146,13 @@ def _unavailable(
     coordinator = spec.node
     if coordinator == m.via:
         return
-    timeout = j.tl.one_setting(coordinator, "PrimarySafetyNetUnavailableTimeout", applied.t, until)
-    if not isinstance(timeout, int | float):
+    timeouts = j.tl.setting_range(
+        coordinator, "PrimarySafetyNetUnavailableTimeout", applied.t, until
+    )
+    if timeouts is None:
         return
+    # changed live: too early before the shortest timeout in force, owed after the longest
+    timeout, longest = timeouts
     held = [h for h in _held(j, m, got[0], applied.t) if _inside(j, applied, h.stamped)]
     if not held:
         return
@@ -170,7 +174,7 @@ def _unavailable(
             early[0].t,
         )
         return
-    sure = _reached(j, applied.t, timeout, surely=True)
+    sure = _reached(j, applied.t, longest, surely=True)
     if sure is None:
         return
     beat = j.tl.setting(coordinator, "ShadowHeartbeatFrequency", applied.t, until)
@@ -206,12 +210,14 @@ def _unavailable(
     if deadline > min(until, j.tl.end):
         return
     j.exercised["SN-7"] += 1
-    if any(sure - j.slack <= d.t <= deadline for d in others):
+    # a resubmission once the shortest timeout in force had possibly passed is no early one
+    lo = sure - j.slack if possible is None else min(possible, sure - j.slack)
+    if any(lo <= d.t <= deadline for d in others):
         return
     j.diverged(
         "SN-7",
         f"{m.via} was down from the request at {j.when(applied.t)} ({spec.database}, made to "
-        f"{coordinator}) on; once PrimarySafetyNetUnavailableTimeout ({seconds(timeout)}) "
+        f"{coordinator}) on; once PrimarySafetyNetUnavailableTimeout ({seconds(longest)}) "
         f"had passed on the nodes' clock (by {j.when(sure)}) the request is broadcast and the "
         f"Shadow Safety Net of {' or '.join(able)} (the harness saw {m.ref} there) resubmits "
         f"it: {rcpt} gets it again by {j.when(deadline)}",

@@ -389,9 +389,12 @@ def discard_rule(j: Judge, m: Sent) -> None:
             continue
         if snap.node not in j.candidates(m.via, m.t_send, m.t_reply or m.t_send):
             continue
-        beat = j.tl.one_setting(snap.node, "ShadowHeartbeatFrequency", m.t_send, snap.t)
-        if not isinstance(beat, int | float) or snap.t < done + beat + j.slack:
+        # the longest heartbeat in force since the send: a live change may or may not
+        # cut short the wait a shadow had begun (state.Timeline.setting_range)
+        beats = j.tl.setting_range(snap.node, "ShadowHeartbeatFrequency", m.t_send, snap.t)
+        if beats is None or snap.t < done + beats[1] + j.slack:
             continue
+        beat = beats[1]
         # a resubmitted copy is queued, copied and delivered anew: judge it a heartbeat on
         if _resubmitted(j, snap.t) and snap.t < _since_resubmission(j, m, snap.t) + beat + j.slack:
             continue
@@ -453,11 +456,10 @@ def safety_net_rule(j: Judge, m: Sent) -> None:
             and holders == {snap.node}  # of two possible holders, either may have it
             and j.redundant(m) == {True}
         ):
-            beat = j.tl.one_setting(snap.node, "ShadowHeartbeatFrequency", done, snap.t)
-            if not isinstance(beat, int | float) or j.tl.reachable(
-                snap.node, m.via, done, snap.t
-            ) != {True}:
+            beats = j.tl.setting_range(snap.node, "ShadowHeartbeatFrequency", done, snap.t)
+            if beats is None or j.tl.reachable(snap.node, m.via, done, snap.t) != {True}:
                 continue
+            beat = beats[1]  # the longest: the entry dates from the heartbeat that told it
             if not j.copy_kept(m, snap.node, snap.t):
                 continue
             if expiry_governs(j, m, snap.node, done):
@@ -476,9 +478,12 @@ def safety_net_rule(j: Judge, m: Sent) -> None:
             continue
         if snap.t < after or len(j.tl.database_ids(snap.node, done, snap.t)) > 1:
             continue
-        hold = j.tl.one_setting(snap.node, "SafetyNetHoldTime", done, snap.t)
-        if not isinstance(hold, int | float):
+        holds = j.tl.setting_range(snap.node, "SafetyNetHoldTime", done, snap.t)
+        if holds is None:
             continue
+        # changed live: kept while the shortest hold in force has not passed, gone once
+        # the longest has (the catalogue does not say which an entry already held keeps)
+        hold, longest_hold = holds
         # a resubmitted copy may enter the Safety Net again when it is delivered again
         # (the catalogue does not say): it must stay for SafetyNetHoldTime from its first
         # delivery, and may stay for as long from its last (seed 11, scenario 27: the
@@ -513,13 +518,14 @@ def safety_net_rule(j: Judge, m: Sent) -> None:
                     snap.t,
                 )
                 return
-        elif least >= hold + SWEEP + j.slack:
+        elif least >= longest_hold + SWEEP + j.slack:
             j.exercised["SN-3"] += 1
             if m.ref in snap.refs:
                 j.diverged(
                     "SN-3",
                     f"{m.ref} leaves the Safety Net of {snap.node} once SafetyNetHoldTime "
-                    f"({seconds(hold)}) has passed since its delivery (one sweep a minute)",
+                    f"({seconds(longest_hold)}) has passed since its delivery (one sweep a "
+                    f"minute)",
                     f"the nodes' clock had moved {seconds(least)} since, and {snap.node} still "
                     f"held it at {j.when(snap.t)}",
                     snap.t,

@@ -79,10 +79,10 @@ def restart_discard_rule(j: Judge, m: Sent) -> None:
         # value accepted, a look after a live change decided nothing, and a drill that
         # changed the heartbeat left its first look alone to judge - INCONCLUSIVE once
         # the harness's lateness widened that look's window past it, CI session 45)
-        beats = j.tl.setting(snap.node, "ShadowHeartbeatFrequency", m.t_send, snap.t)
-        if not beats or not all(isinstance(b, int | float) for b in beats):
+        beats = j.tl.setting_range(snap.node, "ShadowHeartbeatFrequency", m.t_send, snap.t)
+        if beats is None:
             continue
-        beat = max(beats)
+        beat = beats[1]
         since = _reached_from(j, snap.node, m.via, back + j.slack, snap.t)
         if since is None or snap.t < since + beat + j.slack:
             continue

@@ -129,10 +129,13 @@ def attempts_rule(j: Judge, history: History) -> None:
                 and j.tl.link_states(f"{m.via}->{n}", a, b) == {"cut"}
                 for n in names
             )
-            tries = j.tl.one_setting(m.via, setting, a, b) or _TRIES[setting]
-            if not failing or not isinstance(tries, int):
+            # changed live between the send and the reply: at least the fewest tries in
+            # force, at most the most
+            tries_range = j.tl.setting_range(m.via, setting, a, b, _TRIES[setting])
+            if not failing or tries_range is None:
                 break  # a copy may have been made here: later sites are not tried
-            least = tries // len(names)
+            fewest, tries = int(tries_range[0]), int(tries_range[1])
+            least = fewest // len(names)
             if not any(a <= t <= b for n in names for t in opened.get(f"{m.via}->{n}", [])):
                 break  # no attempt at all: whether one was owed is CR-1/CR-4's question
             if _too_many(j, m, names, tries, setting, opened):
@@ -144,7 +147,7 @@ def attempts_rule(j: Judge, history: History) -> None:
                     continue
                 j.diverged(
                     "CR-7",
-                    f"{m.via} tries {' and '.join(names)} {setting} ({tries}) times in all "
+                    f"{m.via} tries {' and '.join(names)} {setting} ({fewest}) times in all "
                     f"before giving up on that site for {m.ref}: {least} session(s) or more "
                     f"to {n}, whose link was cut",
                     f"{m.via} opened {seen} session(s) to {n} between the send at "

@@ -93,11 +93,11 @@ def _kept(j: Judge, m: Sent, since: float, until: float) -> bool:
         return False
     if any(s.step.kind == "power_cut" and s.step.arg.node == m.via for s in j.tl.steps):
         return False
-    hold = j.tl.one_setting(m.via, "SafetyNetHoldTime", m.t_send, until)
-    if not isinstance(hold, int | float):
+    holds = j.tl.setting_range(m.via, "SafetyNetHoldTime", m.t_send, until)
+    if holds is None:
         return False
     _, most = j.tl.timer_elapsed(since, until)
-    return most < hold
+    return most < holds[0]  # surely kept: within the shortest hold in force
 
 
 def resubmission_rule(j: Judge, m: Sent) -> None:

@@ -123,6 +123,24 @@ class Timeline:
         values = self.setting(node, name, a, b)
         return next(iter(values)) if len(values) == 1 else None
 
+    def setting_range(
+        self, node: str, name: str, a: float, b: float, default: float | None = None
+    ) -> tuple[float, float] | None:
+        """The least and the most of a numeric setting's values in force over ``[a, b]``
+        (``default`` for one neither the scenario nor Exchange's defaults give); None
+        when one of them is not a number.
+
+        An admin may change a timer while the cluster runs, and the catalogue does not
+        say whether a wait already begun keeps the old value or takes the new one: a
+        rule judged across a live change must hold for either, so a "by then" bound
+        takes the most and a "not before" bound the least (a rule that asked for one
+        value in force skipped every look after the change)."""
+        values = {default if v is None else v for v in self.setting(node, name, a, b)}
+        numbers = [float(v) for v in values if isinstance(v, int | float)]
+        if not numbers or len(numbers) < len(values) or any(isinstance(v, bool) for v in values):
+            return None
+        return min(numbers), max(numbers)
+
     def changed(self, a: float, b: float, nodes: set[str], hops: bool = True) -> bool:
         """Whether anything that could change a message's path happened in ``[a, b]``
         to these nodes, the links between them, their settings, and (``hops``) their

@@ -474,6 +474,31 @@ def test_di2_the_copy_leaves_the_shadow_queue_within_a_heartbeat(tmp_path: Path)
     assert ok.divergence is None and ok.exercised["DI-2"] == 1
 
 
+def test_di2_judges_a_look_after_the_heartbeat_was_changed_live(tmp_path: Path) -> None:
+    # the heartbeat set to 1 s (from 0.5 s) just after the delivery: the look 3 s later
+    # still judges DI-2, against the longest heartbeat in force since the send (the rule
+    # once asked for one value in force, and skipped every look after a live change)
+    def run(*held: str) -> Built:
+        b = Built(
+            tmp_path,
+            "steps:\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
+            "  - set_settings: {values: {ShadowHeartbeatFrequency: 1s}}\n  - wait: 3s\n"
+            "  - snapshot: {node: mbx2, queue: shadow}\n",
+        )
+        b.step(1.0)
+        b.reply(1.1, "mbx1", 250)
+        b.delivered(1.2, "m1", "mbx1", "alice@corp.test")
+        b.steps(1.3, 1.4, 4.4)
+        b.looked(4.45, "mbx2", "shadow", *held)
+        return b
+
+    found = run("m1").explain().divergence
+    assert found is not None and found.behaviour == "DI-2", found
+    assert "ShadowHeartbeatFrequency (1s)" in found.expected, found.expected
+    ok = run().explain()
+    assert ok.divergence is None and ok.exercised["DI-2"] == 1
+
+
 def test_sn1_and_sn2_delivered_messages_are_kept_in_safety_net(tmp_path: Path) -> None:
     # "After the primary has processed a message ..., the message moves from its active
     # queue to the Primary Safety Net on the same node." / "After DI-4 the shadow keeps the
@@ -509,6 +534,41 @@ def test_sn3_safety_net_lets_go_after_the_hold_time(tmp_path: Path) -> None:
     assert found.rule == sentence("SN-3")
     ok = run().explain()
     assert ok.divergence is None and ok.exercised["SN-3"] == 1
+
+
+def test_sn1_sn3_a_hold_time_changed_live_bounds_the_entry_from_both_values(
+    tmp_path: Path,
+) -> None:
+    # SafetyNetHoldTime changed after the delivery: the catalogue does not say whether an
+    # entry already held keeps the old hold, so it must be kept while the shorter of the
+    # two has not passed and gone once the longer has (the rule once asked for one value
+    # in force and judged neither)
+    def run(new_hold: str, advance: str, *held: str) -> Built:
+        b = Built(
+            tmp_path,
+            "settings: {SafetyNetHoldTime: 1h}\n"
+            "steps:\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
+            f"  - set_settings: {{values: {{SafetyNetHoldTime: {new_hold}}}}}\n"
+            f"  - advance: {advance}\n  - wait: 3s\n"
+            "  - snapshot: {node: mbx1, queue: safetynet_primary}\n",
+            topology="two-node-dag-virtual",
+        )
+        b.step(1.0)
+        b.reply(1.1, "mbx1", 250)
+        b.delivered(1.2, "m1", "mbx1", "alice@corp.test")
+        b.steps(1.3, 1.5, 1.6, 4.6)
+        b.looked(4.7, "mbx1", "safetynet_primary", *held)
+        return b
+
+    gone = run("30m", "2h", "m1").explain().divergence  # past both 30 min and 1 h
+    assert gone is not None and gone.behaviour == "SN-3", gone
+    assert "SafetyNetHoldTime (1h)" in gone.expected, gone.expected
+    kept = run("3h", "30m").explain().divergence  # within both 1 h and 3 h
+    assert kept is not None and kept.behaviour == "SN-1", kept
+    between = run("3h", "2h").explain()  # past 1 h, within 3 h: either is allowed
+    assert between.divergence is None
+    assert between.exercised["SN-1"] == 0 and between.exercised["SN-3"] == 0
+    assert run("3h", "2h", "m1").explain().divergence is None
 
 
 def test_sn1_a_resubmitted_copy_need_not_enter_the_safety_net_again(tmp_path: Path) -> None:

@@ -318,16 +318,28 @@ def test_pr5_the_copy_waiting_in_the_shadow_queue_is_what_the_catalogue_allows(
     assert outcome.exercised["PR-5"] == 1
 
 
-def remote_cut(tmp_path: Path, sessions: int) -> Built:
+def remote_cut(tmp_path: Path, sessions: int, live_tries: int | None = None) -> Built:
+    """mbx1's link to mbx3, alone in the remote site, cut; m1 sent at 3.0 and answered at
+    3.4, after ``sessions`` sessions to mbx3. With ``live_tries`` an admin sets
+    MaxRetriesForRemoteSiteShadow to it at 3.1, while the primary is making its copy."""
+    change = (
+        f"  - set_settings: {{values: {{MaxRetriesForRemoteSiteShadow: {live_tries}}}}}\n"
+        if live_tries is not None
+        else ""
+    )
+    # sent in the background, so that the change can come before the reply
+    background = ", background: true" if live_tries is not None else ""
     b = Built(
         tmp_path,
         "steps:\n  - fault: {link: mbx1->mbx3, kind: cut}\n"
-        "  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n",
+        f"  - send: {{id: m1, via: mbx1, to: [alice@corp.test]{background}}}\n" + change,
         topology="creation-two-site-dag",
     )
     b.steps(0.5, 3.0)
     for i in range(sessions):
         b.at(3.01 + i / 100, "connect", "mbx1->mbx3", conn=i + 1)
+    if live_tries is not None:
+        b.step(3.1)
     b.at(3.2, "connect", "mbx1->mbx2", conn=1)
     b.reply(3.4, "mbx1", 250)
     return b
@@ -373,6 +385,24 @@ def test_cr7_a_lone_remote_node_is_tried_no_more_than_the_setting_says(
     b.at(3.2, "connect", "mbx1->mbx2", conn=1)
     b.reply(3.4, "mbx1", 250)
     assert b.explain().divergence is None or b.explain().divergence.behaviour != "CR-7"
+
+
+def test_cr7_tries_changed_live_during_the_copy_bound_it_from_both_values(
+    tmp_path: Path,
+) -> None:
+    # MaxRetriesForRemoteSiteShadow lowered from 4 to 2 while m1's copy was being made:
+    # the catalogue does not say which value the attempts under way follow, so 3 sessions
+    # are within both (the rule once took the default of 4 for a value changed live, and
+    # FAILed this), 1 is fewer than either, 5 more than either
+    good = remote_cut(tmp_path, 3, live_tries=2).explain()
+    assert good.divergence is None, good.divergence
+    assert good.exercised["CR-7"] >= 1
+    few = remote_cut(tmp_path, 1, live_tries=2).explain().divergence
+    assert few is not None and few.behaviour == "CR-7"
+    assert "MaxRetriesForRemoteSiteShadow (2) times" in few.expected, few.expected
+    many = remote_cut(tmp_path, 5, live_tries=2).explain().divergence
+    assert many is not None and many.behaviour == "CR-7"
+    assert "(4) times at most" in many.expected, many.expected
 
 
 def test_cr10_a_copy_released_at_the_first_fork_before_any_look(tmp_path: Path) -> None:
