@@ -389,9 +389,9 @@ def discard_rule(j: Judge, m: Sent) -> None:
             continue
         if snap.node not in j.candidates(m.via, m.t_send, m.t_reply or m.t_send):
             continue
-        # the longest heartbeat in force since the send: a live change may or may not
-        # cut short the wait a shadow had begun (state.Timeline.setting_range)
-        beats = j.tl.setting_range(snap.node, "ShadowHeartbeatFrequency", m.t_send, snap.t)
+        # the longest heartbeat that may govern the shadow's asking after the delivery:
+        # a live change may or may not cut short a wait already begun (Timeline.wait_range)
+        beats = j.tl.wait_range(snap.node, "ShadowHeartbeatFrequency", done, snap.t)
         if beats is None or snap.t < done + beats[1] + j.slack:
             continue
         beat = beats[1]
@@ -456,7 +456,7 @@ def safety_net_rule(j: Judge, m: Sent) -> None:
             and holders == {snap.node}  # of two possible holders, either may have it
             and j.redundant(m) == {True}
         ):
-            beats = j.tl.setting_range(snap.node, "ShadowHeartbeatFrequency", done, snap.t)
+            beats = j.tl.wait_range(snap.node, "ShadowHeartbeatFrequency", done, snap.t)
             if beats is None or j.tl.reachable(snap.node, m.via, done, snap.t) != {True}:
                 continue
             beat = beats[1]  # the longest: the entry dates from the heartbeat that told it

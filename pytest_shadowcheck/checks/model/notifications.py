@@ -74,12 +74,12 @@ def restart_discard_rule(j: Judge, m: Sent) -> None:
         )
         if lost or len(j.tl.database_ids(m.via, done, snap.t)) > 1:
             return
-        # the longest heartbeat in force since the send: whichever the shadow was
-        # waiting out when an admin changed it, it asks within that (with only the one
+        # the longest heartbeat that may be running since the send: whichever the shadow
+        # was waiting out when an admin changed it, it asks within that (with only the one
         # value accepted, a look after a live change decided nothing, and a drill that
         # changed the heartbeat left its first look alone to judge - INCONCLUSIVE once
         # the harness's lateness widened that look's window past it, CI session 45)
-        beats = j.tl.setting_range(snap.node, "ShadowHeartbeatFrequency", m.t_send, snap.t)
+        beats = j.tl.wait_range(snap.node, "ShadowHeartbeatFrequency", m.t_send, snap.t)
         if beats is None:
             continue
         beat = beats[1]

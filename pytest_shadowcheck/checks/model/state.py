@@ -141,6 +141,18 @@ class Timeline:
             return None
         return min(numbers), max(numbers)
 
+    def wait_range(
+        self, node: str, name: str, since: float, until: float
+    ) -> tuple[float, float] | None:
+        """:meth:`setting_range` of a periodic timer (a heartbeat) for what it may bring
+        about from ``since`` to ``until``: the wait running at ``since`` began up to its
+        own value before, under any value in force until then (one an admin has since
+        shortened may still be running its course)."""
+        before = self.setting_range(node, name, 0.0, since)
+        if before is None:
+            return None
+        return self.setting_range(node, name, since - before[1], until)
+
     def changed(self, a: float, b: float, nodes: set[str], hops: bool = True) -> bool:
         """Whether anything that could change a message's path happened in ``[a, b]``
         to these nodes, the links between them, their settings, and (``hops``) their

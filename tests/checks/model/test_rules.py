@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pytest_shadowcheck.checks.model import MODEL_BEHAVIOURS, ModelOutcome
+from pytest_shadowcheck.checks.model.state import build_timeline
 from pytest_shadowcheck.scenario.durations import parse_duration
 
 from .built import Built, sentence
@@ -478,7 +479,7 @@ def test_di2_judges_a_look_after_the_heartbeat_was_changed_live(tmp_path: Path) 
     # the heartbeat set to 1 s (from 0.5 s) just after the delivery: the look 3 s later
     # still judges DI-2, against the longest heartbeat in force since the send (the rule
     # once asked for one value in force, and skipped every look after a live change)
-    def run(*held: str) -> Built:
+    def run(*held: str, look: float = 4.4) -> Built:
         b = Built(
             tmp_path,
             "steps:\n  - send: {id: m1, via: mbx1, to: [alice@corp.test]}\n"
@@ -488,8 +489,8 @@ def test_di2_judges_a_look_after_the_heartbeat_was_changed_live(tmp_path: Path) 
         b.step(1.0)
         b.reply(1.1, "mbx1", 250)
         b.delivered(1.2, "m1", "mbx1", "alice@corp.test")
-        b.steps(1.3, 1.4, 4.4)
-        b.looked(4.45, "mbx2", "shadow", *held)
+        b.steps(1.3, 1.4, look)
+        b.looked(look + 0.05, "mbx2", "shadow", *held)
         return b
 
     found = run("m1").explain().divergence
@@ -497,6 +498,32 @@ def test_di2_judges_a_look_after_the_heartbeat_was_changed_live(tmp_path: Path) 
     assert "ShadowHeartbeatFrequency (1s)" in found.expected, found.expected
     ok = run().explain()
     assert ok.divergence is None and ok.exercised["DI-2"] == 1
+    # at 4.05 the 0.5 s beat and the slack have passed (3.7), the 1 s one not (4.2): a
+    # shadow waiting out 1 s may still hold the copy, so the look decides nothing
+    early = run("m1", look=4.0).explain()
+    assert early.divergence is None and early.exercised["DI-2"] == 0
+
+
+def test_a_setting_in_force_is_read_as_a_range_of_numbers(tmp_path: Path) -> None:
+    # the bounds a rule takes across a live change: the least and the most of what was
+    # in force, a heartbeat's from up to its own length before; none for an unknown value
+    b = Built(
+        tmp_path,
+        "settings: {ShadowHeartbeatFrequency: 4s}\n"
+        "steps:\n  - set_settings: {values: {ShadowHeartbeatFrequency: 1s}}\n  - wait: 3s\n",
+    )
+    b.steps(1.0, 1.1)
+    b.at(4.1, "note", text="end")
+    tl = build_timeline(b.scenario, b.history, 2.0)
+    beat = "ShadowHeartbeatFrequency"
+    assert tl.setting_range("mbx1", beat, 0.0, 0.5) == (4.0, 4.0)
+    assert tl.setting_range("mbx1", beat, 0.0, 4.0) == (1.0, 4.0)
+    assert tl.setting_range("mbx1", beat, 2.0, 4.0) == (1.0, 1.0)
+    # 4 s in force until the change: a wait of 4 s may still run at 3.0
+    assert tl.wait_range("mbx1", beat, 3.0, 4.0) == (1.0, 4.0)
+    assert tl.setting_range("mbx1", "MaxRetriesForLocalSiteShadow", 0.0, 4.0) is None
+    assert tl.setting_range("mbx1", "MaxRetriesForLocalSiteShadow", 0.0, 4.0, 2) == (2.0, 2.0)
+    assert tl.setting_range("mbx1", "ShadowRedundancyEnabled", 0.0, 4.0) is None
 
 
 def test_sn1_and_sn2_delivered_messages_are_kept_in_safety_net(tmp_path: Path) -> None:
