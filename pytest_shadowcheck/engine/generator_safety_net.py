@@ -114,8 +114,16 @@ def _window_drill(
     ops.append(
         Drawn(
             f"resubmit {database} on {asked}, {refs[1]} to {refs[3]}",
-            # then heartbeats on the moving clock: a request asked again would be served again
-            (request, {"wait": "5s"}, {"advance": "5m"}, {"wait": "3s"}),
+            # until the request is served and its copies delivered (5 s at most, as the
+            # fixed wait it was; the 3 s after the advance keep the run past SN-5's
+            # deadline), then heartbeats on the moving clock: a request asked again would
+            # be served again
+            (
+                request,
+                {"wait": {"until": "quiet", "timeout": "5s"}},
+                {"advance": "5m"},
+                {"wait": "3s"},
+            ),
             behaviours=("SN-5",),
         )
     )
