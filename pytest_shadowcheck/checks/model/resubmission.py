@@ -267,8 +267,15 @@ def dsn_rule(j: Judge) -> None:
         return
     first = min(s.t for s in requests)
     refused = [s.t for s in j.tl.steps if s.step.kind == "sink"]
+    # messages the model does not follow (sent before a queue disk fault ended, or
+    # sharing a Message-ID) are not in obs.sent: any of them may bounce for its own sake
+    unfollowed = [
+        s.t for s in j.tl.steps if s.step.kind == "send" and s.step.arg.id in j.obs.left_out
+    ]
 
     def excused(t: float) -> bool:
+        if any(sent < t for sent in unfollowed):
+            return True
         # a message not yet at all its recipients, or met by a refusal, may bounce itself
         for m in j.obs.sent.values():
             done = m.fully_delivered_at()
