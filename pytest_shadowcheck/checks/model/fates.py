@@ -592,7 +592,9 @@ def restart_rule(j: Judge, m: Sent) -> None:
             ),
             None,
         )
-        if start is None or len(j.tl.database_ids(m.via, applied.t, start + window)) > 1:
+        # the queue database that took the message, from its 250 to the deadline: a wipe
+        # before this restart left the primary nothing of it to deliver
+        if start is None or len(j.tl.database_ids(m.via, m.t_reply, start + window)) > 1:
             continue
         deadline = start + window
         if j.tl.timer_elapsed(start, deadline)[0] < max(retry):

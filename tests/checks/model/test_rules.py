@@ -277,6 +277,31 @@ def test_pr3_a_primary_back_with_its_queue_may_deliver_twice(tmp_path: Path) -> 
     assert outcome.exercised["PR-3"] == 1 and outcome.exercised["PR-1"] >= 1
 
 
+
+def test_pr3_a_primary_wiped_before_its_restart_owes_nothing_of_its_old_queue(
+    tmp_path: Path,
+) -> None:
+    # Found by deep exploration on the reference (seed 4646, scenario 219): mbx1 wiped,
+    # then killed and restarted on the database the wipe gave it, was held to deliver a
+    # message its old database had taken
+    b = held_back(
+        tmp_path,
+        "  - wipe: mbx2\n  - wipe: mbx1\n  - kill: mbx1\n  - restart: mbx1\n"
+        "  - heal: mbx1->mailbox\n  - wait: 10s\n",
+    )
+    b.steps(0.5, 1.0)
+    b.reply(1.1, "mbx1", 250)
+    b.step(1.2, back=1.5)
+    b.step(1.6, back=1.9)
+    b.step(2.0)
+    b.step(2.2, back=2.6)
+    b.steps(2.7, 2.8)
+    final_looks(b, 12.8)
+    outcome = b.explain()
+    assert outcome.divergence is None
+    assert outcome.exercised["PR-4"] == 1 and outcome.exercised["PR-3"] == 0
+
+
 def final_looks(b: Built, t: float) -> None:
     for i, (node, queue) in enumerate(
         [("mbx1", "active"), ("mbx1", "shadow"), ("mbx2", "active"), ("mbx2", "shadow")]
