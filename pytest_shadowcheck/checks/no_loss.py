@@ -18,9 +18,12 @@ from pytest_shadowcheck.checks.events import (
     why_not,
 )
 from pytest_shadowcheck.checks.fates import next_hop_refusals, reported_failures
+from pytest_shadowcheck.checks.model.expiry import EXPIRATION_DEFAULT
+from pytest_shadowcheck.checks.model.state import build_timeline
 from pytest_shadowcheck.checks.storage import power_cut_evidence
 from pytest_shadowcheck.checks.workload import PROMOTIONS
 from pytest_shadowcheck.scenario.capabilities import QUEUE_PATHS
+from pytest_shadowcheck.scenario.durations import format_duration
 from pytest_shadowcheck.verdict import CheckResult, Status
 
 if TYPE_CHECKING:
@@ -30,6 +33,8 @@ __all__ = ["INVARIANT", "no_loss_invariant", "premise_missing", "scenario_given_
 
 #: the pseudo-behaviour a passing no-loss check evidences (no behaviour of the catalogue)
 INVARIANT = "no-loss"
+#: how far a step's effect may lag its stamp when the timeline is read (the model's)
+_SLACK = 2.0
 
 
 def premise_missing(run: Run, results: list[CheckResult]) -> list[CheckResult]:
@@ -165,14 +170,25 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
             continue
         holders = run.copy_holders(ref)
         failed = {node: why for node in holders if (why := run.copy_lost(node, msg.sent_t))}
+        expired = (
+            expired_copies(run, ref, [n for n in holders if n not in failed])
+            if msg.via in failed
+            else {}
+        )
         excerpt = run.excerpt(run.history.now(), msg.links(all_nodes=True), before=settle + 5)
-        if holders and len(failed) == len(holders):
-            why = ", ".join(f"{n} {w}" for n, w in failed.items())
+        if holders and len(failed) + len(expired) == len(holders):
+            why = ", ".join(f"{n} {w}" for n, w in (failed | expired).items())
             # with a shadow copy this is PR-4's case, blamed on every behaviour; with none,
             # whether one was owed is CR-1's question, judged apart, and the loss evidences
             # no behaviour that only a copy can act on (a promotion)
             blamed: list[str] = []
-            if len(holders) > 1:
+            if expired:
+                said = (
+                    f"{ref} lost, but no copy was left to take over when its primary failed "
+                    f"({why}): a shadow lets an unacknowledged copy go by that rule (SN-4), "
+                    "and a primary failing after that is outside the guarantee"
+                )
+            elif len(holders) > 1:
                 said = (
                     f"{ref} lost, but every node holding a copy failed ({why}): primary and "
                     "shadow failing together is outside the guarantee (PR-4)"
@@ -239,6 +255,43 @@ async def no_loss_invariant(run: Run) -> list[CheckResult]:
                 )
             )
     return results
+
+
+def expired_copies(run: Run, ref: str, shadows: list[str]) -> dict[str, str]:
+    """The shadows whose copy of ``ref`` may rightly have expired before its primary lost
+    its own: SN-4 lets an unacknowledged copy go after the shadow's SafetyNetHoldTime +
+    MessageExpirationTimeout on the nodes' clock, so no promotion was owed then."""
+    msg = run.messages[ref]
+    tl = build_timeline(run.scenario, run.history, slack=_SLACK)
+    failure = None  # when the primary lost its copy, as copy_lost reads the node faults
+    for applied in tl.steps:
+        arg = applied.step.arg
+        if applied.t < msg.sent_t or getattr(arg, "node", None) != msg.via:
+            continue
+        if applied.step.kind == "wipe":
+            failure = applied.t
+            break
+        if applied.step.kind in ("kill", "power_cut"):
+            failure = applied.t
+        elif applied.step.kind == "restart":
+            failure = None
+    if failure is None:
+        return {}
+    _, most = tl.timer_elapsed(msg.sent_t, failure)
+    found = {}
+    for shadow in shadows:
+        hold = tl.setting_range(shadow, "SafetyNetHoldTime", msg.sent_t, failure)
+        expiration = tl.setting_range(
+            shadow, "MessageExpirationTimeout", msg.sent_t, failure, default=EXPIRATION_DEFAULT
+        )
+        if hold is None or expiration is None or most < hold[0] + expiration[0]:
+            continue
+        found[shadow] = (
+            f"may rightly have let its copy go first: SafetyNetHoldTime + "
+            f"MessageExpirationTimeout ({format_duration(hold[0])} + "
+            f"{format_duration(expiration[0])}) had passed on its clock since the send"
+        )
+    return found
 
 
 async def delivered_or_quiet(

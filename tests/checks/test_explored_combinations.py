@@ -20,6 +20,12 @@ the combination really happened (so that the test cannot pass by missing it).
   all: the shadow's link to its primary is cut, so it promotes its copy after
   ShadowResubmitTimeSpan (PR-1) while the primary, up, has already reported the refusal.
 
+- seed 4646, scenario 219 (shrunk to six operations): the primary keeps its messages a
+  week, its shadow two days (MessageExpirationTimeout changed live on each); a message
+  held by a cut link outlives the shadow's SafetyNetHoldTime + MessageExpirationTimeout
+  on the virtual clock, so the shadow lets its copy go (SN-4), and then the primary is
+  wiped: no copy is left, and the loss is outside the guarantee, not a FAIL.
+
 (Seed 1001's false CR-10 divergence is in model_scenarios.yaml, seed 2002's scenario 625
 is ``cr10_every_recipient_refused_for_good_is_reported`` in scenarios/refusals.yaml.)
 """
@@ -169,3 +175,54 @@ def test_a_report_then_a_copy_promoted_by_a_cut_off_shadow_is_no_false_report(
     to_nobody = [t for t, by in _deliveries(events, "nobody@corp.test") if by == "mbx1"]
     reports = [t for t, by in _deliveries(events) if by == "mbx2"]
     assert reports and to_nobody and min(reports) < min(to_nobody), (reports, to_nobody)
+
+
+SHADOW_EXPIRED_THEN_PRIMARY_WIPED = """\
+scenarios:
+  - name: shadow_copy_expired_then_primary_wiped
+    behaviours: [PR-2]
+    topology: two-node-dag-virtual
+    settings:
+      ShadowHeartbeatFrequency: 1s
+      ShadowResubmitTimeSpan: 2s
+      TransientFailureRetryInterval: 500ms
+      RejectMessageOnShadowFailure: true
+      SafetyNetHoldTime: 10m
+    timeout: 120s
+    settle: 20s
+    steps:
+      - set_settings: {nodes: [mbx1], values: {MessageExpirationTimeout: 7d}}
+      - set_settings: {nodes: [mbx2], values: {MessageExpirationTimeout: 2d}}
+      - fault: {link: mbx1->mailbox, kind: cut}
+      - wait: 3s
+      - send: {id: m1, via: mbx1, to: [alice@corp.test]}
+      - wait: 1s
+      - snapshot: {node: mbx2, queue: shadow}
+      - advance: 173370s
+      - wait: 2s
+      - advance: 4m
+      - wait: 2s
+      - snapshot: {node: mbx2, queue: shadow}
+      - wipe: mbx1
+      - heal: all
+      - wait: {until: quiet, timeout: 6.5s}
+"""
+
+
+@pytest.mark.slow
+def test_a_primary_wiped_after_its_shadow_let_the_copy_expire_is_outside_the_guarantee(
+    tmp_path: Path,
+) -> None:
+    events, verdict = run_on_reference(tmp_path, SHADOW_EXPIRED_THEN_PRIMARY_WIPED)
+    rendered = [c.render() for c in verdict.checks]
+    lost = [c for c in verdict.checks if c.name == "no loss of m1"]
+    assert lost and lost[0].status == Status.OUTSIDE_GUARANTEE, rendered
+    assert "no copy was left" in lost[0].observed and "mbx2 may rightly" in lost[0].observed
+    assert not verdict.failures, rendered
+    # the combination happened: mbx2 held the copy, then no longer, before the wipe
+    looks = [  # a shadow queue is listed by primary and next hop
+        [entry["message_id"] for held in e["data"]["answer"].values() for entry in held]
+        for e in events
+        if e["kind"] == "snapshot" and e["data"]["node"] == "mbx2"
+    ]
+    assert len(looks) == 2 and any("<m1." in i for i in looks[0]) and not looks[1], looks
